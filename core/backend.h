@@ -1,0 +1,117 @@
+// The backend interface: every kernel entry point a device must provide. core/ calls a backend
+// only through this class, chosen by the tensor's device; cpu/ and cuda/ implement it.
+// Contract for every method: outputs are already allocated by core with the right shape, dtype
+// and device; every tensor is contiguous and on this backend's device; dtypes of all operands
+// are equal (core checks); the method overwrites its output (never accumulates into it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/conv_geometry.h"
+#include "core/tensor.h"
+
+namespace tgrad {
+
+// Elementwise y = f(x) with an optional scalar parameter p.
+enum class UnaryOp {
+  neg,          // -x
+  exp,          // e^x
+  log,          // ln x
+  abs,          // |x|
+  sign,         // -1, 0 or 1
+  sqrt,         // sqrt(x)
+  relu,         // max(x, 0)
+  leaky_relu,   // x > 0 ? x : p*x
+  step,         // x > 0 ? 1 : 0          (relu's derivative)
+  leaky_step,   // x > 0 ? 1 : p          (leaky_relu's derivative)
+  sigmoid,      // 1 / (1 + e^-x), computed without overflow for either sign
+  tanh,         // tanh x
+  pow,          // x^p
+  add_scalar,   // x + p
+  mul_scalar,   // x * p
+  rsub_scalar,  // p - x
+  rdiv_scalar,  // p / x
+};
+const char* unary_op_name(UnaryOp op);
+
+// Elementwise y = a (op) b, with a and b broadcast to y's shape (NumPy rules; core passes a and
+// b with y's rank, each size equal to y's or 1).
+enum class BinaryOp { add, sub, mul, div };
+const char* binary_op_name(BinaryOp op);
+
+struct MemoryStats {
+  int64_t allocated = 0;  // bytes in live tensors
+  int64_t reserved = 0;   // bytes held from the device, live or cached
+  int64_t peak_allocated = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int device_count() const = 0;
+
+  // Memory. allocate returns storage whose deleter gives it back (to the cache, for CUDA).
+  // Out of memory throws tgrad::Error naming the bytes asked for.
+  virtual std::shared_ptr<void> allocate(int64_t nbytes, Device device) = 0;
+  virtual void copy_from_host(void* dst, const void* src, int64_t nbytes, Device device) = 0;
+  virtual void copy_to_host(void* dst, const void* src, int64_t nbytes, Device device) = 0;
+  virtual void copy(void* dst, const void* src, int64_t nbytes, Device device) = 0;
+  virtual void synchronize(Device device) = 0;
+  virtual MemoryStats memory_stats(Device device) = 0;
+  virtual void empty_cache(Device device) = 0;  // frees cached, unused blocks
+
+  // Elementwise, reductions, products.
+  virtual void fill(Tensor& y, double value) = 0;
+  virtual void cast(const Tensor& x, Tensor& y) = 0;  // same shape, y.dtype() may differ
+  virtual void unary(UnaryOp op, double p, const Tensor& x, Tensor& y) = 0;
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  // y has x's rank; each of y's sizes equals x's or is 1; y = sum of x over the size-1 axes.
+  // Deterministic: a fixed summation order, no float atomics.
+  virtual void sum_to(const Tensor& x, Tensor& y) = 0;
+  // y(M,N) = op(a) op(b), op = transpose when the flag is set; a, b, y 2-D.
+  virtual void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
+                      bool transpose_b) = 0;
+
+  // Transposed convolution. Tensors are contiguous with the 4-D layouts x (N, C_in, H, W),
+  // w (C_in, C_out/g, kH, kW), y (N, C_out, H_out, W_out) whatever rank the user passed.
+  // b may be null (no bias).
+  virtual void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                                      const Tensor* b, Tensor& y) = 0;
+  // dx = d(loss)/dx from dy: a regular convolution of dy with w.
+  virtual void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w,
+                                    Tensor& dx) = 0;
+  // dw[ci, co, kh, kw] = sum_{n, ih, iw} x[n, ci, ih, iw] * dy[n, g*Cog+co, oh, ow].
+  virtual void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy,
+                                    Tensor& dw) = 0;
+  // db[co] = sum_{n, oh, ow} dy[n, co, oh, ow].
+  virtual void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db) = 0;
+};
+
+// The backend for a device. Throws tgrad::Error when the device's backend is not built in
+// ("tgrad was built without CUDA") or has no such device.
+Backend& backend(Device device);
+
+// Provided by cpu/ (always) and by cuda/ (or core/no_cuda.cpp, which returns null, in a build
+// without CUDA). Never call these directly; use backend(device).
+Backend& cpu_backend();
+Backend* cuda_backend();
+
+// True when tgrad was built with CUDA and at least one device is present.
+bool cuda_is_available();
+int cuda_device_count();
+// The caching allocator's statistics and cache release, as torch.cuda.memory_allocated() etc.
+int64_t cuda_memory_allocated(int device = 0);
+int64_t cuda_memory_reserved(int device = 0);
+int64_t cuda_max_memory_allocated(int device = 0);
+void cuda_empty_cache(int device = 0);
+void cuda_synchronize(int device = 0);
+
+// The float32 precision of CUDA conv kernels: "highest" (default) or "high" (TF32 allowed).
+void set_float32_matmul_precision(const std::string& precision);
+std::string get_float32_matmul_precision();
+Precision float32_precision();
+
+}  // namespace tgrad

@@ -1,0 +1,119 @@
+// The differentiable ops. Each validates its arguments (tgrad::Error naming the op, the argument
+// and the values), runs the backend of its inputs' device and, when grad mode is on and an
+// input requires grad, records a tape node whose formula lives in core/derivatives.cpp.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tgrad {
+
+// Arithmetic with NumPy/PyTorch broadcasting. Operands must share dtype and device.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor rsub(const Tensor& a, double b);  // b - a
+Tensor rdiv(const Tensor& a, double b);  // b / a
+Tensor neg(const Tensor& x);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+
+// Pointwise functions.
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+
+// Reductions. dims may be negative; keepdim keeps reduced axes as size 1.
+Tensor sum(const Tensor& x);
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+// Sums x down to `shape` (the inverse of broadcasting): every axis x has beyond shape's rank,
+// and every axis where shape has 1 and x does not, is summed.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+// Broadcasts x to `shape` (a copy, differentiable).
+Tensor expand(const Tensor& x, const Shape& shape);
+
+// Products. matmul: 2-D (M,K) x (K,N). linear: x (..., in) with w (out, in) and optional b (out).
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+
+// A scalar or per-axis list of D sizes, like LibTorch's ExpandingArray: 2 or {2, 3}.
+template <size_t D>
+class ExpandingArray {
+ public:
+  ExpandingArray(int64_t v) { values_.fill(v); }  // NOLINT: implicit by design
+  ExpandingArray(std::initializer_list<int64_t> list);
+  ExpandingArray(const std::array<int64_t, D>& values) : values_(values) {}  // NOLINT
+  int64_t operator[](size_t i) const { return values_[i]; }
+  const std::array<int64_t, D>& values() const { return values_; }
+
+ private:
+  std::array<int64_t, D> values_{};
+};
+
+template <size_t D>
+ExpandingArray<D>::ExpandingArray(std::initializer_list<int64_t> list) {
+  TGRAD_CHECK(list.size() == D, "ExpandingArray: expected 1 or ", D, " values, got ", list.size());
+  size_t i = 0;
+  for (int64_t v : list) values_[i++] = v;
+}
+
+#define TGRAD_ARG(T, name)                   \
+ public:                                     \
+  auto& name(const T& new_##name) {          \
+    this->name##_ = new_##name;              \
+    return *this;                            \
+  }                                          \
+  const T& name() const { return name##_; } \
+                                             \
+ private:                                    \
+  T name##_
+
+// The functional options of conv_transpose1d/2d, with LibTorch's names and defaults.
+template <size_t D>
+class ConvTransposeFuncOptions {
+  TGRAD_ARG(ExpandingArray<D>, stride) = 1;
+  TGRAD_ARG(ExpandingArray<D>, padding) = 0;
+  TGRAD_ARG(ExpandingArray<D>, output_padding) = 0;
+  TGRAD_ARG(int64_t, groups) = 1;
+  TGRAD_ARG(ExpandingArray<D>, dilation) = 1;
+};
+using ConvTranspose1dFuncOptions = ConvTransposeFuncOptions<1>;
+using ConvTranspose2dFuncOptions = ConvTransposeFuncOptions<2>;
+
+// x (N, C_in, L) or (C_in, L); w (C_in, C_out/groups, k); b (C_out) or undefined.
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+                        const ConvTranspose1dFuncOptions& options = {});
+// x (N, C_in, H, W) or (C_in, H, W); w (C_in, C_out/groups, kH, kW); b (C_out) or undefined.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+                        const ConvTranspose2dFuncOptions& options = {});
+
+}  // namespace tgrad

@@ -1,0 +1,164 @@
+// Tensor: a handle to shared, contiguous, row-major storage of rank 0 to 5, float32 or float64,
+// on one device, with the autograd state (requires_grad, grad, grad_fn) of the tape engine.
+// Copies of a Tensor share everything, as in LibTorch; views (reshape, narrow on dim 0) share
+// storage only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace tgrad {
+
+struct Node;
+class Generator;
+
+inline constexpr int64_t kMaxRank = 5;
+
+struct TensorImpl {
+  std::shared_ptr<void> storage;  // owned by the backend's allocator; freed through its deleter
+  int64_t storage_numel = 0;      // elements the storage holds
+  int64_t offset = 0;             // first element of this tensor, in elements
+  Shape shape;
+  DType dtype = DType::float32;
+  Device device;
+  // Autograd state.
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf; null until backward
+  std::shared_ptr<Node> grad_fn;     // the node that produced this tensor; null for leaves
+};
+
+// Options for factories, with LibTorch's chainable setters:
+// zeros({2, 3}, TensorOptions().dtype(kFloat64).device(kCUDA).requires_grad(true)).
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype_(d) {}    // NOLINT: implicit, as in LibTorch
+  TensorOptions(Device d) : device_(d) {}  // NOLINT
+  TensorOptions(DeviceType d) : device_(d) {}  // NOLINT
+
+  TensorOptions& dtype(DType d) { dtype_ = d; return *this; }
+  TensorOptions& device(Device d) { device_ = d; return *this; }
+  TensorOptions& requires_grad(bool r) { requires_grad_ = r; return *this; }
+
+  DType dtype() const { return dtype_.value_or(DType::float32); }
+  std::optional<DType> dtype_opt() const { return dtype_; }
+  Device device() const { return device_; }
+  bool requires_grad() const { return requires_grad_; }
+
+ private:
+  std::optional<DType> dtype_;
+  Device device_;
+  bool requires_grad_ = false;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: no storage (an absent bias, a grad not yet computed)
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+
+  // Shape and type.
+  const Shape& shape() const;
+  const Shape& sizes() const { return shape(); }
+  int64_t size(int64_t dim) const;  // negative dims count from the end
+  int64_t dim() const;
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  bool is_cuda() const { return device().is_cuda(); }
+  int64_t nbytes() const { return numel() * dtype_size(dtype()); }
+
+  // Data. raw_data() is a device pointer for CUDA tensors. data_ptr<T>() checks the dtype.
+  void* raw_data() const;
+  template <class T>
+  T* data_ptr() const;
+  // A host copy of the elements, converted to T.
+  template <class T>
+  std::vector<T> to_vector() const;
+  double item() const;  // the single element as double; throws unless numel() == 1
+  template <class T>
+  T item() const {
+    return static_cast<T>(item());
+  }
+
+  // Conversions. Each returns a new tensor (or *this when nothing changes, as in PyTorch) and
+  // is differentiable.
+  Tensor to(Device device) const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor cpu() const { return to(Device(kCPU)); }
+  Tensor cuda(int index = 0) const { return to(Device(kCUDA, index)); }
+  Tensor clone() const;
+  // reshape and view are the same here (storage is always contiguous); one size may be -1.
+  Tensor reshape(const Shape& shape) const;
+  Tensor view(const Shape& shape) const { return reshape(shape); }
+  Tensor flatten() const { return reshape({-1}); }
+  // A view of elements [start, start + length) along dim 0, sharing storage (not differentiable
+  // through: it is for slicing batches; use it under NoGradGuard or on tensors needing no grad).
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+
+  // Autograd.
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool requires_grad = true);  // leaves only
+  bool is_leaf() const;
+  Tensor grad() const;  // undefined until a backward reaches this leaf
+  void set_grad(const Tensor& grad) const;  // replaces .grad (shape, dtype and device checked)
+  // Clears .grad (sets it to none, PyTorch's default for zero_grad).
+  void zero_grad() const;
+  const std::shared_ptr<Node>& grad_fn() const;
+  // Reverse-mode differentiation from this tensor. A non-scalar needs `gradient` (same shape).
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // Same data, no history, requires_grad false.
+  Tensor detach() const;
+
+  // In-place writes without autograd (for optimizers and initialisation). They throw on a
+  // leaf that requires grad while grad mode is on, as PyTorch does.
+  Tensor& copy_(const Tensor& src);  // same shape; converts dtype and device
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  const TensorImpl& checked(const char* fn) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Prints shape, dtype, device and values; long tensors are shortened with "..." as PyTorch does.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Factories. Shapes have rank 0 to 5.
+Tensor empty(const Shape& shape, TensorOptions options = {});
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+Tensor full(const Shape& shape, double value, TensorOptions options = {});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);
+// [start, end) in steps of `step`, 1-D.
+Tensor arange(double end, TensorOptions options = {});
+Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
+// Uniform in [0, 1) and standard normal, from `gen` (the thread's default generator if omitted).
+Tensor rand(const Shape& shape, TensorOptions options = {});
+Tensor rand(const Shape& shape, Generator& gen, TensorOptions options = {});
+Tensor randn(const Shape& shape, TensorOptions options = {});
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
+// Copies host values; the dtype is T's unless options name one.
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options = {});
+// 0-d tensor holding one value.
+Tensor scalar_tensor(double value, TensorOptions options = {});
+
+// True when two tensors have the same shape, dtype and bit-identical values.
+bool equal(const Tensor& a, const Tensor& b);
+
+}  // namespace tgrad

@@ -1,0 +1,47 @@
+// The one tolerance type and the one tensor comparison of the test suite. A failed comparison
+// prints the config it was given, the first mismatches, and the max abs and rel errors.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/tensor.h"
+
+namespace tgrad::testing {
+
+// |actual - expected| <= atol + rtol * |expected| elementwise, or, when l2 > 0, the relative L2
+// error ||actual - expected|| / ||expected|| <= l2 (for float32 results of long reductions).
+struct Tolerance {
+  double atol = 0.0;
+  double rtol = 0.0;
+  double l2 = 0.0;
+};
+// Exact float64 work against float64 references: a few ulps of the longest reduction.
+inline constexpr Tolerance kFloat64Tight{1e-12, 1e-12, 0.0};
+
+struct CompareResult {
+  bool ok = true;
+  double max_abs = 0.0;
+  double max_rel = 0.0;
+  double rel_l2 = 0.0;
+  std::string report;  // empty when ok
+};
+
+// Compares two tensors (any devices, any dtypes; values compared in float64). Shapes must match.
+CompareResult compare(const Tensor& actual, const Tensor& expected, Tolerance tol,
+                      const std::string& config);
+
+// gtest assertion form: EXPECT_TRUE(tensors_close(a, b, tol, g.str())).
+::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected,
+                                         Tolerance tol, const std::string& config);
+
+// Skips the calling test (GTEST_SKIP with the reason) when no CUDA device is usable.
+#define TGRAD_SKIP_WITHOUT_CUDA()                                                    \
+  do {                                                                               \
+    if (!::tgrad::cuda_is_available())                                               \
+      GTEST_SKIP() << "no CUDA device: " << ::tgrad::testing::cuda_unavailable_reason(); \
+  } while (0)
+std::string cuda_unavailable_reason();
+
+}  // namespace tgrad::testing
