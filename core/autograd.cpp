@@ -1,0 +1,193 @@
+// The tape engine: recording nodes, and running them in decreasing sequence number so that a
+// node runs only after every consumer of its output has delivered its gradient.
+#include "core/autograd.h"
+
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/ops.h"
+
+namespace tgrad {
+
+namespace {
+
+thread_local bool g_grad_mode = true;
+std::atomic<uint64_t> g_next_sequence_nr{0};
+
+Tensor accumulate(const Tensor& total, const Tensor& g) {
+  return total.defined() ? add(total, g) : g;
+}
+
+struct NodeOrder {
+  bool operator()(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) const {
+    return a->sequence_nr < b->sequence_nr;
+  }
+};
+
+// The result of one traversal: gradients for leaves and for the outputs of requested nodes.
+struct Traversal {
+  std::unordered_map<TensorImpl*, std::pair<std::shared_ptr<TensorImpl>, Tensor>> leaves;
+  std::unordered_map<Node*, Tensor> captured;
+};
+
+Traversal traverse(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads,
+                   bool retain_graph, const std::unordered_set<Node*>& capture) {
+  NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  Traversal out;
+  std::unordered_map<Node*, Tensor> pending;
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, NodeOrder> ready;
+  std::vector<std::shared_ptr<Node>> visited;
+
+  auto deliver = [&](const Edge& edge, const Tensor& g) {
+    if (edge.node) {
+      auto it = pending.find(edge.node.get());
+      if (it == pending.end()) {
+        pending.emplace(edge.node.get(), g);
+        ready.push(edge.node);
+      } else {
+        it->second = accumulate(it->second, g);
+      }
+    } else if (edge.leaf) {
+      auto& slot = out.leaves[edge.leaf.get()];
+      slot.first = edge.leaf;
+      slot.second = accumulate(slot.second, g);
+    }
+  };
+
+  for (size_t i = 0; i < roots.size(); ++i) {
+    Edge root;
+    if (roots[i].grad_fn()) {
+      root.node = roots[i].grad_fn();
+    } else {
+      root.leaf = roots[i].impl_ptr();
+    }
+    deliver(root, root_grads[i]);
+  }
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    auto it = pending.find(node.get());
+    const Tensor dy = it->second;
+    pending.erase(it);
+    TGRAD_CHECK(!node->released, "backward: trying to backward through the graph a second time "
+                "(op '", node->name, "', recorded as #", node->sequence_nr, "); its saved tensors "
+                "were freed by the first backward. Pass retain_graph=true to that call to keep them");
+    if (capture.count(node.get())) out.captured[node.get()] = dy;
+    GradMask mask(node->inputs.size());
+    for (size_t i = 0; i < mask.size(); ++i) mask[i] = node->inputs[i].wants_grad();
+    std::vector<Tensor> grads = node->backward(dy, mask);
+    TGRAD_CHECK(grads.size() == mask.size(), "backward of '", node->name, "' returned ",
+                grads.size(), " gradients for ", mask.size(), " inputs");
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (mask[i] && grads[i].defined()) deliver(node->inputs[i], grads[i]);
+    }
+    visited.push_back(std::move(node));
+  }
+  if (!retain_graph) {
+    for (auto& node : visited) {
+      node->backward = nullptr;  // frees the saved tensors
+      node->released = true;
+    }
+  }
+  return out;
+}
+
+Tensor root_gradient(const char* fn, const Tensor& root, const Tensor& gradient) {
+  TGRAD_CHECK(root.defined(), fn, ": the output tensor is undefined");
+  TGRAD_CHECK(root.requires_grad(), fn, ": the tensor does not require grad and has no grad_fn "
+              "(did you set requires_grad on an input, outside NoGradGuard?)");
+  if (!gradient.defined()) {
+    TGRAD_CHECK(root.numel() == 1, fn, ": a gradient can be implied only for a scalar output; "
+                "this output has shape ", root.shape(), ", so pass a gradient of that shape");
+    return ones_like(root);
+  }
+  TGRAD_CHECK(gradient.shape() == root.shape(), fn, ": gradient shape ", gradient.shape(),
+              " does not match the output shape ", root.shape());
+  TGRAD_CHECK(gradient.dtype() == root.dtype(), fn, ": gradient dtype ", gradient.dtype(),
+              " does not match the output dtype ", root.dtype());
+  TGRAD_CHECK(gradient.device() == root.device(), fn, ": gradient device ", gradient.device(),
+              " does not match the output device ", root.device());
+  return gradient.detach();
+}
+
+}  // namespace
+
+bool grad_mode_enabled() { return g_grad_mode; }
+void set_grad_mode(bool enabled) { g_grad_mode = enabled; }
+
+Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!g_grad_mode) return y;
+  std::vector<Edge> edges(inputs.size());
+  bool any = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    if (!in.defined() || !in.requires_grad()) continue;
+    any = true;
+    if (in.grad_fn()) {
+      edges[i].node = in.grad_fn();
+    } else {
+      edges[i].leaf = in.impl_ptr();
+    }
+  }
+  if (!any) return y;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->sequence_nr = g_next_sequence_nr++;
+  node->inputs = std::move(edges);
+  node->backward = std::move(backward);
+  y.impl()->requires_grad = true;
+  y.impl()->grad_fn = std::move(node);
+  return y;
+}
+
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  const Tensor g = root_gradient("backward", root, gradient);
+  Traversal t = traverse({root}, {g}, retain_graph, {});
+  // Every node ran: now, and only now, write the leaves' .grad (a throw above changed nothing).
+  NoGradGuard no_grad;
+  for (auto& [raw, entry] : t.leaves) {
+    TensorImpl& leaf = *entry.first;
+    Tensor sum = entry.second;
+    if (leaf.grad) {
+      sum = add(Tensor(leaf.grad), sum);
+    } else if (sum.impl()->storage == root.impl()->storage ||
+               sum.impl()->storage == g.impl()->storage) {
+      sum = sum.clone();  // never alias the user's gradient or output
+    }
+    leaf.grad = sum.detach().impl_ptr();
+  }
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+  TGRAD_CHECK(!outputs.empty(), "grad: no outputs given");
+  TGRAD_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "grad: ",
+              grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
+  std::vector<Tensor> root_grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    root_grads.push_back(
+        root_gradient("grad", outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i]));
+  }
+  std::unordered_set<Node*> capture;
+  for (const Tensor& in : inputs) {
+    TGRAD_CHECK(in.defined() && in.requires_grad(), "grad: every input must require grad");
+    if (in.grad_fn()) capture.insert(in.grad_fn().get());
+  }
+  Traversal t = traverse(outputs, root_grads, retain_graph, capture);
+  std::vector<Tensor> result;
+  for (const Tensor& in : inputs) {
+    if (in.grad_fn()) {
+      auto it = t.captured.find(in.grad_fn().get());
+      result.push_back(it == t.captured.end() ? Tensor() : it->second);
+    } else {
+      auto it = t.leaves.find(in.impl());
+      result.push_back(it == t.leaves.end() ? Tensor() : it->second.second);
+    }
+  }
+  return result;
+}
+
+}  // namespace tgrad

@@ -1,0 +1,100 @@
+// The backend registry (a device type picks its backend) and the device-level user functions:
+// cuda_is_available, memory statistics, and the float32 precision setting.
+#include "core/backend.h"
+
+#include <atomic>
+
+namespace tgrad {
+
+const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: return "neg";
+    case UnaryOp::exp: return "exp";
+    case UnaryOp::log: return "log";
+    case UnaryOp::abs: return "abs";
+    case UnaryOp::sign: return "sign";
+    case UnaryOp::sqrt: return "sqrt";
+    case UnaryOp::relu: return "relu";
+    case UnaryOp::leaky_relu: return "leaky_relu";
+    case UnaryOp::step: return "step";
+    case UnaryOp::leaky_step: return "leaky_step";
+    case UnaryOp::sigmoid: return "sigmoid";
+    case UnaryOp::tanh: return "tanh";
+    case UnaryOp::pow: return "pow";
+    case UnaryOp::add_scalar: return "add_scalar";
+    case UnaryOp::mul_scalar: return "mul_scalar";
+    case UnaryOp::rsub_scalar: return "rsub_scalar";
+    case UnaryOp::rdiv_scalar: return "rdiv_scalar";
+  }
+  return "?";
+}
+
+const char* binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+  }
+  return "?";
+}
+
+Backend& backend(Device device) {
+  if (device.is_cpu()) return cpu_backend();
+  Backend* cuda = cuda_backend();
+  TGRAD_CHECK(cuda != nullptr, "tgrad was built without CUDA: cannot use device ", device,
+              " (rebuild with nvcc on the PATH and -DTGRAD_CUDA=ON)");
+  const int count = cuda->device_count();
+  TGRAD_CHECK(device.index() < count, "device ", device, " is not available: ", count,
+              " CUDA device(s) visible");
+  return *cuda;
+}
+
+bool cuda_is_available() { return cuda_device_count() > 0; }
+
+int cuda_device_count() {
+  Backend* cuda = cuda_backend();
+  return cuda == nullptr ? 0 : cuda->device_count();
+}
+
+int64_t cuda_memory_allocated(int device) {
+  return backend(Device(kCUDA, device)).memory_stats(Device(kCUDA, device)).allocated;
+}
+int64_t cuda_memory_reserved(int device) {
+  return backend(Device(kCUDA, device)).memory_stats(Device(kCUDA, device)).reserved;
+}
+int64_t cuda_max_memory_allocated(int device) {
+  return backend(Device(kCUDA, device)).memory_stats(Device(kCUDA, device)).peak_allocated;
+}
+void cuda_empty_cache(int device) {
+  backend(Device(kCUDA, device)).empty_cache(Device(kCUDA, device));
+}
+void cuda_synchronize(int device) {
+  backend(Device(kCUDA, device)).synchronize(Device(kCUDA, device));
+}
+
+namespace {
+std::atomic<Precision>& precision_setting() {
+  static std::atomic<Precision> setting{Precision::highest};
+  return setting;
+}
+}  // namespace
+
+void set_float32_matmul_precision(const std::string& precision) {
+  if (precision == "highest") {
+    precision_setting() = Precision::highest;
+  } else if (precision == "high") {
+    precision_setting() = Precision::high;
+  } else {
+    TGRAD_FAIL("set_float32_matmul_precision: precision '", precision,
+               "' is not one of \"highest\", \"high\"");
+  }
+}
+
+std::string get_float32_matmul_precision() {
+  return precision_setting() == Precision::highest ? "highest" : "high";
+}
+
+Precision float32_precision() { return precision_setting(); }
+
+}  // namespace tgrad

@@ -1,0 +1,429 @@
+// Tensor: storage, views, conversions, host access, printing and the factories.
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/derivatives.h"
+#include "core/ops_internal.h"
+#include "core/random.h"
+
+namespace tgrad {
+
+namespace {
+
+Tensor make_tensor(const Shape& shape, DType dtype, Device device, const char* fn) {
+  TGRAD_CHECK(static_cast<int64_t>(shape.size()) <= kMaxRank, fn, ": rank ", shape.size(),
+              " exceeds the maximum rank ", kMaxRank, " (shape ", shape, ")");
+  const int64_t numel = shape_numel(shape, fn);
+  int64_t nbytes = 0;
+  TGRAD_CHECK(!__builtin_mul_overflow(numel, dtype_size(dtype), &nbytes), fn, ": shape ", shape,
+              " of ", dtype, " needs more bytes than int64 can count");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = backend(device).allocate(nbytes, device);
+  impl->storage_numel = numel;
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->device = device;
+  return Tensor(std::move(impl));
+}
+
+// Copies `src` into `dst` (same shape), converting device and dtype as needed.
+void copy_into(const Tensor& dst, const Tensor& src) {
+  Tensor s = src;
+  if (s.dtype() != dst.dtype() && s.device() != dst.device()) {
+    // Convert on the source side first: the host then moves the final bytes once.
+    Tensor cast = make_tensor(s.shape(), dst.dtype(), s.device(), "copy_");
+    if (s.numel() > 0) backend(s.device()).cast(s, cast);
+    s = cast;
+  }
+  Tensor d = dst;
+  if (s.device() == d.device()) {
+    if (d.numel() == 0) return;
+    if (s.dtype() == d.dtype()) {
+      backend(d.device()).copy(d.raw_data(), s.raw_data(), d.nbytes(), d.device());
+    } else {
+      backend(d.device()).cast(s, d);
+    }
+    return;
+  }
+  if (d.numel() == 0) return;
+  if (s.device().is_cpu()) {
+    backend(d.device()).copy_from_host(d.raw_data(), s.raw_data(), d.nbytes(), d.device());
+  } else if (d.device().is_cpu()) {
+    backend(s.device()).copy_to_host(d.raw_data(), s.raw_data(), d.nbytes(), s.device());
+  } else {  // between two GPUs: through the host
+    std::vector<unsigned char> host(static_cast<size_t>(d.nbytes()));
+    backend(s.device()).copy_to_host(host.data(), s.raw_data(), d.nbytes(), s.device());
+    backend(d.device()).copy_from_host(d.raw_data(), host.data(), d.nbytes(), d.device());
+  }
+}
+
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace
+
+namespace detail {
+
+Tensor alias(const Tensor& t, const Shape& shape) {
+  auto impl = std::make_shared<TensorImpl>();
+  const TensorImpl& src = *t.impl();
+  impl->storage = src.storage;
+  impl->storage_numel = src.storage_numel;
+  impl->offset = src.offset;
+  impl->shape = shape;
+  impl->dtype = src.dtype;
+  impl->device = src.device;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace detail
+
+const TensorImpl& Tensor::checked(const char* fn) const {
+  TGRAD_CHECK(impl_ != nullptr, "Tensor::", fn, ": the tensor is undefined");
+  return *impl_;
+}
+
+const Shape& Tensor::shape() const { return checked("shape").shape; }
+
+int64_t Tensor::size(int64_t dim) const {
+  const int64_t rank = this->dim();
+  TGRAD_CHECK(dim >= -rank && dim < rank, "Tensor::size: dim ", dim, " is out of range for a ",
+              rank, "-D tensor");
+  return shape()[dim < 0 ? dim + rank : dim];
+}
+
+int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape()) n *= s;
+  return n;
+}
+
+DType Tensor::dtype() const { return checked("dtype").dtype; }
+
+Device Tensor::device() const { return checked("device").device; }
+
+void* Tensor::raw_data() const {
+  const TensorImpl& t = checked("raw_data");
+  return static_cast<char*>(t.storage.get()) + t.offset * dtype_size(t.dtype);
+}
+
+template <class T>
+T* Tensor::data_ptr() const {
+  TGRAD_CHECK(dtype() == dtype_of<T>(), "Tensor::data_ptr: asked for ", dtype_of<T>(),
+              " but the tensor is ", dtype());
+  return static_cast<T*>(raw_data());
+}
+template float* Tensor::data_ptr<float>() const;
+template double* Tensor::data_ptr<double>() const;
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor host = device().is_cpu() ? *this : detach().to(Device(kCPU));
+  std::vector<T> out(static_cast<size_t>(host.numel()));
+  if (host.dtype() == DType::float32) {
+    const float* p = host.data_ptr<float>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+  } else {
+    const double* p = host.data_ptr<double>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+  }
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+
+double Tensor::item() const {
+  TGRAD_CHECK(numel() == 1, "Tensor::item: the tensor has ", numel(), " elements (shape ",
+              shape(), "), item() needs exactly one");
+  return to_vector<double>()[0];
+}
+
+Tensor Tensor::to(Device device) const {
+  checked("to");
+  if (device == this->device()) return *this;
+  backend(device);  // fails early, before any work, if the device is unusable
+  Tensor y = make_tensor(shape(), dtype(), device, "Tensor::to");
+  copy_into(y, *this);
+  return record("to", y, {*this}, derivatives::to_device(this->device()));
+}
+
+Tensor Tensor::to(DType dtype) const {
+  checked("to");
+  if (dtype == this->dtype()) return *this;
+  Tensor y = make_tensor(shape(), dtype, device(), "Tensor::to");
+  if (numel() > 0) backend(device()).cast(*this, y);
+  return record("to", y, {*this}, derivatives::to_dtype(this->dtype()));
+}
+
+Tensor Tensor::to(Device device, DType dtype) const { return to(device).to(dtype); }
+
+Tensor Tensor::clone() const {
+  checked("clone");
+  Tensor y = make_tensor(shape(), dtype(), device(), "Tensor::clone");
+  copy_into(y, *this);
+  return record("clone", y, {*this}, derivatives::identity());
+}
+
+Tensor Tensor::reshape(const Shape& new_shape) const {
+  checked("reshape");
+  Shape s = new_shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      TGRAD_CHECK(infer < 0, "reshape: only one size may be -1, got ", new_shape);
+      infer = static_cast<int64_t>(i);
+    } else {
+      TGRAD_CHECK(s[i] >= 0, "reshape: size ", s[i], " in ", new_shape, " is invalid");
+      known *= s[i];
+    }
+  }
+  if (infer >= 0) {
+    TGRAD_CHECK(known != 0 && numel() % known == 0, "reshape: shape ", new_shape,
+                " is invalid for input of size ", numel());
+    s[infer] = numel() / known;
+  }
+  TGRAD_CHECK(static_cast<int64_t>(s.size()) <= kMaxRank, "reshape: rank ", s.size(),
+              " exceeds the maximum rank ", kMaxRank);
+  TGRAD_CHECK(shape_numel(s, "reshape") == numel(), "reshape: shape ", new_shape,
+              " is invalid for input of size ", numel(), " (shape ", shape(), ")");
+  return record("reshape", detail::alias(*this, s), {*this}, derivatives::reshape(shape()));
+}
+
+Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
+  checked("narrow");
+  TGRAD_CHECK(this->dim() > 0, "narrow: cannot narrow a 0-D tensor");
+  TGRAD_CHECK(dim == 0, "narrow: only dim 0 keeps storage contiguous; got dim ", dim,
+              " (reshape or copy first)");
+  const int64_t n = size(0);
+  TGRAD_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start,
+              " and length ", length, " do not fit in dim 0 of size ", n);
+  Shape s = shape();
+  s[0] = length;
+  Tensor y = detail::alias(*this, s);
+  y.impl()->offset += start * (n == 0 ? 0 : numel() / n);
+  return record("narrow", y, {*this}, derivatives::narrow(shape(), start));
+}
+
+bool Tensor::requires_grad() const { return checked("requires_grad").requires_grad; }
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  TensorImpl& t = const_cast<TensorImpl&>(checked("requires_grad_"));
+  TGRAD_CHECK(t.grad_fn == nullptr || requires_grad, "requires_grad_: cannot turn off "
+              "requires_grad on a non-leaf tensor (it was made by '", t.grad_fn->name,
+              "'); use detach()");
+  t.requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
+
+Tensor Tensor::grad() const {
+  const TensorImpl& t = checked("grad");
+  return t.grad ? Tensor(t.grad) : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  TensorImpl& t = const_cast<TensorImpl&>(checked("set_grad"));
+  if (!grad.defined()) {
+    t.grad.reset();
+    return;
+  }
+  TGRAD_CHECK(grad.shape() == t.shape && grad.dtype() == t.dtype && grad.device() == t.device,
+              "set_grad: gradient of shape ", grad.shape(), " ", grad.dtype(), " on ",
+              grad.device(), " does not match the tensor's shape ", t.shape, " ", t.dtype,
+              " on ", t.device);
+  t.grad = grad.impl_ptr();
+}
+
+void Tensor::zero_grad() const { const_cast<TensorImpl&>(checked("zero_grad")).grad.reset(); }
+
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return checked("grad_fn").grad_fn; }
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  checked("backward");
+  run_backward(*this, gradient, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  checked("detach");
+  return detail::alias(*this, shape());
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  const TensorImpl& t = checked("copy_");
+  TGRAD_CHECK(src.defined(), "copy_: the source tensor is undefined");
+  TGRAD_CHECK(!(grad_mode_enabled() && t.requires_grad && t.grad_fn == nullptr),
+              "copy_: a leaf tensor that requires grad cannot be written in place while grad "
+              "mode is on (use NoGradGuard)");
+  TGRAD_CHECK(src.shape() == t.shape, "copy_: source shape ", src.shape(),
+              " does not match destination shape ", t.shape);
+  copy_into(*this, src);
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  const TensorImpl& t = checked("fill_");
+  TGRAD_CHECK(!(grad_mode_enabled() && t.requires_grad && t.grad_fn == nullptr),
+              "fill_: a leaf tensor that requires grad cannot be written in place while grad "
+              "mode is on (use NoGradGuard)");
+  if (numel() > 0) backend(device()).fill(*this, value);
+  return *this;
+}
+
+// ---- printing ----
+
+namespace {
+
+constexpr int64_t kSummarizeAbove = 1000;  // PyTorch's default print threshold
+constexpr int64_t kEdgeItems = 3;
+
+void print_values(std::ostream& os, const std::vector<double>& v, const Shape& shape,
+                  size_t dim, int64_t offset, bool summarize, int indent) {
+  if (shape.empty()) {
+    os << v[0];
+    return;
+  }
+  const int64_t n = shape[dim];
+  int64_t stride = 1;
+  for (size_t i = dim + 1; i < shape.size(); ++i) stride *= shape[i];
+  os << '[';
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
+      os << "...";
+      i = n - kEdgeItems - 1;
+      os << (dim + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+      continue;
+    }
+    if (dim + 1 == shape.size()) {
+      os << std::setw(10) << v[static_cast<size_t>(offset + i * stride)];
+    } else {
+      print_values(os, v, shape, dim + 1, offset + i * stride, summarize, indent + 1);
+    }
+    if (i + 1 < n) os << (dim + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+  }
+  os << ']';
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(undefined)";
+  std::ostringstream body;
+  body << std::setprecision(4) << std::fixed;
+  const bool summarize = t.numel() > kSummarizeAbove;
+  if (t.numel() == 0) {
+    body << "[]";
+  } else {
+    print_values(body, t.to_vector<double>(), t.shape(), 0, 0, summarize, 7);
+  }
+  os << "tensor(" << body.str() << ", shape=" << detail::cat(t.shape()) << ", dtype=" << t.dtype()
+     << ", device=" << t.device();
+  if (t.requires_grad()) os << ", requires_grad=true";
+  return os << ')';
+}
+
+// ---- factories ----
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  return finish(make_tensor(shape, options.dtype(), options.device(), "empty"), options);
+}
+
+Tensor full(const Shape& shape, double value, TensorOptions options) {
+  Tensor t = make_tensor(shape, options.dtype(), options.device(), "full");
+  if (t.numel() > 0) backend(t.device()).fill(t, value);
+  return finish(t, options);
+}
+
+Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
+Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+
+Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+
+Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  TGRAD_CHECK(step != 0.0 && std::isfinite(step), "arange: step=", step, " must be non-zero and finite");
+  TGRAD_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start=", start, " and end=", end,
+              " must be finite");
+  TGRAD_CHECK((end - start) * step >= 0.0, "arange: step=", step, " goes away from end=", end,
+              " starting at start=", start);
+  const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
+  if (!options.dtype_opt()) options.dtype(DType::float32);
+  return from_vector(values, {n}, options);
+}
+
+namespace {
+
+template <class Draw>
+Tensor random_tensor(const Shape& shape, TensorOptions options, const char* fn, Draw draw) {
+  const int64_t n = shape_numel(shape, fn);
+  TGRAD_CHECK(static_cast<int64_t>(shape.size()) <= kMaxRank, fn, ": rank ", shape.size(),
+              " exceeds the maximum rank ", kMaxRank);
+  std::vector<double> values(static_cast<size_t>(n));
+  for (auto& v : values) v = draw();
+  if (!options.dtype_opt()) options.dtype(DType::float32);
+  return from_vector(values, shape, options);
+}
+
+}  // namespace
+
+Tensor rand(const Shape& shape, TensorOptions options) {
+  return rand(shape, default_generator(), options);
+}
+Tensor rand(const Shape& shape, Generator& gen, TensorOptions options) {
+  return random_tensor(shape, options, "rand", [&] { return gen.uniform(); });
+}
+Tensor randn(const Shape& shape, TensorOptions options) {
+  return randn(shape, default_generator(), options);
+}
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions options) {
+  return random_tensor(shape, options, "randn", [&] { return gen.normal(); });
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options) {
+  const int64_t n = shape_numel(shape, "from_vector");
+  TGRAD_CHECK(n == static_cast<int64_t>(values.size()), "from_vector: shape ", shape, " holds ",
+              n, " elements but ", values.size(), " values were given");
+  const DType dtype = options.dtype_opt().value_or(dtype_of<T>());
+  Tensor host = make_tensor(shape, dtype, Device(kCPU), "from_vector");
+  if (dtype == DType::float32) {
+    float* p = host.data_ptr<float>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<float>(values[i]);
+  } else {
+    double* p = host.data_ptr<double>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<double>(values[i]);
+  }
+  Tensor t = host;
+  if (!options.device().is_cpu()) {
+    t = make_tensor(shape, dtype, options.device(), "from_vector");
+    copy_into(t, host);
+  }
+  return finish(t, options);
+}
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
+
+bool equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor ha = a.device().is_cpu() ? a : a.detach().to(Device(kCPU));
+  Tensor hb = b.device().is_cpu() ? b : b.detach().to(Device(kCPU));
+  return a.numel() == 0 || std::memcmp(ha.raw_data(), hb.raw_data(), static_cast<size_t>(a.nbytes())) == 0;
+}
+
+}  // namespace tgrad
