@@ -1,0 +1,212 @@
+// CpuBackend: the default backend, on host memory. Memory is 64-byte aligned operator new with
+// byte counters; kernels live in the other files of cpu/ (see kernels.h). cpu_backend() returns
+// the one instance (a function-local static).
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "core/backend.h"
+#include "cpu/kernels.h"
+
+namespace tgrad {
+namespace {
+
+constexpr std::align_val_t kAlignment{64};
+
+// Live and peak bytes. Shared with every allocation's deleter, so a tensor that outlives the
+// backend (a static one, say) still frees itself safely.
+struct ByteCounters {
+  std::atomic<int64_t> allocated{0};
+  std::atomic<int64_t> peak{0};
+
+  void add(int64_t nbytes) {
+    const int64_t now = allocated.fetch_add(nbytes) + nbytes;
+    int64_t old_peak = peak.load();
+    while (now > old_peak && !peak.compare_exchange_weak(old_peak, now)) {
+    }
+  }
+  void sub(int64_t nbytes) { allocated.fetch_sub(nbytes); }
+};
+
+// TGRAD_NUM_THREADS if set (a positive integer), else the hardware's thread count.
+int default_thread_count() {
+  if (const char* env = std::getenv("TGRAD_NUM_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    TGRAD_CHECK(*end == '\0' && n >= 1 && n <= 4096, "cpu backend: TGRAD_NUM_THREADS='", env,
+                "' must be a positive integer");
+    return static_cast<int>(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+void check_cpu(Device device, const char* fn) {
+  TGRAD_CHECK(device.is_cpu(), "cpu backend: ", fn, ": device ", device.str(), " is not the CPU");
+}
+
+void check_tensor(const Tensor& t, const char* fn, const char* arg) {
+  TGRAD_CHECK(t.defined(), "cpu backend: ", fn, ": ", arg, " is undefined");
+  TGRAD_CHECK(t.device().is_cpu(), "cpu backend: ", fn, ": ", arg, " is on ", t.device().str(),
+              ", not the CPU");
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* fn, const char* a_name,
+                      const char* b_name) {
+  TGRAD_CHECK(a.dtype() == b.dtype(), "cpu backend: ", fn, ": ", a_name, " is ", a.dtype(), " but ",
+              b_name, " is ", b.dtype());
+}
+
+void check_bytes(int64_t nbytes, const char* fn) {
+  TGRAD_CHECK(nbytes >= 0, "cpu backend: ", fn, ": nbytes=", nbytes, " must be non-negative");
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : threads_(default_thread_count()) {}
+
+  std::string name() const override { return "cpu"; }
+  int device_count() const override { return 1; }
+
+  std::shared_ptr<void> allocate(int64_t nbytes, Device device) override {
+    check_cpu(device, "allocate");
+    check_bytes(nbytes, "allocate");
+    // Zero bytes still get a distinct, valid pointer, as operator new gives.
+    void* p = ::operator new(static_cast<size_t>(nbytes), kAlignment, std::nothrow);
+    TGRAD_CHECK(p != nullptr, "cpu backend: out of memory allocating ", nbytes, " bytes (",
+                counters_->allocated.load(), " bytes already allocated)");
+    counters_->add(nbytes);
+    // If the control block cannot be allocated, shared_ptr calls the deleter itself.
+    return std::shared_ptr<void>(p, [counters = counters_, nbytes](void* q) {
+      ::operator delete(q, kAlignment);
+      counters->sub(nbytes);
+    });
+  }
+
+  void copy_from_host(void* dst, const void* src, int64_t nbytes, Device device) override {
+    copy_bytes(dst, src, nbytes, device, "copy_from_host");
+  }
+  void copy_to_host(void* dst, const void* src, int64_t nbytes, Device device) override {
+    copy_bytes(dst, src, nbytes, device, "copy_to_host");
+  }
+  void copy(void* dst, const void* src, int64_t nbytes, Device device) override {
+    copy_bytes(dst, src, nbytes, device, "copy");
+  }
+  void synchronize(Device device) override { check_cpu(device, "synchronize"); }
+
+  MemoryStats memory_stats(Device device) override {
+    check_cpu(device, "memory_stats");
+    MemoryStats s;
+    s.allocated = counters_->allocated.load();
+    s.reserved = s.allocated;  // no cache: every byte held is in a live tensor
+    s.peak_allocated = counters_->peak.load();
+    return s;
+  }
+  void empty_cache(Device device) override { check_cpu(device, "empty_cache"); }
+
+  void fill(Tensor& y, double value) override {
+    check_tensor(y, "fill", "y");
+    cpu::fill(y, value);
+  }
+  void cast(const Tensor& x, Tensor& y) override {
+    check_tensor(x, "cast", "x");
+    check_tensor(y, "cast", "y");
+    cpu::cast(x, y);
+  }
+  void unary(UnaryOp op, double p, const Tensor& x, Tensor& y) override {
+    check_tensor(x, "unary", "x");
+    check_tensor(y, "unary", "y");
+    check_same_dtype(x, y, "unary", "x", "y");
+    cpu::unary(op, p, x, y);
+  }
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) override {
+    check_tensor(a, "binary", "a");
+    check_tensor(b, "binary", "b");
+    check_tensor(y, "binary", "y");
+    check_same_dtype(a, y, "binary", "a", "y");
+    check_same_dtype(b, y, "binary", "b", "y");
+    cpu::binary(op, a, b, y);
+  }
+  void sum_to(const Tensor& x, Tensor& y) override {
+    check_tensor(x, "sum_to", "x");
+    check_tensor(y, "sum_to", "y");
+    check_same_dtype(x, y, "sum_to", "x", "y");
+    cpu::sum_to(x, y);
+  }
+  void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
+              bool transpose_b) override {
+    check_tensor(a, "matmul", "a");
+    check_tensor(b, "matmul", "b");
+    check_tensor(y, "matmul", "y");
+    check_same_dtype(a, y, "matmul", "a", "y");
+    check_same_dtype(b, y, "matmul", "b", "y");
+    cpu::matmul(a, b, y, transpose_a, transpose_b, threads_);
+  }
+
+  void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                              const Tensor* b, Tensor& y) override {
+    const char* fn = "conv_transpose_forward";
+    check_tensor(x, fn, "x");
+    check_tensor(w, fn, "w");
+    check_tensor(y, fn, "y");
+    check_same_dtype(x, y, fn, "x", "y");
+    check_same_dtype(w, y, fn, "w", "y");
+    if (b != nullptr && b->defined()) {
+      check_tensor(*b, fn, "b");
+      check_same_dtype(*b, y, fn, "b", "y");
+      cpu::conv_transpose_forward(g, x, w, b, y, threads_);
+    } else {
+      cpu::conv_transpose_forward(g, x, w, nullptr, y, threads_);
+    }
+  }
+  void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w,
+                            Tensor& dx) override {
+    const char* fn = "conv_transpose_dgrad";
+    check_tensor(dy, fn, "dy");
+    check_tensor(w, fn, "w");
+    check_tensor(dx, fn, "dx");
+    check_same_dtype(dy, dx, fn, "dy", "dx");
+    check_same_dtype(w, dx, fn, "w", "dx");
+    cpu::conv_transpose_dgrad(g, dy, w, dx, threads_);
+  }
+  void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy,
+                            Tensor& dw) override {
+    const char* fn = "conv_transpose_wgrad";
+    check_tensor(x, fn, "x");
+    check_tensor(dy, fn, "dy");
+    check_tensor(dw, fn, "dw");
+    check_same_dtype(x, dw, fn, "x", "dw");
+    check_same_dtype(dy, dw, fn, "dy", "dw");
+    cpu::conv_transpose_wgrad(g, x, dy, dw, threads_);
+  }
+  void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db) override {
+    const char* fn = "conv_transpose_bias_grad";
+    check_tensor(dy, fn, "dy");
+    check_tensor(db, fn, "db");
+    check_same_dtype(dy, db, fn, "dy", "db");
+    cpu::conv_transpose_bias_grad(g, dy, db, threads_);
+  }
+
+ private:
+  static void copy_bytes(void* dst, const void* src, int64_t nbytes, Device device,
+                         const char* fn) {
+    check_cpu(device, fn);
+    check_bytes(nbytes, fn);
+    if (nbytes > 0) std::memmove(dst, src, static_cast<size_t>(nbytes));
+  }
+
+  std::shared_ptr<ByteCounters> counters_ = std::make_shared<ByteCounters>();
+  int threads_;
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend instance;
+  return instance;
+}
+
+}  // namespace tgrad

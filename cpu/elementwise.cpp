@@ -1,0 +1,261 @@
+// Elementwise CPU kernels: fill, cast, unary y[i] = f(x[i]), binary with broadcasting
+// y[i] = a[i . sa] (op) b[i . sb] (stride 0 on a size-1 axis), and sum_to, which adds x into y in
+// x's row-major order (one fixed order, accumulated in double) over y's size-1 axes.
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "cpu/kernels.h"
+
+namespace tgrad::cpu {
+namespace {
+
+// A row-major loop nest over `sizes` with one stride per operand and axis. Adjacent axes that
+// every operand walks as one (stride[d] == stride[d+1] * size[d+1]) are merged, so the innermost
+// loop is as long as possible.
+template <int K>
+struct LoopNest {
+  std::vector<int64_t> sizes;
+  std::array<std::vector<int64_t>, K> strides;
+};
+
+template <int K>
+LoopNest<K> make_loop_nest(const Shape& sizes, const std::array<Shape, K>& strides) {
+  LoopNest<K> nest;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;  // a size-1 axis moves no operand
+    bool merge = !nest.sizes.empty();
+    for (int k = 0; k < K && merge; ++k) {
+      merge = nest.strides[k].back() == strides[k][d] * sizes[d];
+    }
+    if (merge) {
+      nest.sizes.back() *= sizes[d];
+      for (int k = 0; k < K; ++k)
+        nest.strides[k].back() = strides[k][d];
+    } else {
+      nest.sizes.push_back(sizes[d]);
+      for (int k = 0; k < K; ++k)
+        nest.strides[k].push_back(strides[k][d]);
+    }
+  }
+  if (nest.sizes.empty()) {  // rank 0 or all sizes 1: one element
+    nest.sizes.push_back(1);
+    for (int k = 0; k < K; ++k)
+      nest.strides[k].push_back(0);
+  }
+  return nest;
+}
+
+// Calls inner(offsets, n, inner_strides) once per innermost run, in row-major order.
+template <int K, class Inner>
+void run_loop_nest(const LoopNest<K>& nest, Inner&& inner) {
+  const size_t rank = nest.sizes.size();
+  for (int64_t s : nest.sizes) {
+    if (s == 0) return;
+  }
+  std::array<int64_t, K> inner_strides{};
+  for (int k = 0; k < K; ++k)
+    inner_strides[k] = nest.strides[k][rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  std::array<int64_t, K> offsets{};
+  while (true) {
+    inner(offsets, nest.sizes[rank - 1], inner_strides);
+    // Odometer step over the outer axes.
+    size_t d = rank - 1;
+    while (true) {
+      if (d == 0) return;
+      --d;
+      ++index[d];
+      for (int k = 0; k < K; ++k)
+        offsets[k] += nest.strides[k][d];
+      if (index[d] < nest.sizes[d]) break;
+      for (int k = 0; k < K; ++k)
+        offsets[k] -= nest.strides[k][d] * nest.sizes[d];
+      index[d] = 0;
+    }
+  }
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;)
+    strides[d - 1] = strides[d] * shape[d];
+  return strides;
+}
+
+// Strides of `shape` broadcast to `out`: 0 on an axis where shape has size 1.
+Shape broadcast_strides(const Shape& shape, const Shape& out) {
+  Shape strides = contiguous_strides(shape);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1 && out[d] != 1) strides[d] = 0;
+  }
+  return strides;
+}
+
+// Checks the contract shared by binary and sum_to: `small` has big's rank and each size equals
+// big's or is 1.
+void check_broadcastable(const Tensor& small, const Tensor& big, const char* fn,
+                         const char* small_name, const char* big_name) {
+  bool ok = small.dim() == big.dim();
+  for (int64_t d = 0; ok && d < small.dim(); ++d) {
+    ok = small.size(d) == big.size(d) || small.size(d) == 1;
+  }
+  TGRAD_CHECK(ok, "cpu backend: ", fn, ": ", small_name, " shape ", small.shape(),
+              " does not broadcast to ", big_name, " shape ", big.shape());
+}
+
+template <class T, class F>
+void map_unary(const Tensor& x, Tensor& y, F f) {
+  const T* xp = data<T>(x);
+  T* yp = data<T>(y);
+  const int64_t n = y.numel();
+  for (int64_t i = 0; i < n; ++i)
+    yp[i] = f(xp[i]);
+}
+
+template <class T>
+void unary_typed(UnaryOp op, T p, const Tensor& x, Tensor& y) {
+  switch (op) {
+    case UnaryOp::neg:
+      return map_unary<T>(x, y, [](T v) { return -v; });
+    case UnaryOp::exp:
+      return map_unary<T>(x, y, [](T v) { return std::exp(v); });
+    case UnaryOp::log:
+      return map_unary<T>(x, y, [](T v) { return std::log(v); });
+    case UnaryOp::abs:
+      return map_unary<T>(x, y, [](T v) { return std::abs(v); });
+    case UnaryOp::sign:
+      return map_unary<T>(x, y, [](T v) { return static_cast<T>((v > 0) - (v < 0)); });
+    case UnaryOp::sqrt:
+      return map_unary<T>(x, y, [](T v) { return std::sqrt(v); });
+    case UnaryOp::relu:  // NaN stays NaN, as torch.relu
+      return map_unary<T>(x, y, [](T v) { return (v > 0 || std::isnan(v)) ? v : T(0); });
+    case UnaryOp::leaky_relu:
+      return map_unary<T>(x, y, [p](T v) { return v > 0 ? v : p * v; });
+    case UnaryOp::step:
+      return map_unary<T>(x, y, [](T v) { return v > 0 ? T(1) : T(0); });
+    case UnaryOp::leaky_step:
+      return map_unary<T>(x, y, [p](T v) { return v > 0 ? T(1) : p; });
+    case UnaryOp::sigmoid:
+      // e^-|x| never overflows: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) for x < 0.
+      return map_unary<T>(x, y, [](T v) {
+        if (v >= 0) return T(1) / (T(1) + std::exp(-v));
+        const T e = std::exp(v);
+        return e / (T(1) + e);
+      });
+    case UnaryOp::tanh:
+      return map_unary<T>(x, y, [](T v) { return std::tanh(v); });
+    case UnaryOp::pow:
+      return map_unary<T>(x, y, [p](T v) { return std::pow(v, p); });
+    case UnaryOp::add_scalar:
+      return map_unary<T>(x, y, [p](T v) { return v + p; });
+    case UnaryOp::mul_scalar:
+      return map_unary<T>(x, y, [p](T v) { return v * p; });
+    case UnaryOp::rsub_scalar:
+      return map_unary<T>(x, y, [p](T v) { return p - v; });
+    case UnaryOp::rdiv_scalar:
+      return map_unary<T>(x, y, [p](T v) { return p / v; });
+  }
+  TGRAD_FAIL("cpu backend: unary: unknown op ", static_cast<int>(op));
+}
+
+template <class T, class F>
+void map_binary(const Tensor& a, const Tensor& b, Tensor& y, F f) {
+  const T* ap = data<T>(a);
+  const T* bp = data<T>(b);
+  T* yp = data<T>(y);
+  if (a.shape() == y.shape() && b.shape() == y.shape()) {
+    const int64_t n = y.numel();
+    for (int64_t i = 0; i < n; ++i)
+      yp[i] = f(ap[i], bp[i]);
+    return;
+  }
+  const Shape& out = y.shape();
+  const auto nest =
+      make_loop_nest<3>(out, {broadcast_strides(a.shape(), out), broadcast_strides(b.shape(), out),
+                              contiguous_strides(out)});
+  run_loop_nest<3>(
+      nest, [&](const std::array<int64_t, 3>& o, int64_t n, const std::array<int64_t, 3>& s) {
+        const T* ai = ap + o[0];
+        const T* bi = bp + o[1];
+        T* yi = yp + o[2];
+        for (int64_t i = 0; i < n; ++i)
+          yi[i * s[2]] = f(ai[i * s[0]], bi[i * s[1]]);
+      });
+}
+
+template <class T>
+void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
+  switch (op) {
+    case BinaryOp::add:
+      return map_binary<T>(a, b, y, [](T u, T v) { return u + v; });
+    case BinaryOp::sub:
+      return map_binary<T>(a, b, y, [](T u, T v) { return u - v; });
+    case BinaryOp::mul:
+      return map_binary<T>(a, b, y, [](T u, T v) { return u * v; });
+    case BinaryOp::div:
+      return map_binary<T>(a, b, y, [](T u, T v) { return u / v; });
+  }
+  TGRAD_FAIL("cpu backend: binary: unknown op ", static_cast<int>(op));
+}
+
+}  // namespace
+
+void fill(Tensor& y, double value) {
+  dispatch_floating(y.dtype(), [&]<class T>() {
+    T* yp = data<T>(y);
+    const T v = static_cast<T>(value);
+    const int64_t n = y.numel();
+    for (int64_t i = 0; i < n; ++i)
+      yp[i] = v;
+  });
+}
+
+void cast(const Tensor& x, Tensor& y) {
+  TGRAD_CHECK(x.shape() == y.shape(), "cpu backend: cast: x shape ", x.shape(),
+              " differs from y shape ", y.shape());
+  dispatch_floating(x.dtype(), [&]<class From>() {
+    dispatch_floating(y.dtype(), [&]<class To>() {
+      const From* xp = data<From>(x);
+      To* yp = data<To>(y);
+      const int64_t n = y.numel();
+      for (int64_t i = 0; i < n; ++i)
+        yp[i] = static_cast<To>(xp[i]);
+    });
+  });
+}
+
+void unary(UnaryOp op, double p, const Tensor& x, Tensor& y) {
+  TGRAD_CHECK(x.shape() == y.shape(), "cpu backend: unary ", unary_op_name(op), ": x shape ",
+              x.shape(), " differs from y shape ", y.shape());
+  dispatch_floating(y.dtype(), [&]<class T>() { unary_typed<T>(op, static_cast<T>(p), x, y); });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
+  check_broadcastable(a, y, binary_op_name(op), "a", "y");
+  check_broadcastable(b, y, binary_op_name(op), "b", "y");
+  dispatch_floating(y.dtype(), [&]<class T>() { binary_typed<T>(op, a, b, y); });
+}
+
+void sum_to(const Tensor& x, Tensor& y) {
+  check_broadcastable(y, x, "sum_to", "y", "x");
+  dispatch_floating(y.dtype(), [&]<class T>() {
+    const T* xp = data<T>(x);
+    std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
+    const Shape& in = x.shape();
+    const auto nest =
+        make_loop_nest<2>(in, {contiguous_strides(in), broadcast_strides(y.shape(), in)});
+    run_loop_nest<2>(
+        nest, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
+          const T* xi = xp + o[0];
+          double* ai = acc.data() + o[1];
+          for (int64_t i = 0; i < n; ++i)
+            ai[i * s[1]] += static_cast<double>(xi[i * s[0]]);
+        });
+    T* yp = data<T>(y);
+    for (size_t i = 0; i < acc.size(); ++i)
+      yp[i] = static_cast<T>(acc[i]);
+  });
+}
+
+}  // namespace tgrad::cpu

@@ -1,0 +1,52 @@
+// The CPU backend's kernels as free functions, one family per file: elementwise.cpp (fill, cast,
+// unary, binary, sum_to), matmul.cpp, conv_transpose.cpp. `threads` caps the threads a kernel
+// may use; every result is bit-identical for any thread count. Internal to cpu/.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend.h"
+#include "core/conv_geometry.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace tgrad::cpu {
+
+// Calls f.template operator()<T>() with T the C++ type of `dtype` (float or double).
+template <class F>
+void dispatch_floating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::float32:
+      f.template operator()<float>();
+      return;
+    case DType::float64:
+      f.template operator()<double>();
+      return;
+  }
+  TGRAD_FAIL("cpu backend: unsupported dtype ", static_cast<int>(dtype));
+}
+
+// The first element of a contiguous CPU tensor, typed.
+template <class T>
+T* data(const Tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
+
+void fill(Tensor& y, double value);
+void cast(const Tensor& x, Tensor& y);
+void unary(UnaryOp op, double p, const Tensor& x, Tensor& y);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);
+void sum_to(const Tensor& x, Tensor& y);
+
+void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool transpose_b,
+            int threads);
+
+void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                            const Tensor* b, Tensor& y, int threads);
+void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx,
+                          int threads);
+void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dw,
+                          int threads);
+void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db, int threads);
+
+}  // namespace tgrad::cpu

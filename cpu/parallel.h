@@ -1,0 +1,51 @@
+// Fixed-decomposition parallel loops for the CPU kernels: tasks [0, n) are claimed by up to
+// `threads` threads, the caller being one of them. A kernel splits its work by the problem's
+// shape only, never by the thread count, so its results are bit-identical for any thread count.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+namespace tgrad::cpu {
+
+// Runs body(worker) for worker in [0, workers): worker 0 on the calling thread, the others on
+// new threads, and joins them all. The first exception any worker throws is rethrown here.
+void run_workers(int workers, const std::function<void(int)>& body);
+
+// The thread count for a kernel doing `flops` of work: 1 when the work is too small to be worth
+// starting a thread for, else max_threads.
+inline int threads_for(double flops, int max_threads) {
+  constexpr double kMinFlopsToThread = 2e6;
+  return flops < kMinFlopsToThread ? 1 : std::max(1, max_threads);
+}
+
+// Calls fn(state, task) once for every task in [0, n_tasks). Each thread first builds its own
+// state with make_state() (scratch buffers), so scratch is thread-private. Tasks must write
+// disjoint outputs.
+template <class MakeState, class Fn>
+void parallel_for(int max_threads, int64_t n_tasks, MakeState&& make_state, Fn&& fn) {
+  const int workers = static_cast<int>(std::min<int64_t>(std::max(1, max_threads), n_tasks));
+  if (workers <= 1) {
+    auto state = make_state();
+    for (int64_t t = 0; t < n_tasks; ++t)
+      fn(state, t);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  run_workers(workers, [&](int) {
+    auto state = make_state();
+    for (int64_t t = next.fetch_add(1); t < n_tasks; t = next.fetch_add(1))
+      fn(state, t);
+  });
+}
+
+// parallel_for without per-thread state.
+template <class Fn>
+void parallel_for(int max_threads, int64_t n_tasks, Fn&& fn) {
+  parallel_for(
+      max_threads, n_tasks, [] { return 0; }, [&](int, int64_t t) { fn(t); });
+}
+
+}  // namespace tgrad::cpu
