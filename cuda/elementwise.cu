@@ -1,0 +1,253 @@
+// Elementwise kernels: fill, cast, unary y[i] = f(x[i], p), and binary y[i] = a[ia] (op) b[ib]
+// with broadcasting: for y's coordinates (c0..c_{r-1}), ia = sum_k c_k * sa_k where sa_k is a's
+// contiguous stride, or 0 where a's size is 1 (likewise ib). Grid-stride loops, int64 indices.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/cuda_util.h"
+#include "cuda/kernels.h"
+
+namespace tgrad::cuda {
+
+namespace {
+
+template <class T>
+__global__ void fill_kernel(T* y, T value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = value;
+  }
+}
+
+template <class From, class To>
+__global__ void cast_kernel(const From* x, To* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = static_cast<To>(x[i]);
+  }
+}
+
+// The float and double forms of the math functions (no implicit promotion of float to double).
+__device__ inline float m_exp(float x) {
+  return expf(x);
+}
+__device__ inline double m_exp(double x) {
+  return ::exp(x);
+}
+__device__ inline float m_log(float x) {
+  return logf(x);
+}
+__device__ inline double m_log(double x) {
+  return ::log(x);
+}
+__device__ inline float m_abs(float x) {
+  return fabsf(x);
+}
+__device__ inline double m_abs(double x) {
+  return ::fabs(x);
+}
+__device__ inline float m_sqrt(float x) {
+  return sqrtf(x);
+}
+__device__ inline double m_sqrt(double x) {
+  return ::sqrt(x);
+}
+__device__ inline float m_tanh(float x) {
+  return tanhf(x);
+}
+__device__ inline double m_tanh(double x) {
+  return ::tanh(x);
+}
+__device__ inline float m_pow(float x, float p) {
+  return powf(x, p);
+}
+__device__ inline double m_pow(double x, double p) {
+  return ::pow(x, p);
+}
+
+template <class T>
+__device__ inline T apply_unary(UnaryOp op, T x, T p) {
+  const T zero = 0, one = 1;
+  switch (op) {
+    case UnaryOp::neg:
+      return -x;
+    case UnaryOp::exp:
+      return m_exp(x);
+    case UnaryOp::log:
+      return m_log(x);
+    case UnaryOp::abs:
+      return m_abs(x);
+    case UnaryOp::sign:
+      return x > zero ? one : (x < zero ? -one : (x == zero ? zero : x));
+    case UnaryOp::sqrt:
+      return m_sqrt(x);
+    case UnaryOp::relu:
+      return x < zero ? zero : x;  // NaN passes through, as in PyTorch
+    case UnaryOp::leaky_relu:
+      return x > zero ? x : p * x;
+    case UnaryOp::step:
+      return x > zero ? one : zero;
+    case UnaryOp::leaky_step:
+      return x > zero ? one : p;
+    case UnaryOp::sigmoid: {
+      // e^-|x| never overflows: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) for x < 0.
+      const T e = m_exp(-m_abs(x));
+      return x >= zero ? one / (one + e) : e / (one + e);
+    }
+    case UnaryOp::tanh:
+      return m_tanh(x);
+    case UnaryOp::pow:
+      return m_pow(x, p);
+    case UnaryOp::add_scalar:
+      return x + p;
+    case UnaryOp::mul_scalar:
+      return x * p;
+    case UnaryOp::rsub_scalar:
+      return p - x;
+    case UnaryOp::rdiv_scalar:
+      return p / x;
+  }
+  return x;  // unreachable: the launcher checks the op
+}
+
+template <class T>
+__global__ void unary_kernel(UnaryOp op, T p, const T* x, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = apply_unary(op, x[i], p);
+  }
+}
+
+template <class T>
+__device__ inline T apply_binary(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::add:
+      return a + b;
+    case BinaryOp::sub:
+      return a - b;
+    case BinaryOp::mul:
+      return a * b;
+    case BinaryOp::div:
+      return a / b;
+  }
+  return a;  // unreachable: the launcher checks the op
+}
+
+// y's sizes and the element strides of a and b in y's coordinates (0 on a broadcast axis).
+struct BroadcastStrides {
+  int rank = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t a_stride[kMaxRank] = {};
+  int64_t b_stride[kMaxRank] = {};
+};
+
+// kSameShape: a, b and y have one shape, so every index is i.
+template <class T, bool kSameShape>
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* y, int64_t n,
+                              BroadcastStrides s) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if constexpr (kSameShape) {
+      y[i] = apply_binary(op, a[i], b[i]);
+    } else {
+      int64_t rest = i, ia = 0, ib = 0;
+      for (int k = s.rank - 1; k >= 0; --k) {
+        const int64_t c = rest % s.size[k];
+        rest /= s.size[k];
+        ia += c * s.a_stride[k];
+        ib += c * s.b_stride[k];
+      }
+      y[i] = apply_binary(op, a[ia], b[ib]);
+    }
+  }
+}
+
+bool is_unary_op(UnaryOp op) {
+  return static_cast<int>(op) >= static_cast<int>(UnaryOp::neg) &&
+         static_cast<int>(op) <= static_cast<int>(UnaryOp::rdiv_scalar);
+}
+
+}  // namespace
+
+void fill(Tensor& y, double value) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  DeviceGuard guard(y.device());
+  dispatch_float(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    fill_kernel<T><<<grid_for(n), kThreads>>>(y.data_ptr<T>(), static_cast<T>(value), n);
+    TGRAD_CUDA_CHECK_LAUNCH("fill_kernel");
+  });
+}
+
+void cast(const Tensor& x, Tensor& y) {
+  TGRAD_CHECK(x.numel() == y.numel(), "CUDA cast: ", x.numel(), " elements into ", y.numel());
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  DeviceGuard guard(y.device());
+  dispatch_float(x.dtype(), [&](auto from_tag) {
+    using From = decltype(from_tag);
+    dispatch_float(y.dtype(), [&](auto to_tag) {
+      using To = decltype(to_tag);
+      cast_kernel<From, To><<<grid_for(n), kThreads>>>(x.data_ptr<From>(), y.data_ptr<To>(), n);
+      TGRAD_CUDA_CHECK_LAUNCH("cast_kernel");
+    });
+  });
+}
+
+void unary(UnaryOp op, double p, const Tensor& x, Tensor& y) {
+  TGRAD_CHECK(is_unary_op(op), "CUDA unary: unknown op ", static_cast<int>(op));
+  TGRAD_CHECK(x.numel() == y.numel(), "CUDA unary ", unary_op_name(op), ": ", x.numel(),
+              " elements into ", y.numel());
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  DeviceGuard guard(y.device());
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    unary_kernel<T>
+        <<<grid_for(n), kThreads>>>(op, static_cast<T>(p), x.data_ptr<T>(), y.data_ptr<T>(), n);
+    TGRAD_CUDA_CHECK_LAUNCH("unary_kernel");
+  });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
+  TGRAD_CHECK(
+      op == BinaryOp::add || op == BinaryOp::sub || op == BinaryOp::mul || op == BinaryOp::div,
+      "CUDA binary: unknown op ", static_cast<int>(op));
+  const Shape& ys = y.shape();
+  const int rank = static_cast<int>(ys.size());
+  TGRAD_CHECK(a.dim() == rank && b.dim() == rank, "CUDA binary ", binary_op_name(op),
+              ": operands of shapes ", a.shape(), " and ", b.shape(), " must have y's rank ", rank);
+  BroadcastStrides s;
+  s.rank = rank;
+  int64_t a_stride = 1, b_stride = 1;
+  for (int k = rank - 1; k >= 0; --k) {
+    const int64_t as = a.shape()[k], bs = b.shape()[k];
+    TGRAD_CHECK((as == ys[k] || as == 1) && (bs == ys[k] || bs == 1), "CUDA binary ",
+                binary_op_name(op), ": shapes ", a.shape(), " and ", b.shape(),
+                " do not broadcast to ", ys);
+    s.size[k] = ys[k];
+    s.a_stride[k] = as == 1 ? 0 : a_stride;
+    s.b_stride[k] = bs == 1 ? 0 : b_stride;
+    a_stride *= as;
+    b_stride *= bs;
+  }
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  const bool same_shape = a.shape() == ys && b.shape() == ys;
+  DeviceGuard guard(y.device());
+  dispatch_float(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (same_shape) {
+      binary_kernel<T, true>
+          <<<grid_for(n), kThreads>>>(op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), n, s);
+    } else {
+      binary_kernel<T, false>
+          <<<grid_for(n), kThreads>>>(op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), n, s);
+    }
+    TGRAD_CUDA_CHECK_LAUNCH("binary_kernel");
+  });
+}
+
+}  // namespace tgrad::cuda

@@ -1,0 +1,38 @@
+// The launchers of the CUDA backend's kernel families, one .cu file each (elementwise.cu,
+// reduction.cu, matmul.cu, conv_transpose_{fwd,dgrad,wgrad}.cu). Each checks its launches and
+// runs on the legacy default stream of the tensors' device. Private to cuda/.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include "core/backend.h"
+#include "cuda/allocator.h"
+
+namespace tgrad::cuda {
+
+// elementwise.cu
+void fill(Tensor& y, double value);
+void cast(const Tensor& x, Tensor& y);
+void unary(UnaryOp op, double p, const Tensor& x, Tensor& y);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);
+
+// reduction.cu: y = x summed over the axes where y has size 1 (same rank). Deterministic.
+void sum_to(CachingAllocator& alloc, const Tensor& x, Tensor& y);
+// The same with x and y seen with other (equal-numel) shapes, e.g. dy as (N, C, H*W) -> (1, C, 1).
+void sum_to_shape(CachingAllocator& alloc, const Tensor& x, const Shape& x_shape, Tensor& y,
+                  const Shape& y_shape);
+
+// matmul.cu
+void matmul(cublasHandle_t handle, const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
+            bool transpose_b);
+
+// conv_transpose_fwd.cu, conv_transpose_dgrad.cu, conv_transpose_wgrad.cu
+void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
+                            const Tensor* b, Tensor& y);
+void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx);
+void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& x,
+                          const Tensor& dy, Tensor& dw);
+void conv_transpose_bias_grad(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& dy,
+                              Tensor& db);
+
+}  // namespace tgrad::cuda
