@@ -49,7 +49,7 @@ std::string ConvTransposeParams::str() const {
   auto pair = [&os](const char* name, const std::array<int64_t, 2>& v) {
     os << ' ' << name << "=(" << v[0] << ',' << v[1] << ')';
   };
-  os << "reference N=" << batch << " C_in=" << in_channels << " C_out=" << out_channels
+  os << "N=" << batch << " C_in=" << in_channels << " C_out=" << out_channels
      << " groups=" << groups;
   pair("in", in_size);
   pair("kernel", kernel);
