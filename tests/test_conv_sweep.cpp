@@ -1,0 +1,176 @@
+// The random conv sweep (tests/conv_cases.h) run three ways: the CPU backend's four passes and
+// the public ops against the naive loops in float64, and the CUDA backend against the CPU one
+// in float64 and float32. Every failure prints the case.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "core/backend.h"
+#include "core/conv_geometry.h"
+#include "core/ops.h"
+#include "tests/conv_cases.h"
+#include "tests/test_util.h"
+
+namespace tgrad::testing {
+namespace {
+
+// float32 results of reductions of up to a few hundred products of values in [-1, 1): a few
+// float32 ulps of relative L2 error; 1e-5 leaves room for any summation order.
+constexpr Tolerance kFloat32L2{0.0, 0.0, 1e-5};
+// Stop reporting after this many failing cases: one broken pass would otherwise fail them all.
+constexpr int kMaxFailingCases = 5;
+
+uint64_t data_seed(size_t index) {
+  return kConvSweepSeed + 1000 + index;
+}
+
+// Compares the four passes; returns false (after gtest failures) when any differs.
+bool passes_close(const ConvOutputs& actual, const ConvOutputs& expected, Tolerance tol,
+                  const std::string& config) {
+  bool ok = true;
+  auto one = [&](const char* name, const Tensor& a, const Tensor& e) {
+    const ::testing::AssertionResult r = tensors_close(a, e, tol, std::string(name) + " " + config);
+    EXPECT_TRUE(r);
+    ok = ok && static_cast<bool>(r);
+  };
+  one("forward y", actual.y, expected.y);
+  one("dgrad dx", actual.dx, expected.dx);
+  one("wgrad dw", actual.dw, expected.dw);
+  if (expected.db.defined()) one("bias grad db", actual.db, expected.db);
+  return ok;
+}
+
+TEST(ConvSweep, CoversEveryAxisCombinationGroupKindAndFlag) {
+  const std::vector<ConvCase> cases = conv_sweep();
+  std::set<std::tuple<int, int64_t, int64_t, int64_t, int64_t>> combos;
+  std::set<std::string> flags;
+  for (const ConvCase& c : cases) {
+    const auto& p = c.p;
+    combos.insert({c.spatial_dims, p.stride[1], p.padding[1], p.dilation[1], p.output_padding[1]});
+    EXPECT_LT(p.output_padding[1], std::max(p.stride[1], p.dilation[1])) << c.str();
+    EXPECT_LT(p.output_padding[0], std::max(p.stride[0], p.dilation[0])) << c.str();
+    EXPECT_GE(p.out_extent(0), 1) << c.str();
+    EXPECT_GE(p.out_extent(1), 1) << c.str();
+    flags.insert(c.bias ? "bias" : "no bias");
+    flags.insert(c.batched ? "batched" : "unbatched");
+    if (p.groups == 1) flags.insert("groups 1");
+    if (p.groups == 2 && p.in_channels > 2) flags.insert("groups 2");
+    if (p.groups == p.in_channels && p.groups > 2) flags.insert("depthwise");
+    if (c.spatial_dims == 2 && p.kernel[0] != p.kernel[1]) flags.insert("non-square kernel");
+    if (c.spatial_dims == 2 && p.in_size[0] != p.in_size[1]) flags.insert("non-square input");
+  }
+  // 25 (stride, dilation, output_padding) triples times 3 paddings, for each of 1-D and 2-D.
+  EXPECT_EQ(combos.size(), 2u * 75u);
+  EXPECT_EQ(flags.size(), 9u);
+  // Same seed, same sweep: the CUDA tests see exactly the cases the CPU tests see.
+  EXPECT_EQ(conv_sweep().size(), cases.size());
+  EXPECT_EQ(conv_sweep()[17].str(), cases[17].str());
+}
+
+// The geometry core builds must agree with the reference's own size formula.
+TEST(ConvSweep, GeometryMatchesReferenceSizes) {
+  for (const ConvCase& c : conv_sweep()) {
+    const ConvGeometry g = make_conv_transpose_geometry(c.args());
+    EXPECT_EQ(g.batch, c.p.batch) << g.str();
+    EXPECT_EQ(g.in_channels, c.p.in_channels) << g.str();
+    EXPECT_EQ(g.out_channels, c.p.out_channels) << g.str();
+    EXPECT_EQ(g.groups, c.p.groups) << g.str();
+    EXPECT_EQ(g.spatial_dims, c.spatial_dims) << g.str();
+    for (int a = 0; a < 2; ++a) {
+      EXPECT_EQ(g.in_size[a], c.p.in_size[a]) << "axis " << a << " " << g.str();
+      EXPECT_EQ(g.out_size[a], c.p.out_extent(a)) << "axis " << a << " " << g.str();
+      EXPECT_EQ(g.kernel[a], c.p.kernel[a]) << "axis " << a << " " << g.str();
+      EXPECT_EQ(g.stride[a], c.p.stride[a]) << "axis " << a << " " << g.str();
+      EXPECT_EQ(g.padding[a], c.p.padding[a]) << "axis " << a << " " << g.str();
+      EXPECT_EQ(g.dilation[a], c.p.dilation[a]) << "axis " << a << " " << g.str();
+      EXPECT_EQ(g.output_padding[a], c.p.output_padding[a]) << "axis " << a << " " << g.str();
+    }
+  }
+}
+
+TEST(ConvSweep, CpuBackendPassesMatchReferenceFloat64) {
+  const std::vector<ConvCase> cases = conv_sweep();
+  int failing = 0;
+  for (size_t i = 0; i < cases.size() && failing < kMaxFailingCases; ++i) {
+    const ConvCase& c = cases[i];
+    const ConvData d = make_conv_data(c, data_seed(i));
+    const ConvOutputs actual = run_backend_passes(c, conv_tensors(c, d, kFloat64, Device(kCPU)));
+    if (!passes_close(actual, run_reference_passes(c, d), kFloat64Tight, c.str())) ++failing;
+  }
+}
+
+// float32 on the CPU against the float64 loops: the CPU backend is the yardstick of CUDA's
+// float32 results too.
+TEST(ConvSweep, CpuBackendPassesMatchReferenceFloat32) {
+  const std::vector<ConvCase> cases = conv_sweep();
+  int failing = 0;
+  for (size_t i = 0; i < cases.size() && failing < kMaxFailingCases; ++i) {
+    const ConvCase& c = cases[i];
+    const ConvData d = make_conv_data(c, data_seed(i));
+    const ConvOutputs actual = run_backend_passes(c, conv_tensors(c, d, kFloat32, Device(kCPU)));
+    EXPECT_EQ(actual.y.dtype(), kFloat32);
+    if (!passes_close(actual, run_reference_passes(c, d), kFloat32L2, c.str())) ++failing;
+  }
+}
+
+TEST(ConvSweep, CpuPublicForwardMatchesReference) {
+  const std::vector<ConvCase> cases = conv_sweep();
+  int failing = 0;
+  for (size_t i = 0; i < cases.size() && failing < kMaxFailingCases; ++i) {
+    const ConvCase& c = cases[i];
+    const ConvData d = make_conv_data(c, data_seed(i));
+    const Tensor y = run_public_forward(c, conv_tensors(c, d, kFloat64, Device(kCPU)));
+    const Tensor expected = run_reference_passes(c, d).y.reshape(c.y_shape());
+    const ::testing::AssertionResult r = tensors_close(y, expected, kFloat64Tight, c.str());
+    EXPECT_TRUE(r);
+    if (!r) ++failing;
+  }
+}
+
+// CUDA against the CPU backend on the same cases and values. float64 must agree to rounding;
+// float32 is judged against CPU float64 (the better yardstick) by relative L2.
+void check_cuda_against_cpu(DType dtype, Tolerance tol) {
+  const std::vector<ConvCase> cases = conv_sweep();
+  int failing = 0;
+  for (size_t i = 0; i < cases.size() && failing < kMaxFailingCases; ++i) {
+    const ConvCase& c = cases[i];
+    const ConvData d = make_conv_data(c, data_seed(i));
+    const ConvTensors on_cuda = conv_tensors(c, d, dtype, Device(kCUDA));
+    const ConvTensors on_cpu = conv_tensors(c, d, kFloat64, Device(kCPU));
+    const ConvOutputs actual = run_backend_passes(c, on_cuda);
+    EXPECT_TRUE(actual.y.is_cuda());
+    EXPECT_EQ(actual.y.dtype(), dtype);
+    bool ok = passes_close(actual, run_backend_passes(c, on_cpu), tol, "cuda " + c.str());
+    const ::testing::AssertionResult r = tensors_close(
+        run_public_forward(c, on_cuda), run_public_forward(c, on_cpu), tol, "cuda op " + c.str());
+    EXPECT_TRUE(r);
+    if (!ok || !r) ++failing;
+  }
+}
+
+TEST(ConvSweep, CudaBackendMatchesCpuFloat64) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_cuda_against_cpu(kFloat64, kFloat64Tight);
+}
+
+TEST(ConvSweep, CudaBackendMatchesCpuFloat32) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_cuda_against_cpu(kFloat32, kFloat32L2);
+}
+
+// The "high" precision (TF32 tensor cores, 10-bit mantissa) is held to TF32's rounding: a
+// relative L2 of a few 1e-4 on these reductions; 5e-3 catches a wrong result, not rounding.
+TEST(ConvSweep, CudaBackendMatchesCpuFloat32HighPrecision) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  struct PrecisionGuard {  // restores the setting even when a check throws
+    std::string previous = get_float32_matmul_precision();
+    ~PrecisionGuard() { set_float32_matmul_precision(previous); }
+  } guard;
+  set_float32_matmul_precision("high");
+  check_cuda_against_cpu(kFloat32, Tolerance{0.0, 0.0, 5e-3});
+}
+
+}  // namespace
+}  // namespace tgrad::testing
