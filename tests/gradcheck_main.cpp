@@ -1,0 +1,231 @@
+// The gradcheck binary: finite-difference checks of every differentiable op, in float64, over
+// random ConvTranspose configurations (every parameter) and every other op, on one device.
+// Prints a summary table (op, configs, max abs and rel error) and exits 1 on any failure.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/gradcheck.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "tests/conv_cases.h"
+
+namespace {
+
+using tgrad::Tensor;
+using Fn = tgrad::GradcheckFn;
+
+struct Row {
+  int configs = 0;
+  int failures = 0;
+  double max_abs = 0.0;
+  double max_rel = 0.0;
+};
+
+struct Runner {
+  tgrad::Device device;
+  std::map<std::string, Row> rows;
+  std::vector<std::string> order;
+  std::vector<std::string> failures;
+
+  void check(const std::string& op, const Fn& fn, const std::vector<Tensor>& inputs,
+             tgrad::GradcheckOptions options) {
+    options.name = op;
+    if (!rows.count(op)) order.push_back(op);
+    Row& row = rows[op];
+    ++row.configs;
+    tgrad::GradcheckResult r;
+    try {
+      r = tgrad::gradcheck(fn, inputs, options);
+    } catch (const std::exception& e) {
+      r.ok = false;
+      r.report = "gradcheck threw for " + op + " [" + options.config + "]: " + e.what();
+    }
+    row.max_abs = std::max(row.max_abs, r.max_abs_error);
+    row.max_rel = std::max(row.max_rel, r.max_rel_error);
+    if (!r.ok) {
+      ++row.failures;
+      failures.push_back(r.report);
+    }
+  }
+
+  Tensor input(const tgrad::Shape& shape, tgrad::Generator& gen, double shift = 0.0) {
+    Tensor t = tgrad::randn(shape, gen, tgrad::TensorOptions(tgrad::kFloat64));
+    if (shift != 0.0) t = tgrad::add(tgrad::abs(t), shift);
+    return t.to(device).detach().requires_grad_(true);
+  }
+};
+
+void check_conv(Runner& run, int configs, uint64_t seed) {
+  int done = 0;
+  for (uint64_t round = 0; done < configs; ++round) {
+    for (const tgrad::testing::ConvCase& c : tgrad::testing::conv_sweep(seed + round)) {
+      if (done++ >= configs) break;
+      const tgrad::testing::ConvData d = tgrad::testing::make_conv_data(c, seed + done);
+      const tgrad::testing::ConvTensors t =
+          tgrad::testing::conv_tensors(c, d, tgrad::kFloat64, run.device);
+      std::vector<Tensor> inputs = {t.x.reshape(c.x_shape()).detach().requires_grad_(true),
+                                    t.w.reshape(c.w_shape()).detach().requires_grad_(true)};
+      if (c.bias) inputs.push_back(t.b.detach().requires_grad_(true));
+      Fn fn = [c](const std::vector<Tensor>& in) {
+        const Tensor b = in.size() > 2 ? in[2] : Tensor();
+        return c.spatial_dims == 1 ? tgrad::conv_transpose1d(in[0], in[1], b, c.options1d())
+                                   : tgrad::conv_transpose2d(in[0], in[1], b, c.options2d());
+      };
+      tgrad::GradcheckOptions o;
+      o.config = c.str();
+      o.seed = seed + done;
+      // Small problems get the full Jacobian; the rest random projections (v^T J u).
+      const int64_t work = c.p.batch * c.p.in_channels * c.p.in_size[0] * c.p.in_size[1];
+      o.fast_mode = work > 24 || done % 4 != 0;
+      run.check(c.fn(), fn, inputs, o);
+    }
+  }
+}
+
+void check_other_ops(Runner& run, uint64_t seed) {
+  tgrad::Generator gen(seed);
+  tgrad::GradcheckOptions o;
+  auto unary = [&](const std::string& op, std::function<Tensor(const Tensor&)> f,
+                   double shift = 0.0) {
+    for (const tgrad::Shape& s : {tgrad::Shape{}, tgrad::Shape{5}, tgrad::Shape{2, 3, 2}}) {
+      o.config = "shape " + tgrad::detail::cat(s);
+      run.check(op, [f](const std::vector<Tensor>& in) { return f(in[0]); },
+                {run.input(s, gen, shift)}, o);
+    }
+  };
+  // relu, leaky_relu and abs have kinks at 0; randn puts an input within eps of 0 with
+  // probability ~1e-6 per element, so these draws are safe.
+  unary("neg", [](const Tensor& x) { return -x; });
+  unary("exp", [](const Tensor& x) { return tgrad::exp(x); });
+  unary("log", [](const Tensor& x) { return tgrad::log(x); }, 0.5);
+  unary("sqrt", [](const Tensor& x) { return tgrad::sqrt(x); }, 0.5);
+  unary("abs", [](const Tensor& x) { return tgrad::abs(x); });
+  unary("pow", [](const Tensor& x) { return tgrad::pow(x, 3.0); });
+  unary("pow_fractional", [](const Tensor& x) { return tgrad::pow(x, 1.5); }, 0.5);
+  unary("relu", [](const Tensor& x) { return tgrad::relu(x); });
+  unary("leaky_relu", [](const Tensor& x) { return tgrad::leaky_relu(x, 0.2); });
+  unary("sigmoid", [](const Tensor& x) { return tgrad::sigmoid(x); });
+  unary("tanh", [](const Tensor& x) { return tgrad::tanh(x); });
+  unary("add_scalar", [](const Tensor& x) { return x + 2.5; });
+  unary("sub_scalar", [](const Tensor& x) { return x - 1.5; });
+  unary("mul_scalar", [](const Tensor& x) { return x * -3.0; });
+  unary("div_scalar", [](const Tensor& x) { return x / 4.0; });
+  unary("rsub_scalar", [](const Tensor& x) { return 2.0 - x; });
+  unary("rdiv_scalar", [](const Tensor& x) { return 2.0 / x; }, 0.5);
+  unary("sum", [](const Tensor& x) { return tgrad::sum(x); });
+  unary("mean", [](const Tensor& x) { return tgrad::mean(x); });
+  unary("clone", [](const Tensor& x) { return x.clone(); });
+  unary("reshape", [](const Tensor& x) { return x.reshape({-1}); });
+
+  using Pair = std::pair<tgrad::Shape, tgrad::Shape>;
+  const std::vector<Pair> broadcast = {
+      {{3}, {3}}, {{2, 3}, {3}}, {{2, 1, 4}, {3, 1}}, {{}, {2, 2}}, {{4, 1}, {1, 5}}};
+  auto binary = [&](const std::string& op, std::function<Tensor(const Tensor&, const Tensor&)> f,
+                    double shift_b = 0.0) {
+    for (const Pair& p : broadcast) {
+      o.config = tgrad::detail::cat(p.first, " with ", p.second);
+      run.check(op, [f](const std::vector<Tensor>& in) { return f(in[0], in[1]); },
+                {run.input(p.first, gen), run.input(p.second, gen, shift_b)}, o);
+    }
+  };
+  binary("add", [](const Tensor& a, const Tensor& b) { return a + b; });
+  binary("sub", [](const Tensor& a, const Tensor& b) { return a - b; });
+  binary("mul", [](const Tensor& a, const Tensor& b) { return a * b; });
+  binary("div", [](const Tensor& a, const Tensor& b) { return a / b; }, 0.5);
+  // The same tensor used twice: its gradient is the sum of both uses.
+  o.config = "x * x + x";
+  run.check("fan_out", [](const std::vector<Tensor>& in) { return in[0] * in[0] + in[0]; },
+            {run.input({3, 2}, gen)}, o);
+
+  const tgrad::Shape s = {2, 3, 4};
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0}, {1}, {-1}, {0, 2}}) {
+    for (bool keep : {false, true}) {
+      o.config = tgrad::detail::cat("dims ", dims, keep ? " keepdim" : "");
+      run.check("sum_dims", [dims, keep](const std::vector<Tensor>& in) {
+        return tgrad::sum(in[0], dims, keep);
+      }, {run.input(s, gen)}, o);
+      run.check("mean_dims", [dims, keep](const std::vector<Tensor>& in) {
+        return tgrad::mean(in[0], dims, keep);
+      }, {run.input(s, gen)}, o);
+    }
+  }
+  o.config = "(2,3,4) to (3,1)";
+  run.check("sum_to", [](const std::vector<Tensor>& in) { return tgrad::sum_to(in[0], {3, 1}); },
+            {run.input(s, gen)}, o);
+  o.config = "(3,1) to (2,3,4)";
+  run.check("expand", [](const std::vector<Tensor>& in) { return tgrad::expand(in[0], {2, 3, 4}); },
+            {run.input({3, 1}, gen)}, o);
+  o.config = "rows 1..3 of 4";
+  run.check("narrow", [](const std::vector<Tensor>& in) { return in[0].narrow(0, 1, 2); },
+            {run.input({4, 3}, gen)}, o);
+  for (const Pair& p : std::vector<Pair>{{{3, 4}, {4, 2}}, {{1, 5}, {5, 1}}, {{6, 3}, {3, 7}}}) {
+    o.config = tgrad::detail::cat(p.first, " x ", p.second);
+    run.check("matmul", [](const std::vector<Tensor>& in) { return tgrad::matmul(in[0], in[1]); },
+              {run.input(p.first, gen), run.input(p.second, gen)}, o);
+  }
+  for (bool bias : {false, true}) {
+    o.config = bias ? "x (2,3,4), w (5,4), b (5)" : "x (2,3,4), w (5,4)";
+    std::vector<Tensor> in = {run.input({2, 3, 4}, gen), run.input({5, 4}, gen)};
+    if (bias) in.push_back(run.input({5}, gen));
+    run.check("linear", [](const std::vector<Tensor>& v) {
+      return tgrad::linear(v[0], v[1], v.size() > 2 ? v[2] : Tensor());
+    }, in, o);
+  }
+  if (run.device.is_cuda()) {
+    o.config = "cuda -> cpu -> cuda";
+    run.check("to_device", [](const std::vector<Tensor>& in) {
+      return (in[0].cpu() * 2.0).to(in[0].device());
+    }, {run.input({2, 3}, gen)}, o);
+  }
+}
+
+}  // namespace
+
+// Exit status when the device cannot be used; ctest reports it as a skip, not a failure.
+constexpr int kDeviceUnavailable = 77;
+
+int main(int argc, char** argv) {
+  CLI::App app{"tgrad gradcheck: finite-difference checks of every differentiable op"};
+  uint64_t seed = 1;
+  int configs = 300;
+  std::string device = "cpu";
+  app.add_option("--seed", seed, "seed of the random configurations and inputs");
+  app.add_option("--configs", configs, "number of random ConvTranspose configurations")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", device, "cpu, cuda or cuda:N");
+  CLI11_PARSE(app, argc, argv);
+
+  Runner run{tgrad::Device(tgrad::kCPU), {}, {}, {}};
+  try {
+    run.device = tgrad::Device(device);
+    tgrad::backend(run.device);  // a clear error now if the device cannot be used
+  } catch (const std::exception& e) {
+    std::cerr << "gradcheck: skipped: " << e.what() << "\n";
+    return kDeviceUnavailable;
+  }
+  std::cout << "gradcheck on " << run.device << ": " << configs
+            << " ConvTranspose configurations (seed " << seed << ") and every other op\n";
+  check_conv(run, configs, seed);
+  check_other_ops(run, seed);
+
+  std::printf("\n%-18s %8s %9s %12s %12s\n", "op", "configs", "failures", "max abs err",
+              "max rel err");
+  int total = 0, failed = 0;
+  for (const std::string& op : run.order) {
+    const Row& r = run.rows[op];
+    std::printf("%-18s %8d %9d %12.3e %12.3e\n", op.c_str(), r.configs, r.failures, r.max_abs,
+                r.max_rel);
+    total += r.configs;
+    failed += r.failures;
+  }
+  for (const std::string& f : run.failures) std::cout << "\n" << f << "\n";
+  std::cout << "\n" << total - failed << " passed, " << failed << " failed\n";
+  return failed == 0 ? 0 : 1;
+}
