@@ -14,10 +14,14 @@ namespace tgrad {
 namespace {
 
 struct Checker {
+  Checker(const GradcheckFn& f, const std::vector<Tensor>& in, const GradcheckOptions& o)
+      : fn(f), inputs(in), opt(o), op_name(o.name) {}
+
   const GradcheckFn& fn;
   const std::vector<Tensor>& inputs;
   const GradcheckOptions& opt;
   GradcheckResult result;
+  std::string op_name;  // the caller's name, else the op that made the output
   double worst_excess = -1.0;  // (error - allowed) of the worst element so far
 
   // Runs fn with input `which` replaced by host values `values`; returns the output on the host.
@@ -48,6 +52,7 @@ struct Checker {
       EnableGradGuard enable;
       y = fn(leaves);
     }
+    if (op_name.empty() && y.grad_fn()) op_name = y.grad_fn()->name;
     std::vector<Tensor> wanted;
     std::vector<size_t> index;
     for (size_t i = 0; i < leaves.size(); ++i) {
@@ -87,7 +92,7 @@ struct Checker {
   void fail(const std::string& what) {
     result.ok = false;
     std::ostringstream os;
-    os << "gradcheck failed for " << opt.name;
+    os << "gradcheck failed for " << (op_name.empty() ? "function" : op_name);
     if (!opt.config.empty()) os << " [" << opt.config << "]";
     os << ": " << what;
     result.report = os.str();
@@ -195,7 +200,7 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   }
   TGRAD_CHECK(any, "gradcheck: no input requires grad");
   TGRAD_CHECK(options.eps > 0.0, "gradcheck: eps=", options.eps, " must be positive");
-  Checker c{fn, inputs, options, {}};
+  Checker c(fn, inputs, options);
   Tensor y0;
   {
     NoGradGuard no_grad;
