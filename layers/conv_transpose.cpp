@@ -1,0 +1,89 @@
+// nn::ConvTranspose1d / ConvTranspose2d: option validation, PyTorch initialisation, forward
+// through tgrad::conv_transpose1d/2d.
+#include "layers/conv_transpose.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "layers/init.h"
+
+namespace tgrad::nn {
+
+namespace {
+
+template <size_t D>
+const char* module_name() {
+  return D == 1 ? "ConvTranspose1d" : "ConvTranspose2d";
+}
+
+template <size_t D>
+void validate(const ConvTransposeOptions<D>& o) {
+  const char* m = module_name<D>();
+  TGRAD_CHECK(o.in_channels() > 0, m, ": in_channels=", o.in_channels(), " must be positive");
+  TGRAD_CHECK(o.out_channels() > 0, m, ": out_channels=", o.out_channels(), " must be positive");
+  TGRAD_CHECK(o.groups() > 0, m, ": groups=", o.groups(), " must be positive");
+  TGRAD_CHECK(o.in_channels() % o.groups() == 0, m, ": in_channels=", o.in_channels(),
+              " must be divisible by groups=", o.groups());
+  TGRAD_CHECK(o.out_channels() % o.groups() == 0, m, ": out_channels=", o.out_channels(),
+              " must be divisible by groups=", o.groups());
+  for (size_t i = 0; i < D; ++i) {
+    TGRAD_CHECK(o.kernel_size()[i] > 0, m, ": kernel_size[", i, "]=", o.kernel_size()[i],
+                " must be positive");
+    TGRAD_CHECK(o.stride()[i] > 0, m, ": stride[", i, "]=", o.stride()[i], " must be positive");
+    TGRAD_CHECK(o.padding()[i] >= 0, m, ": padding[", i, "]=", o.padding()[i],
+                " must be non-negative");
+    TGRAD_CHECK(o.dilation()[i] > 0, m, ": dilation[", i, "]=", o.dilation()[i],
+                " must be positive");
+    TGRAD_CHECK(o.output_padding()[i] >= 0, m, ": output_padding[", i, "]=", o.output_padding()[i],
+                " must be non-negative");
+    TGRAD_CHECK(o.output_padding()[i] < std::max(o.stride()[i], o.dilation()[i]), m,
+                ": output_padding[", i, "]=", o.output_padding()[i],
+                " must be smaller than stride[", i, "]=", o.stride()[i], " or dilation[", i,
+                "]=", o.dilation()[i]);
+  }
+}
+
+}  // namespace
+
+template <size_t D>
+ConvTransposeNd<D>::ConvTransposeNd(const ConvTransposeOptions<D>& options, Generator& gen)
+    : Module(module_name<D>()), options_(options) {
+  validate(options_);
+  Shape w_shape = {options_.in_channels(), options_.out_channels() / options_.groups()};
+  for (size_t i = 0; i < D; ++i)
+    w_shape.push_back(options_.kernel_size()[i]);
+  weight = register_parameter("weight", empty(w_shape));
+  if (options_.bias()) bias = register_parameter("bias", empty({options_.out_channels()}));
+  reset_parameters(gen);
+}
+
+template <size_t D>
+void ConvTransposeNd<D>::reset_parameters(Generator& gen) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in,
+                         init::Nonlinearity::leaky_relu, gen);
+  if (bias.defined()) {
+    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).first;
+    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+    init::uniform_(bias, -bound, bound, gen);
+  }
+}
+
+template <size_t D>
+Tensor ConvTransposeNd<D>::forward(const Tensor& x) {
+  ConvTransposeFuncOptions<D> f;
+  f.stride(options_.stride())
+      .padding(options_.padding())
+      .output_padding(options_.output_padding())
+      .groups(options_.groups())
+      .dilation(options_.dilation());
+  if constexpr (D == 1) {
+    return conv_transpose1d(x, weight, bias, f);
+  } else {
+    return conv_transpose2d(x, weight, bias, f);
+  }
+}
+
+template class ConvTransposeNd<1>;
+template class ConvTransposeNd<2>;
+
+}  // namespace tgrad::nn

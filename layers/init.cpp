@@ -1,0 +1,119 @@
+// nn::init: values are drawn on the host in float64 from the Generator, then copied (and
+// converted) into the tensor on its device under NoGradGuard.
+#include "layers/init.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/autograd.h"
+
+namespace tgrad::nn::init {
+
+namespace {
+
+void check_defined(const char* fn, const Tensor& t) {
+  TGRAD_CHECK(t.defined(), "nn::init::", fn, ": the tensor is undefined");
+}
+
+template <class Draw>
+const Tensor& fill_with(const Tensor& t, Draw draw) {
+  std::vector<double> values(static_cast<size_t>(t.numel()));
+  for (double& v : values)
+    v = draw();
+  NoGradGuard no_grad;
+  Tensor target = t;
+  target.copy_(from_vector(values, t.shape(), TensorOptions(t.dtype())));
+  return t;
+}
+
+double fan(const char* fn, const Tensor& t, FanMode mode) {
+  check_defined(fn, t);
+  const auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
+  const int64_t f = mode == FanMode::fan_in ? fan_in : fan_out;
+  TGRAD_CHECK(f > 0, "nn::init::", fn, ": fan is 0 for a tensor of shape ", t.shape());
+  return static_cast<double>(f);
+}
+
+}  // namespace
+
+double calculate_gain(Nonlinearity nonlinearity, double param) {
+  switch (nonlinearity) {
+    case Nonlinearity::linear:
+    case Nonlinearity::conv_transpose1d:
+    case Nonlinearity::conv_transpose2d:
+    case Nonlinearity::sigmoid:
+      return 1.0;
+    case Nonlinearity::tanh:
+      return 5.0 / 3.0;
+    case Nonlinearity::relu:
+      return std::sqrt(2.0);
+    case Nonlinearity::leaky_relu: {
+      const double slope = param < 0.0 ? 0.01 : param;
+      return std::sqrt(2.0 / (1.0 + slope * slope));
+    }
+  }
+  TGRAD_FAIL("nn::init::calculate_gain: unknown nonlinearity");
+}
+
+std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t) {
+  check_defined("calculate_fan_in_and_fan_out", t);
+  TGRAD_CHECK(t.dim() >= 2,
+              "nn::init::calculate_fan_in_and_fan_out: needs a tensor with at "
+              "least 2 dimensions, got shape ",
+              t.shape());
+  int64_t receptive = 1;
+  for (int64_t d = 2; d < t.dim(); ++d)
+    receptive *= t.size(d);
+  return {t.size(1) * receptive, t.size(0) * receptive};
+}
+
+const Tensor& uniform_(const Tensor& t, double low, double high, Generator& gen) {
+  check_defined("uniform_", t);
+  TGRAD_CHECK(low <= high, "nn::init::uniform_: low=", low, " must not exceed high=", high);
+  return fill_with(t, [&] { return gen.uniform(low, high); });
+}
+
+const Tensor& normal_(const Tensor& t, double mean, double std, Generator& gen) {
+  check_defined("normal_", t);
+  TGRAD_CHECK(std >= 0.0, "nn::init::normal_: std=", std, " must be non-negative");
+  return fill_with(t, [&] { return mean + std * gen.normal(); });
+}
+
+const Tensor& constant_(const Tensor& t, double value) {
+  check_defined("constant_", t);
+  NoGradGuard no_grad;
+  Tensor target = t;
+  target.fill_(value);
+  return t;
+}
+
+const Tensor& zeros_(const Tensor& t) {
+  return constant_(t, 0.0);
+}
+const Tensor& ones_(const Tensor& t) {
+  return constant_(t, 1.0);
+}
+
+const Tensor& kaiming_uniform_(const Tensor& t, double a, FanMode mode, Nonlinearity nonlinearity,
+                               Generator& gen) {
+  const double std = calculate_gain(nonlinearity, a) / std::sqrt(fan("kaiming_uniform_", t, mode));
+  const double bound = std::sqrt(3.0) * std;
+  return uniform_(t, -bound, bound, gen);
+}
+
+const Tensor& kaiming_normal_(const Tensor& t, double a, FanMode mode, Nonlinearity nonlinearity,
+                              Generator& gen) {
+  const double std = calculate_gain(nonlinearity, a) / std::sqrt(fan("kaiming_normal_", t, mode));
+  return normal_(t, 0.0, std, gen);
+}
+
+const Tensor& xavier_uniform_(const Tensor& t, double gain, Generator& gen) {
+  check_defined("xavier_uniform_", t);
+  const auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
+  TGRAD_CHECK(fan_in + fan_out > 0, "nn::init::xavier_uniform_: fan_in + fan_out is 0 for shape ",
+              t.shape());
+  const double bound = gain * std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+  return uniform_(t, -bound, bound, gen);
+}
+
+}  // namespace tgrad::nn::init

@@ -1,0 +1,59 @@
+// Losses: argument checks, the elementwise formula from core ops, then the reduction.
+#include "layers/loss.h"
+
+#include "core/ops.h"
+
+namespace tgrad::nn {
+
+namespace {
+
+void check_args(const char* fn, const Tensor& input, const Tensor& target) {
+  TGRAD_CHECK(input.defined(), fn, ": input is undefined");
+  TGRAD_CHECK(target.defined(), fn, ": target is undefined");
+  TGRAD_CHECK(input.shape() == target.shape(), fn, ": input shape ", input.shape(),
+              " does not match target shape ", target.shape());
+  TGRAD_CHECK(input.dtype() == target.dtype(), fn, ": input is ", input.dtype(), " but target is ",
+              target.dtype());
+  TGRAD_CHECK(input.device() == target.device(), fn, ": input is on ", input.device(),
+              " but target is on ", target.device());
+}
+
+Tensor reduce(const char* fn, const Tensor& elementwise, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::none:
+      return elementwise;
+    case Reduction::sum:
+      return sum(elementwise);
+    case Reduction::mean:
+      TGRAD_CHECK(elementwise.numel() > 0, fn, ": mean reduction of an empty input");
+      return mean(elementwise);
+  }
+  TGRAD_FAIL(fn, ": unknown reduction");
+}
+
+}  // namespace
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_args("mse_loss", input, target);
+  const Tensor d = input - target;
+  return reduce("mse_loss", d * d, reduction);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_args("l1_loss", input, target);
+  return reduce("l1_loss", abs(input - target), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction) {
+  const char* fn = "binary_cross_entropy_with_logits";
+  check_args(fn, input, target);
+  // max(x, 0) is spelled (x + |x|)/2 (exact in floating point): with |x|' = sign(x) = 0 at
+  // x = 0 it contributes 1/2 there and the log term 0, giving the true derivative
+  // sigmoid(0) - t, where relu's step(0) = 0 would give -t.
+  const Tensor a = abs(input);
+  const Tensor max_x_0 = (input + a) * 0.5;
+  return reduce(fn, max_x_0 - input * target + log(exp(-a) + 1.0), reduction);
+}
+
+}  // namespace tgrad::nn

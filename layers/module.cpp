@@ -1,0 +1,125 @@
+// nn::Module: registration, dotted names, train/eval, zero_grad, in-place device/dtype moves.
+#include "layers/module.h"
+
+#include "core/autograd.h"
+
+namespace tgrad::nn {
+
+Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
+
+Tensor Module::forward(const Tensor&) {
+  TGRAD_FAIL(type_name_, ": this module has no single-input forward(const Tensor&)");
+}
+
+void Module::check_new_name(const std::string& what, const std::string& name) const {
+  TGRAD_CHECK(!name.empty(), type_name_, ": ", what, " name must not be empty");
+  TGRAD_CHECK(name.find('.') == std::string::npos, type_name_, ": ", what, " name '", name,
+              "' must not contain '.'");
+  for (const auto& [n, p] : parameters_) {
+    TGRAD_CHECK(n != name, type_name_, ": a parameter named '", name, "' is already registered");
+  }
+  for (const auto& [n, m] : children_) {
+    TGRAD_CHECK(n != name, type_name_, ": a submodule named '", name, "' is already registered");
+  }
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_new_name("parameter", name);
+  TGRAD_CHECK(t.defined(), type_name_, ": parameter '", name, "' is an undefined tensor");
+  TGRAD_CHECK(t.is_leaf(), type_name_, ": parameter '", name,
+              "' must be a leaf tensor (detach() it first)");
+  t.requires_grad_(requires_grad);
+  parameters_.emplace_back(name, t);
+  return t;
+}
+
+void Module::register_module_impl(const std::string& name, const ModulePtr& module) {
+  check_new_name("submodule", name);
+  TGRAD_CHECK(module != nullptr, type_name_, ": submodule '", name, "' is null");
+  TGRAD_CHECK(module.get() != this, type_name_, ": cannot register a module as its own child");
+  children_.emplace_back(name, module);
+}
+
+void Module::collect(const std::string& prefix, bool recurse, NamedTensors& out) const {
+  for (const auto& [name, p] : parameters_)
+    out.emplace_back(prefix + name, p);
+  if (!recurse) return;
+  for (const auto& [name, child] : children_)
+    child->collect(prefix + name + ".", true, out);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, p] : named_parameters(recurse))
+    out.push_back(p);
+  return out;
+}
+
+std::vector<ModulePtr> Module::children() const {
+  std::vector<ModulePtr> out;
+  for (const auto& [name, child] : children_)
+    out.push_back(child);
+  return out;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_)
+    child->train(on);
+}
+
+namespace {
+
+// Points `dst`'s impl at `src`'s storage, keeping the impl (and so every handle) alive.
+void retarget(TensorImpl& dst, const Tensor& src) {
+  dst.storage = src.impl()->storage;
+  dst.storage_numel = src.impl()->storage_numel;
+  dst.offset = src.impl()->offset;
+  dst.dtype = src.dtype();
+  dst.device = src.device();
+}
+
+// Converts every parameter (and its grad) with `convert`, staging all results first so that a
+// failure (no such device, out of memory) leaves every parameter as it was.
+template <class Convert>
+void move_parameters(const std::vector<Tensor>& params, Convert convert) {
+  NoGradGuard no_grad;
+  std::vector<std::pair<Tensor, Tensor>> staged;  // (target, converted) for params and grads
+  for (const Tensor& p : params) {
+    staged.emplace_back(p, convert(p.detach()));
+    const Tensor g = p.grad();
+    if (g.defined()) staged.emplace_back(g, convert(g.detach()));
+  }
+  for (auto& [target, converted] : staged)
+    retarget(*target.impl(), converted);
+}
+
+}  // namespace
+
+void Module::to(Device device) {
+  move_parameters(parameters(), [&](const Tensor& t) { return t.to(device); });
+}
+
+void Module::to(DType dtype) {
+  move_parameters(parameters(), [&](const Tensor& t) { return t.to(dtype); });
+}
+
+void Module::zero_grad() {
+  for (const Tensor& p : parameters())
+    p.zero_grad();
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  for (auto& [name, p] : named_parameters())
+    out.emplace_back(name, p.detach());
+  return out;
+}
+
+}  // namespace tgrad::nn

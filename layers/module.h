@@ -1,0 +1,79 @@
+// nn::Module: the base of every layer. It owns named parameters and named child modules (in
+// registration order, like LibTorch's OrderedDict), and gives PyTorch's dotted names
+// ("decoder.2.bias"), train/eval, zero_grad and in-place device/dtype moves.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tgrad::nn {
+
+class Module;
+using ModulePtr = std::shared_ptr<Module>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  // `type_name` names the module in messages ("ConvTranspose2d: ...").
+  explicit Module(std::string type_name);
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& type_name() const { return type_name_; }
+
+  // Single-input modules override this; the base throws naming the module type.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // Parameters of this module and (with recurse) of every descendant, depth first in
+  // registration order; names are dotted paths as in PyTorch's named_parameters().
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<ModulePtr> children() const;
+  const std::vector<std::pair<std::string, ModulePtr>>& named_children() const { return children_; }
+
+  // Training mode, propagated to every descendant (no module here behaves differently yet,
+  // but user modules may).
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Moves every parameter in place: each parameter's TensorImpl gets the new storage, so
+  // handles held elsewhere (an optimizer, user code) see the moved tensor. An existing .grad
+  // moves with it. Optimizer state follows lazily (see optim::Optimizer).
+  void to(Device device);
+  void to(DType dtype);
+
+  // Clears the .grad of every parameter (sets it to none, PyTorch's default).
+  void zero_grad();
+
+  // The parameters as a state dict: PyTorch names, detached tensors sharing storage.
+  NamedTensors state_dict() const;
+
+ protected:
+  // Registers `t` as parameter `name` (requires_grad set as asked) and returns the handle.
+  // Names must be non-empty, contain no '.', and be unique among parameters and children.
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    register_module_impl(name, module);
+    return module;
+  }
+
+ private:
+  void register_module_impl(const std::string& name, const ModulePtr& module);
+  void check_new_name(const std::string& what, const std::string& name) const;
+  void collect(const std::string& prefix, bool recurse, NamedTensors& out) const;
+
+  std::string type_name_;
+  bool training_ = true;
+  NamedTensors parameters_;
+  std::vector<std::pair<std::string, ModulePtr>> children_;
+};
+
+}  // namespace tgrad::nn

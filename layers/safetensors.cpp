@@ -1,0 +1,210 @@
+// safetensors reading (parse everything, validate everything, then build tensors) and writing
+// (header padded to 8 bytes as the reference writer does, temporary file, rename).
+#include "layers/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace tgrad::safetensors {
+
+static_assert(
+    std::endian::native == std::endian::little,
+    "safetensors data is little-endian; tgrad reads and writes it on little-endian hosts");
+
+namespace {
+
+// The reference implementation refuses headers above 100 MB; so does this one.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+const char* dtype_code(DType dtype) {
+  return dtype == DType::float32 ? "F32" : "F64";
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+uint64_t read_u64_le(const std::string& bytes) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  return n;
+}
+
+uint64_t non_negative_int(const nlohmann::json& v, const std::string& what) {
+  TGRAD_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), what,
+              " must be a non-negative integer, got ", v.dump());
+  return v.get<uint64_t>();
+}
+
+Entry parse_entry(const std::string& where, const std::string& name, const nlohmann::json& v) {
+  const std::string ctx = where + ": tensor '" + name + "'";
+  TGRAD_CHECK(v.is_object(), ctx, " must be a JSON object, got ", v.dump());
+  for (const auto& [field, value] : v.items()) {
+    TGRAD_CHECK(field == "dtype" || field == "shape" || field == "data_offsets", ctx,
+                " has an unknown field '", field, "'");
+  }
+  TGRAD_CHECK(v.contains("dtype") && v["dtype"].is_string(), ctx, " has no string 'dtype'");
+  TGRAD_CHECK(v.contains("shape") && v["shape"].is_array(), ctx, " has no array 'shape'");
+  TGRAD_CHECK(
+      v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2,
+      ctx, " has no 'data_offsets' pair");
+  Entry e;
+  e.name = name;
+  const std::string dt = v["dtype"].get<std::string>();
+  TGRAD_CHECK(dt == "F32" || dt == "F64", ctx, " has dtype '", dt,
+              "', which tgrad does not support (F32 and F64 only)");
+  e.dtype = dt == "F32" ? DType::float32 : DType::float64;
+  TGRAD_CHECK(v["shape"].size() <= static_cast<size_t>(kMaxRank), ctx, " has rank ",
+              v["shape"].size(), ", above tgrad's maximum rank ", kMaxRank);
+  for (const auto& s : v["shape"]) {
+    const uint64_t size = non_negative_int(s, ctx + " shape entry");
+    TGRAD_CHECK(size < (uint64_t{1} << 62), ctx, " has an absurd size ", size);
+    e.shape.push_back(static_cast<int64_t>(size));
+  }
+  e.begin = non_negative_int(v["data_offsets"][0], ctx + " data_offsets[0]");
+  e.end = non_negative_int(v["data_offsets"][1], ctx + " data_offsets[1]");
+  TGRAD_CHECK(e.begin <= e.end, ctx, " has data_offsets [", e.begin, ", ", e.end,
+              "] that end before they begin");
+  const auto numel = static_cast<uint64_t>(shape_numel(e.shape, "safetensors::load"));
+  const uint64_t nbytes = numel * static_cast<uint64_t>(dtype_size(e.dtype));
+  TGRAD_CHECK(e.end - e.begin == nbytes, ctx, " of shape ", e.shape, " ", dt, " needs ", nbytes,
+              " bytes but data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin);
+  return e;
+}
+
+}  // namespace
+
+File parse(const std::string& bytes, const std::string& what) {
+  const std::string where = "safetensors::load: " + what;
+  TGRAD_CHECK(bytes.size() >= 8, where, ": the file is ", bytes.size(),
+              " bytes, shorter than the 8-byte header length (truncated?)");
+  const uint64_t header_len = read_u64_le(bytes);
+  TGRAD_CHECK(header_len <= kMaxHeaderBytes, where, ": header length ", header_len,
+              " exceeds the limit of ", kMaxHeaderBytes, " bytes (corrupted?)");
+  TGRAD_CHECK(8 + header_len <= bytes.size(), where, ": header length ", header_len,
+              " runs past the end of the ", bytes.size(), "-byte file (truncated?)");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.begin() + 8,
+                                   bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+  } catch (const nlohmann::json::exception& e) {
+    TGRAD_FAIL(where, ": the header is not valid JSON (", e.what(), ")");
+  }
+  TGRAD_CHECK(header.is_object(), where, ": the header must be a JSON object");
+
+  File file;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      TGRAD_CHECK(value.is_object(), where, ": __metadata__ must be an object of strings");
+      for (const auto& [mk, mv] : value.items()) {
+        TGRAD_CHECK(mv.is_string(), where, ": __metadata__ value of '", mk,
+                    "' must be a string, got ", mv.dump());
+        file.metadata[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    TGRAD_CHECK(!key.empty(), where, ": a tensor has an empty name");
+    entries.push_back(parse_entry(where, key, value));
+  }
+
+  // The data section must be covered exactly: no overlap, no gap, nothing after the last tensor.
+  const uint64_t data_size = bytes.size() - 8 - header_len;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  const Entry* previous = nullptr;
+  for (const Entry& e : entries) {
+    TGRAD_CHECK(e.end <= data_size, where, ": tensor '", e.name, "' data_offsets [", e.begin, ", ",
+                e.end, "] run past the ", data_size, "-byte data section (truncated?)");
+    TGRAD_CHECK(e.begin >= covered, where, ": tensor '", e.name, "' [", e.begin, ", ", e.end,
+                ") overlaps tensor '", previous ? previous->name : "", "' [",
+                previous ? previous->begin : 0, ", ", covered, ")");
+    TGRAD_CHECK(e.begin == covered, where, ": bytes [", covered, ", ", e.begin,
+                ") of the data section belong to no tensor");
+    covered = e.end;
+    previous = &e;
+  }
+  TGRAD_CHECK(covered == data_size, where, ": ", data_size - covered,
+              " bytes after the last tensor belong to no tensor");
+
+  const char* data = bytes.data() + 8 + header_len;
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, TensorOptions(e.dtype));
+    if (e.end > e.begin) std::memcpy(t.raw_data(), data + e.begin, e.end - e.begin);
+    file.tensors.emplace_back(e.name, t);
+  }
+  return file;
+}
+
+File load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TGRAD_CHECK(in.good(), "safetensors::load: cannot open '", path, "' for reading");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  TGRAD_CHECK(!in.bad(), "safetensors::load: error reading '", path, "'");
+  return parse(buffer.str(), "'" + path + "'");
+}
+
+void save(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata) {
+  const std::string fn = "safetensors::save: '" + path + "'";
+  nlohmann::json header = nlohmann::json::object();
+  std::set<std::string> names;
+  std::vector<Tensor> host;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    TGRAD_CHECK(!name.empty() && name != "__metadata__", fn, ": invalid tensor name '", name, "'");
+    TGRAD_CHECK(names.insert(name).second, fn, ": duplicate tensor name '", name, "'");
+    TGRAD_CHECK(t.defined(), fn, ": tensor '", name, "' is undefined");
+    host.push_back(t.detach().to(Device(kCPU)));
+    const auto nbytes = static_cast<uint64_t>(t.nbytes());
+    header[name] = {{"dtype", dtype_code(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    TGRAD_CHECK(out.good(), fn, ": cannot open '", tmp, "' for writing");
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i)
+      len[i] = static_cast<unsigned char>(json.size() >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(json.data(), static_cast<std::streamsize>(json.size()));
+    for (const Tensor& t : host) {
+      out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
+    }
+    out.flush();
+    if (!out.good()) {
+      out.close();
+      std::remove(tmp.c_str());
+      TGRAD_FAIL(fn, ": writing '", tmp, "' failed (disk full?)");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::remove(tmp.c_str());
+    TGRAD_FAIL(fn, ": renaming '", tmp, "' to '", path, "' failed: ", reason);
+  }
+}
+
+}  // namespace tgrad::safetensors

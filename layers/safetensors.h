@@ -1,0 +1,29 @@
+// The safetensors file format: an 8-byte little-endian header length, a JSON header
+// {"name": {"dtype": "F32"|"F64", "shape": [...], "data_offsets": [begin, end]}, ...,
+//  "__metadata__": {"k": "v"}}, then the raw little-endian data. Reading validates everything
+// (offsets in range, sizes matching shapes, full non-overlapping coverage) before returning.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "layers/module.h"
+
+namespace tgrad::safetensors {
+
+using Metadata = std::map<std::string, std::string>;
+
+struct File {
+  nn::NamedTensors tensors;  // CPU tensors, in data-offset order
+  Metadata metadata;
+};
+
+// Writes `tensors` (any device, float32/float64, unique non-empty names) to path + ".tmp",
+// then renames it to `path`, so a failed save never leaves a half-written file at `path`.
+void save(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata);
+// Reads and validates a whole file; throws tgrad::Error naming the path and the problem.
+File load(const std::string& path);
+// Parses the bytes of a file; `what` names the source in messages.
+File parse(const std::string& bytes, const std::string& what);
+
+}  // namespace tgrad::safetensors
