@@ -1,0 +1,16 @@
+// The umbrella header: everything a program embedding tgrad needs.
+//   #include <tgrad/tgrad.h>
+// Tensors and devices, the differentiable ops, autograd, gradcheck, and the nn modules,
+// losses, optimizers and checkpoints.
+#pragma once
+
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/conv_geometry.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/gradcheck.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "layers/nn.h"
