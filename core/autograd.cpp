@@ -3,6 +3,8 @@
 #include "core/autograd.h"
 
 #include <atomic>
+#include <cmath>
+#include <sstream>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -14,6 +16,8 @@ namespace tgrad {
 namespace {
 
 thread_local bool g_grad_mode = true;
+thread_local bool g_anomaly_mode = false;
+thread_local std::vector<std::string> g_scopes;
 std::atomic<uint64_t> g_next_sequence_nr{0};
 
 Tensor accumulate(const Tensor& total, const Tensor& g) {
@@ -31,6 +35,19 @@ struct Traversal {
   std::unordered_map<TensorImpl*, std::pair<std::shared_ptr<TensorImpl>, Tensor>> leaves;
   std::unordered_map<Node*, Tensor> captured;
 };
+
+// Anomaly mode: the first non-finite gradient names its op and where it was recorded.
+void check_finite(const Node& node, const std::vector<Tensor>& grads) {
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const std::vector<double> v = grads[i].to_vector<double>();
+    for (size_t j = 0; j < v.size(); ++j) {
+      TGRAD_CHECK(std::isfinite(v[j]), "anomaly: the backward of '", node.name, "' (op #",
+                  node.sequence_nr, ", recorded ", node.recorded_in, ") produced ", v[j],
+                  " in the gradient of input ", i, " at element ", j);
+    }
+  }
+}
 
 Traversal traverse(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads,
                    bool retain_graph, const std::unordered_set<Node*>& capture) {
@@ -81,6 +98,7 @@ Traversal traverse(const std::vector<Tensor>& roots, const std::vector<Tensor>& 
     std::vector<Tensor> grads = node->backward(dy, mask);
     TGRAD_CHECK(grads.size() == mask.size(), "backward of '", node->name, "' returned ",
                 grads.size(), " gradients for ", mask.size(), " inputs");
+    if (g_anomaly_mode) check_finite(*node, grads);
     for (size_t i = 0; i < grads.size(); ++i) {
       if (mask[i] && grads[i].defined()) deliver(node->inputs[i], grads[i]);
     }
@@ -116,6 +134,17 @@ Tensor root_gradient(const char* fn, const Tensor& root, const Tensor& gradient)
 }  // namespace
 
 bool grad_mode_enabled() { return g_grad_mode; }
+bool anomaly_mode_enabled() { return g_anomaly_mode; }
+void set_anomaly_mode(bool enabled) { g_anomaly_mode = enabled; }
+
+RecordScope::RecordScope(const std::string& name) { g_scopes.push_back(name); }
+RecordScope::~RecordScope() { g_scopes.pop_back(); }
+
+std::string current_record_scope() {
+  std::string path;
+  for (const std::string& s : g_scopes) path += (path.empty() ? "" : "/") + s;
+  return path;
+}
 void set_grad_mode(bool enabled) { g_grad_mode = enabled; }
 
 Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, BackwardFn backward) {
@@ -138,6 +167,15 @@ Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, Bac
   node->sequence_nr = g_next_sequence_nr++;
   node->inputs = std::move(edges);
   node->backward = std::move(backward);
+  if (g_anomaly_mode) {
+    std::ostringstream where;
+    const std::string scope = current_record_scope();
+    where << "in '" << (scope.empty() ? "<top level>" : scope) << "' with input shapes";
+    for (const Tensor& in : inputs) {
+      where << ' ' << (in.defined() ? detail::cat(in.shape()) : std::string("none"));
+    }
+    node->recorded_in = where.str();
+  }
   y.impl()->requires_grad = true;
   y.impl()->grad_fn = std::move(node);
   return y;

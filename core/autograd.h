@@ -29,6 +29,7 @@ struct Edge {
 struct Node {
   std::string name;  // the op, e.g. "conv_transpose2d"
   uint64_t sequence_nr = 0;
+  std::string recorded_in;  // anomaly mode only: the RecordScope path and input shapes
   std::vector<Edge> inputs;
   BackwardFn backward;  // emptied (saved tensors freed) after a backward without retain_graph
   bool released = false;
@@ -57,6 +58,33 @@ class EnableGradGuard {
  private:
   bool previous_;
 };
+
+// Anomaly mode (like torch.autograd.detect_anomaly): while on, each node remembers where it was
+// recorded, and backward throws tgrad::Error at the first backward function that produces a
+// NaN or Inf, naming the op and where it was recorded. It costs a host copy per gradient.
+bool anomaly_mode_enabled();
+void set_anomaly_mode(bool enabled);
+class DetectAnomalyGuard {
+ public:
+  DetectAnomalyGuard() : previous_(anomaly_mode_enabled()) { set_anomaly_mode(true); }
+  ~DetectAnomalyGuard() { set_anomaly_mode(previous_); }
+  DetectAnomalyGuard(const DetectAnomalyGuard&) = delete;
+  DetectAnomalyGuard& operator=(const DetectAnomalyGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Names the code that records ops in its scope ("decoder.2"), nested with '/'; anomaly reports
+// quote the path. Cheap: a thread-local string stack.
+class RecordScope {
+ public:
+  explicit RecordScope(const std::string& name);
+  ~RecordScope();
+  RecordScope(const RecordScope&) = delete;
+  RecordScope& operator=(const RecordScope&) = delete;
+};
+std::string current_record_scope();
 
 // Records `y` as the output of op `name` with `inputs` when grad mode is on and an input
 // requires grad; otherwise returns y untouched. Called by every differentiable op.

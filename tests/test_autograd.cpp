@@ -2,6 +2,8 @@
 // and the errors of a misused graph (each leaving every .grad unchanged).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "tests/test_util.h"
@@ -180,6 +182,28 @@ TEST(Autograd, ConversionsAreDifferentiable) {
   y.backward();
   EXPECT_EQ(x.grad().dtype(), kFloat64);
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2}));
+}
+
+TEST(Autograd, AnomalyModeNamesTheFirstBackwardThatMadeANaN) {
+  Tensor x = leaf({0.0, 1.0}, {2});
+  {
+    DetectAnomalyGuard anomaly;
+    Tensor y;
+    {
+      RecordScope scope("decoder");
+      RecordScope inner("head");
+      y = sum(log(x) * 2.0);  // d log(x)/dx = 1/x: infinite at 0
+    }
+    const std::string e = error_of([&] { y.backward(); });
+    EXPECT_NE(e.find("anomaly"), std::string::npos) << e;
+    EXPECT_NE(e.find("'log'"), std::string::npos) << e;
+    EXPECT_NE(e.find("decoder/head"), std::string::npos) << e;
+    EXPECT_NE(e.find("inf"), std::string::npos) << e;
+    EXPECT_FALSE(x.grad().defined());  // nothing written
+  }
+  EXPECT_FALSE(anomaly_mode_enabled());
+  sum(log(x) * 2.0).backward();  // without anomaly mode, infinities propagate silently
+  EXPECT_TRUE(std::isinf(x.grad().to_vector<double>()[0]));
 }
 
 }  // namespace
