@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/check.h"
 #include "cuda/cuda_util.h"
@@ -20,6 +22,9 @@ constexpr int64_t kLargeRound = int64_t{128} << 10;
 }  // namespace
 
 CachingAllocator::CachingAllocator(int device_count) {
+  const char* no_caching = std::getenv("TGRAD_CUDA_NO_CACHING");
+  caching_ = no_caching == nullptr || std::strcmp(no_caching, "") == 0 ||
+             std::strcmp(no_caching, "0") == 0;
   for (int i = 0; i < device_count; ++i)
     caches_.push_back(std::make_unique<DeviceCache>());
 }
@@ -39,7 +44,7 @@ CachingAllocator::DeviceCache& CachingAllocator::cache(int device) {
 std::shared_ptr<void> CachingAllocator::allocate(int64_t nbytes, int device) {
   TGRAD_CHECK(nbytes >= 0, "CUDA allocate: negative size ", nbytes);
   DeviceCache& c = cache(device);
-  const int64_t size = round_size(nbytes);
+  const int64_t size = caching_ ? round_size(nbytes) : std::max<int64_t>(nbytes, 1);
   std::lock_guard<std::mutex> lock(c.mutex);
 
   void* ptr = nullptr;
@@ -80,11 +85,22 @@ void CachingAllocator::release(int device, void* ptr, int64_t size) noexcept {
   DeviceCache& c = *caches_[static_cast<size_t>(device)];
   std::lock_guard<std::mutex> lock(c.mutex);
   c.stats.allocated -= size;
+  if (!caching_) {
+    // A deleter cannot throw (so no DeviceGuard) and errors have nowhere to go; at exit the
+    // runtime may already be unloading.
+    int previous = 0;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device &&
+                          cudaSetDevice(device) == cudaSuccess;
+    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+    if (switched) (void)cudaSetDevice(previous);
+    c.stats.reserved -= size;
+    return;
+  }
   try {
     c.free_blocks.emplace(size, ptr);
   } catch (...) {
     // No memory for the map node: give the block straight back to the driver instead.
-    cudaFree(ptr);
+    (void)cudaFree(ptr);
     c.stats.reserved -= size;
   }
 }

@@ -1,6 +1,8 @@
 // CachingAllocator: the CUDA backend's device memory. Blocks are rounded up in size, handed out
 // as shared_ptr whose deleter returns them to a per-device cache (bins keyed by size), and given
 // back to the driver only by empty_cache or when cudaMalloc fails. Thread-safe.
+// TGRAD_CUDA_NO_CACHING=1 in the environment turns the cache off (exact-size cudaMalloc, cudaFree
+// on release) so that compute-sanitizer memcheck sees every out-of-bounds access and stale use.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@ class CachingAllocator {
 
   // The size a request of nbytes is rounded to: 512 bytes below 1 MiB, 128 KiB above.
   static int64_t round_size(int64_t nbytes);
+  bool caching() const { return caching_; }
 
  private:
   struct DeviceCache {
@@ -39,6 +42,7 @@ class CachingAllocator {
   static void free_cached_locked(int device, DeviceCache& cache);
 
   std::vector<std::unique_ptr<DeviceCache>> caches_;
+  bool caching_ = true;
 };
 
 }  // namespace tgrad::cuda

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -197,12 +198,15 @@ TEST(CudaBackend, BinaryOpsBroadcastLikeCpu) {
       const Tensor b = abs(randn(sb, gen, TensorOptions().dtype(dtype))) + 0.5;
       const Tensor ag = a.to(Device(kCUDA)), bg = b.to(Device(kCUDA));
       const std::string config = detail::cat(sa, " (op) ", sb, " ", dtype_str(dtype));
-      // +, -, * are exact in both backends; / is correctly rounded in both.
+      // +, -, * are correctly rounded single operations in both backends: the same bits.
       EXPECT_TRUE(equal((ag + bg).cpu(), a + b)) << config << " add";
       EXPECT_TRUE(equal((ag - bg).cpu(), a - b)) << config << " sub";
       EXPECT_TRUE(equal((bg - ag).cpu(), b - a)) << config << " sub swapped";
       EXPECT_TRUE(equal((ag * bg).cpu(), a * b)) << config << " mul";
-      EXPECT_TRUE(equal((ag / bg).cpu(), a / b)) << config << " div";
+      // A vectorised CPU division may go through a reciprocal: compare within an ulp or two.
+      EXPECT_TRUE(tensors_close(ag / bg, a / b,
+                                dtype == kFloat32 ? kFloat32Elementwise : kFloat64Elementwise,
+                                config + " div"));
     }
   }
 }
@@ -272,9 +276,14 @@ TEST(CudaBackend, MatmulMatchesFloat64Cpu) {
 
 TEST(CudaBackend, AllocatorStatsTrackLiveAndCachedBlocks) {
   TGRAD_SKIP_WITHOUT_CUDA();
+  // scripts/gpu-check runs memcheck with the cache off; then blocks go straight back.
+  const char* no_caching = std::getenv("TGRAD_CUDA_NO_CACHING");
+  const bool caching =
+      no_caching == nullptr || std::string(no_caching).empty() || std::string(no_caching) == "0";
   cuda_synchronize();
   const int64_t bytes = int64_t{4} << 20;
   const int64_t allocated_before = cuda_memory_allocated();
+  const int64_t reserved_before = cuda_memory_reserved();
   int64_t reserved_with_tensor = 0;
   {
     const Tensor t = empty({bytes / 4}, Device(kCUDA));
@@ -284,15 +293,19 @@ TEST(CudaBackend, AllocatorStatsTrackLiveAndCachedBlocks) {
     EXPECT_GE(reserved_with_tensor, cuda_memory_allocated());
   }
   EXPECT_EQ(cuda_memory_allocated(), allocated_before);
-  // The block went back to the cache, not to the driver.
-  EXPECT_EQ(cuda_memory_reserved(), reserved_with_tensor);
-  {
-    // The same size again is served from the cache.
-    const Tensor t = empty({bytes / 4}, Device(kCUDA));
+  if (caching) {
+    // The block went back to the cache, not to the driver.
     EXPECT_EQ(cuda_memory_reserved(), reserved_with_tensor);
+    {
+      // The same size again is served from the cache.
+      const Tensor t = empty({bytes / 4}, Device(kCUDA));
+      EXPECT_EQ(cuda_memory_reserved(), reserved_with_tensor);
+    }
+    cuda_empty_cache();
+    EXPECT_LE(cuda_memory_reserved(), reserved_with_tensor - bytes);
+  } else {
+    EXPECT_EQ(cuda_memory_reserved(), reserved_before);
   }
-  cuda_empty_cache();
-  EXPECT_LE(cuda_memory_reserved(), reserved_with_tensor - bytes);
   EXPECT_EQ(cuda_memory_allocated(), allocated_before);
   EXPECT_GE(cuda_memory_reserved(), cuda_memory_allocated());
 }
