@@ -1,0 +1,33 @@
+# Every ```cpp block holding a main() in README.md and docs/*.md becomes an executable and a
+# ctest test (doc_<file>_<n>), so the documentation's examples are compiled and run.
+# Semicolons and brackets are masked while the blocks are cut out, since CMake lists split on
+# the one and group on the other.
+file(GLOB TGRAD_DOC_FILES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/README.md
+     ${PROJECT_SOURCE_DIR}/docs/*.md)
+foreach(doc ${TGRAD_DOC_FILES})
+  file(READ ${doc} text)
+  string(REPLACE ";" "@SEMI@" text "${text}")
+  string(REPLACE "[" "@LB@" text "${text}")
+  string(REPLACE "]" "@RB@" text "${text}")
+  string(REGEX MATCHALL "```cpp\n[^`]*```" blocks "${text}")
+  get_filename_component(stem ${doc} NAME_WE)
+  string(TOLOWER ${stem} stem)
+  set(n 0)
+  foreach(block ${blocks})
+    if(NOT block MATCHES "int main\\(")
+      continue()
+    endif()
+    string(REGEX REPLACE "^```cpp\n" "" code "${block}")
+    string(REGEX REPLACE "```$" "" code "${code}")
+    string(REPLACE "@SEMI@" ";" code "${code}")
+    string(REPLACE "@LB@" "[" code "${code}")
+    string(REPLACE "@RB@" "]" code "${code}")
+    set(name doc_${stem}_${n})
+    set(source ${CMAKE_CURRENT_BINARY_DIR}/doc_examples/${name}.cpp)
+    file(CONFIGURE OUTPUT ${source} CONTENT "${code}" @ONLY)
+    add_executable(${name} ${source})
+    target_link_libraries(${name} PRIVATE tgrad::tgrad)
+    add_test(NAME ${name} COMMAND ${name})
+    math(EXPR n "${n} + 1")
+  endforeach()
+endforeach()
