@@ -37,7 +37,7 @@ std::vector<double> random_values(Rng& rng, int64_t count) {
   return v;
 }
 
-// Channels for a groups kind: 0 = one group, 1 = two groups, 2 = depthwise (groups = C_in).
+// Channels for a groups kind: 0 = one group, 1 = two groups, 2 = depthwise (groups = C_in >= 3).
 void draw_channels(Rng& rng, int kind, int64_t max_per_group, reference::ConvTransposeParams& p) {
   if (kind == 0) {
     p.groups = 1;
@@ -48,7 +48,7 @@ void draw_channels(Rng& rng, int kind, int64_t max_per_group, reference::ConvTra
     p.in_channels = 2 * rng.integer(1, max_per_group);
     p.out_channels = 2 * rng.integer(1, max_per_group);
   } else {
-    p.in_channels = rng.integer(2, 2 + max_per_group);
+    p.in_channels = rng.integer(3, 2 + max_per_group);  // 2 would be the groups-2 kind
     p.groups = p.in_channels;
     p.out_channels = p.in_channels * rng.integer(1, 2);
   }
@@ -117,6 +117,30 @@ ConvCase larger_case(Rng& rng, int spatial_dims, int kind) {
     p.output_padding[a] = rng.integer(0, std::max(p.stride[a], p.dilation[a]) - 1);
   }
   make_output_nonempty(p);
+  return c;
+}
+
+// A long reduction over (n, ih, iw) for wgrad and the bias gradient: several thousand terms, so
+// that reductions split into chunks (CUDA) or threads (CPU) run their combining step.
+ConvCase long_reduction_case(Rng& rng, int spatial_dims) {
+  ConvCase c;
+  c.spatial_dims = spatial_dims;
+  c.bias = true;
+  reference::ConvTransposeParams& p = c.p;
+  p.batch = 2;
+  draw_channels(rng, 0, 3, p);
+  if (spatial_dims == 1) {
+    p.in_size[1] = 3000 + rng.integer(0, 500);
+    p.kernel[1] = 3;
+    p.stride[1] = 2;
+    p.padding[1] = 1;
+    p.output_padding[1] = 1;
+  } else {
+    p.in_size = {45 + rng.integer(0, 10), 70 + rng.integer(0, 10)};
+    p.kernel = {3, 2};
+    p.dilation = {2, 1};
+    p.padding = {1, 0};
+  }
   return c;
 }
 
@@ -230,18 +254,29 @@ std::vector<ConvCase> conv_sweep(uint64_t seed) {
   Rng rng(seed);
   const std::vector<AxisChoice> choices = all_axis_choices();
   std::vector<ConvCase> cases;
-  for (int dims : {1, 2}) {
-    int kind = 0;
-    for (const AxisChoice& w_axis : choices) {
-      const AxisChoice& h_axis = choices[rng.integer(0, static_cast<int64_t>(choices.size()) - 1)];
-      cases.push_back(small_case(rng, dims, kind, w_axis, h_axis));
-      kind = (kind + 1) % 3;
-    }
-  }
+  // Three rounds, the groups kind shifted each round: every axis choice meets every kind.
+  for (int round = 0; round < 3; ++round)
+    for (int dims : {1, 2})
+      for (size_t i = 0; i < choices.size(); ++i) {
+        const int kind = static_cast<int>((i + round) % 3);
+        const int64_t h = rng.integer(0, static_cast<int64_t>(choices.size()) - 1);
+        cases.push_back(small_case(rng, dims, kind, choices[i], choices[h]));
+      }
   for (int dims : {1, 2})
     for (int kind = 0; kind < 3; ++kind)
       cases.push_back(larger_case(rng, dims, kind));
+  for (int dims : {1, 2})
+    cases.push_back(long_reduction_case(rng, dims));
   return cases;
+}
+
+void for_each_sweep_case(uint64_t data_seed,
+                         const std::function<bool(const ConvCase&, const ConvData&)>& check) {
+  constexpr int kMaxFailingCases = 5;
+  const std::vector<ConvCase> cases = conv_sweep();
+  int failing = 0;
+  for (size_t i = 0; i < cases.size() && failing < kMaxFailingCases; ++i)
+    if (!check(cases[i], make_conv_data(cases[i], data_seed + i))) ++failing;
 }
 
 ConvData make_conv_data(const ConvCase& c, uint64_t seed) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,10 +52,18 @@ inline constexpr uint64_t kConvSweepSeed = 20240611;
 
 // The sweep: for each of 1-D and 2-D, every (stride {1,2,3}, padding {0,1,2}, dilation {1,2,4},
 // valid output_padding < max(stride, dilation)) on the W axis (the H axis of 2-D cases is drawn
-// at random), cycling groups through {1, 2, depthwise}, with random channels, sizes in 1..5,
+// at random), once with each groups kind {1, 2, depthwise}, with random channels, sizes in 1..5,
 // kernels in 1..4 (non-square), bias and batching; then a few larger cases that cross the
-// backends' tile sizes. Same seed, same cases, on every machine.
+// backends' tile sizes, and two whose wgrad/bias reductions run over several thousand terms. Same
+// seed, same cases, on every machine.
 std::vector<ConvCase> conv_sweep(uint64_t seed = kConvSweepSeed);
+
+struct ConvData;
+// Runs `check` on every case of the sweep with its operands (make_conv_data seeded with
+// data_seed + the case's index). `check` returns false when the case failed; after a few failing
+// cases the loop stops, since one broken pass would otherwise report every case.
+void for_each_sweep_case(uint64_t data_seed,
+                         const std::function<bool(const ConvCase&, const ConvData&)>& check);
 
 // Float64 host operands of one case in the 4-D layouts; b is empty without bias. Values are
 // uniform in [-1, 1), from a generator independent of tgrad's.

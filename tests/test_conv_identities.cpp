@@ -17,11 +17,7 @@
 namespace tgrad::testing {
 namespace {
 
-constexpr int kMaxFailingCases = 5;
-
-uint64_t data_seed(size_t index) {
-  return kConvSweepSeed + 5000 + index;
-}
+constexpr uint64_t kDataSeed = kConvSweepSeed + 5000;
 
 // sum_i a_i b_i, and sum_i |a_i b_i| as the scale of its rounding error.
 struct Dot {
@@ -41,12 +37,9 @@ Dot dot(const Tensor& a, const Tensor& b) {
 // <conv_transpose(x, w), dy> = <x, dgrad(dy, w)> = <w, wgrad(x, dy)>: three float64 sums of the
 // same products in different orders, so they agree to rounding relative to the sum of |terms|.
 void check_adjoints(Device device) {
-  const std::vector<ConvCase> cases = conv_sweep();
-  int failing = 0;
-  for (size_t i = 0; i < cases.size() && failing < kMaxFailingCases; ++i) {
-    ConvCase c = cases[i];
+  for_each_sweep_case(kDataSeed, [&](const ConvCase& with_bias, const ConvData& d) {
+    ConvCase c = with_bias;
     c.bias = false;  // the bias is not linear in x or w
-    const ConvData d = make_conv_data(c, data_seed(i));
     const ConvTensors t = conv_tensors(c, d, kFloat64, device);
     const ConvOutputs out = run_backend_passes(c, t);
     const Dot y_dy = dot(out.y, t.dy), x_dx = dot(t.x, out.dx), w_dw = dot(t.w, out.dw);
@@ -57,8 +50,8 @@ void check_adjoints(Device device) {
                                 << " on " << device.str() << ": " << c.str();
     EXPECT_LE(wgrad_err, 1e-12) << "<y, dy> = " << y_dy.value << " but <w, dw> = " << w_dw.value
                                 << " on " << device.str() << ": " << c.str();
-    if (!(dgrad_err <= 1e-12 && wgrad_err <= 1e-12)) ++failing;
-  }
+    return dgrad_err <= 1e-12 && wgrad_err <= 1e-12;
+  });
 }
 
 TEST(ConvIdentities, AdjointsCpu) {
@@ -94,19 +87,16 @@ Leaves leaves(const ConvCase& c, const ConvData& d, DType dtype, Device device) 
 // conv_transpose1d(x, w) and conv_transpose2d on the same data with H = 1 must give the same
 // bits: values and all three gradients (DESIGN.md: one code path serves both).
 void check_1d_equals_2d(Device device, DType dtype) {
-  const std::vector<ConvCase> cases = conv_sweep();
-  int failing = 0;
-  for (size_t i = 0; i < cases.size() && failing < kMaxFailingCases; ++i) {
-    const ConvCase& c1 = cases[i];
-    if (c1.spatial_dims != 1) continue;
+  for_each_sweep_case(kDataSeed, [&](const ConvCase& c1, const ConvData& d) {
+    if (c1.spatial_dims != 1) return true;
     ConvCase c2 = c1;
     c2.spatial_dims = 2;  // the same sizes, H = 1 made explicit
-    const ConvData d = make_conv_data(c1, data_seed(i));
     const Leaves l1 = leaves(c1, d, dtype, device), l2 = leaves(c2, d, dtype, device);
     const Tensor y1 = conv_transpose1d(l1.x, l1.w, l1.b, c1.options1d());
     const Tensor y2 = conv_transpose2d(l2.x, l2.w, l2.b, c2.options2d());
-    ASSERT_EQ(y2.shape(), c2.y_shape()) << c2.str();
     const std::string config = device.str() + " " + dtype_name(dtype) + " " + c1.str();
+    EXPECT_EQ(y2.shape(), c2.y_shape()) << config;
+    if (y2.shape() != c2.y_shape()) return false;
     const Tensor dy = from_vector(d.dy, c1.y_shape(), TensorOptions(dtype).device(device));
     y1.backward(dy);
     y2.backward(dy.reshape(c2.y_shape()));
@@ -115,8 +105,8 @@ void check_1d_equals_2d(Device device, DType dtype) {
     if (ok) ok = bit_equal(l1.w.grad(), l2.w.grad().reshape(c1.w_shape()), "dw " + config);
     if (ok && c1.bias) ok = bit_equal(l1.b.grad(), l2.b.grad(), "db " + config);
     EXPECT_TRUE(ok);
-    if (!ok) ++failing;
-  }
+    return static_cast<bool>(ok);
+  });
 }
 
 TEST(ConvIdentities, OneDEqualsTwoDWithHeightOneCpu) {
@@ -154,15 +144,11 @@ void put_channels(std::vector<double>& v, int64_t N, int64_t C, int64_t c0, int6
 // (x and dx: C_in/g channels; y, dy and b: C_out/g; w and dw: C_in/g rows), rebuilds the
 // grouped result. Per-group GEMMs may be blocked differently, hence rounding-level tolerance.
 void check_groups_concatenate(Device device) {
-  const std::vector<ConvCase> cases = conv_sweep();
-  int failing = 0;
   int checked = 0;
-  for (size_t i = 0; i < cases.size() && failing < kMaxFailingCases; ++i) {
-    const ConvCase& c = cases[i];
+  for_each_sweep_case(kDataSeed, [&](const ConvCase& c, const ConvData& d) {
     const auto& p = c.p;
-    if (p.groups == 1) continue;
+    if (p.groups == 1) return true;
     ++checked;
-    const ConvData d = make_conv_data(c, data_seed(i));
     const ConvOutputs whole = run_backend_passes(c, conv_tensors(c, d, kFloat64, device));
 
     ConvCase part = c;
@@ -201,8 +187,8 @@ void check_groups_concatenate(Device device) {
     one("dx", whole.dx, dx);
     one("dw", whole.dw, dw);
     if (c.bias) one("db", whole.db, db);
-    if (!ok) ++failing;
-  }
+    return ok;
+  });
   EXPECT_GT(checked, 50);
 }
 

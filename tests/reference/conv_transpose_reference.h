@@ -1,6 +1,5 @@
-// Naive loop references for the transposed convolution: forward, dgrad, wgrad and bias grad
-// on float64 host vectors, written straight from the definition and sharing no code with cpu/,
-// cuda/ or core's ConvGeometry. The trust anchor of the conv tests:
+// Naive loops for transposed convolution (forward, dgrad, wgrad, bias grad) on float64 vectors,
+// sharing no code with cpu/, cuda/ or ConvGeometry; the trust anchor of the conv tests:
 //   y[n, g*Cog+co, ih*s-p+kh*d, iw*s-p+kw*d] += x[n, g*Cig+ci, ih, iw] * w[g*Cig+ci, co, kh, kw]
 #pragma once
 
