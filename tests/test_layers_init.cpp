@@ -1,0 +1,116 @@
+// nn::init and the layers' default initialisation: PyTorch's bounds (fan_in of a ConvTranspose
+// weight is C_out/groups * prod(k)), and rough mean/variance over large tensors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "layers/nn.h"
+#include "tests/test_util.h"
+
+namespace tgrad {
+namespace {
+
+struct Stats {
+  double min, max, mean, var;
+};
+
+Stats stats_of(const Tensor& t) {
+  const std::vector<double> v = t.to_vector<double>();
+  Stats s{*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), 0, 0};
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  for (double x : v)
+    s.var += (x - s.mean) * (x - s.mean);
+  s.var /= static_cast<double>(v.size());
+  return s;
+}
+
+// Checks a uniform(-bound, bound) sample of n values: inside the bounds, reaching near them,
+// mean ~0 and variance ~bound^2/3. The statistical slack is 6 standard errors (std of the
+// mean = bound/sqrt(3n); of the variance about 0.9 * var/sqrt(n)), so seeds cannot flake.
+void expect_uniform(const Tensor& t, double bound, const std::string& what) {
+  const double n = static_cast<double>(t.numel());
+  const Stats s = stats_of(t);
+  EXPECT_GE(s.min, -bound) << what;
+  EXPECT_LE(s.max, bound) << what;
+  EXPECT_LT(s.min, -bound * (1 - 50.0 / n)) << what;
+  EXPECT_GT(s.max, bound * (1 - 50.0 / n)) << what;
+  EXPECT_NEAR(s.mean, 0.0, 6 * bound / std::sqrt(3 * n)) << what;
+  const double var = bound * bound / 3;
+  EXPECT_NEAR(s.var, var, 6 * 0.9 * var / std::sqrt(n)) << what;
+}
+
+TEST(Init, FanInAndFanOutFollowPyTorch) {
+  // ConvTranspose2d weight (C_in=8, C_out/groups=3, 5, 2): fan_in = 3*10, fan_out = 8*10.
+  const auto [fan_in, fan_out] = nn::init::calculate_fan_in_and_fan_out(empty({8, 3, 5, 2}));
+  EXPECT_EQ(fan_in, 30);
+  EXPECT_EQ(fan_out, 80);
+  EXPECT_EQ(nn::init::calculate_fan_in_and_fan_out(empty({7, 4})).first, 4);
+  EXPECT_THROW(nn::init::calculate_fan_in_and_fan_out(empty({7})), Error);
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain(nn::init::Nonlinearity::leaky_relu, std::sqrt(5.0)),
+                   std::sqrt(1.0 / 3.0));
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain(nn::init::Nonlinearity::tanh), 5.0 / 3.0);
+}
+
+TEST(Init, ConvTransposeDefaultInitWithGroups) {
+  Generator gen(11);
+  // groups = 4: weight (64, 48/4 = 12, 3, 3), fan_in = 12 * 9 = 108.
+  nn::ConvTranspose2d conv(nn::ConvTranspose2dOptions(64, 48, 3).groups(4), gen);
+  ASSERT_EQ(conv.weight.shape(), (Shape{64, 12, 3, 3}));
+  expect_uniform(conv.weight, 1.0 / std::sqrt(108.0), "ConvTranspose2d weight");
+  const Stats b = stats_of(conv.bias);
+  EXPECT_LE(std::max(-b.min, b.max), 1.0 / std::sqrt(108.0));
+
+  nn::ConvTranspose1d conv1(nn::ConvTranspose1dOptions(32, 40, 5).groups(2), gen);
+  expect_uniform(conv1.weight, 1.0 / std::sqrt(20.0 * 5.0), "ConvTranspose1d weight");
+}
+
+TEST(Init, LinearDefaultInit) {
+  Generator gen(12);
+  nn::Linear lin(200, 300, gen);
+  expect_uniform(lin.weight, 1.0 / std::sqrt(200.0), "Linear weight");
+  const Stats b = stats_of(lin.bias);
+  EXPECT_LE(std::max(-b.min, b.max), 1.0 / std::sqrt(200.0));
+}
+
+TEST(Init, SameSeedSameWeights) {
+  Generator a(5), b(5), c(6);
+  nn::ConvTranspose2d x(nn::ConvTranspose2dOptions(3, 4, 3), a);
+  nn::ConvTranspose2d y(nn::ConvTranspose2dOptions(3, 4, 3), b);
+  nn::ConvTranspose2d z(nn::ConvTranspose2dOptions(3, 4, 3), c);
+  EXPECT_TRUE(equal(x.weight, y.weight));
+  EXPECT_TRUE(equal(x.bias, y.bias));
+  EXPECT_FALSE(equal(x.weight, z.weight));
+}
+
+TEST(Init, FunctionsInPlace) {
+  Generator gen(13);
+  Tensor t = empty({200, 500}, kFloat64).requires_grad_();
+  const Tensor handle = t;
+  nn::init::uniform_(t, -2.0, 2.0, gen);
+  expect_uniform(handle, 2.0, "uniform_");
+  nn::init::normal_(t, 1.0, 3.0, gen);
+  Stats s = stats_of(t);
+  // 6 standard errors of the mean (3/sqrt(n)) and of the variance (9*sqrt(2/n)).
+  EXPECT_NEAR(s.mean, 1.0, 6 * 3.0 / std::sqrt(1e5));
+  EXPECT_NEAR(s.var, 9.0, 6 * 9.0 * std::sqrt(2.0 / 1e5));
+  nn::init::kaiming_uniform_(t, 0.0, nn::init::FanMode::fan_in, nn::init::Nonlinearity::relu, gen);
+  expect_uniform(t, std::sqrt(2.0) * std::sqrt(3.0 / 500.0), "kaiming_uniform_ relu");
+  nn::init::kaiming_normal_(t, 0.0, nn::init::FanMode::fan_out, nn::init::Nonlinearity::relu, gen);
+  s = stats_of(t);
+  EXPECT_NEAR(s.var, 2.0 / 200.0, 6 * (2.0 / 200.0) * std::sqrt(2.0 / 1e5));
+  nn::init::xavier_uniform_(t, 1.0, gen);
+  expect_uniform(t, std::sqrt(6.0 / 700.0), "xavier_uniform_");
+  nn::init::zeros_(t);
+  EXPECT_EQ(stats_of(t).max, 0.0);
+  nn::init::ones_(t);
+  EXPECT_EQ(stats_of(t).min, 1.0);
+  EXPECT_TRUE(t.requires_grad());
+  EXPECT_THROW(nn::init::uniform_(t, 1.0, -1.0), Error);
+  EXPECT_THROW(nn::init::normal_(t, 0.0, -1.0), Error);
+  EXPECT_THROW(nn::init::zeros_(Tensor()), Error);
+}
+
+}  // namespace
+}  // namespace tgrad
