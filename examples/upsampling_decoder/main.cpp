@@ -104,9 +104,9 @@ int run(const Config& cfg) {
   const Mode mode = cfg.mode == "2d" ? Mode::image2d : Mode::wave1d;
   tgrad::Device device(tgrad::kCPU);
   if (cfg.device == "cuda" || (cfg.device == "auto" && tgrad::cuda_is_available())) {
-    TGRAD_CHECK(tgrad::cuda_is_available(), "--device cuda: no CUDA device is available (",
-                tgrad::cuda_device_count() == 0 ? "none found or tgrad built without CUDA" : "",
-                ")");
+    TGRAD_CHECK(tgrad::cuda_is_available(),
+                "--device cuda: no CUDA device is available (none found, or tgrad was built "
+                "without CUDA); use --device cpu");
     device = tgrad::Device(tgrad::kCUDA);
   }
   const std::filesystem::path dir(cfg.out);
