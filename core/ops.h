@@ -81,7 +81,8 @@ class ExpandingArray {
 
 template <size_t D>
 ExpandingArray<D>::ExpandingArray(std::initializer_list<int64_t> list) {
-  TGRAD_CHECK(list.size() == D, "ExpandingArray: expected 1 or ", D, " values, got ", list.size());
+  TGRAD_CHECK(list.size() == D, "ExpandingArray: a list needs exactly ", D,
+              " values (or pass one number for every axis), got ", list.size());
   size_t i = 0;
   for (int64_t v : list) values_[i++] = v;
 }
