@@ -12,20 +12,11 @@ namespace tgrad {
 namespace {
 
 using testing::kFloat64Tight;
+using testing::error_of;
 using testing::tensors_close;
 
 Tensor leaf(std::vector<double> values, Shape shape) {
   return from_vector(values, shape).requires_grad_(true);
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no tgrad::Error thrown>";
 }
 
 TEST(Autograd, GradientOfASimpleExpression) {

@@ -12,18 +12,9 @@
 namespace tgrad {
 namespace {
 
+using testing::error_of;
 using testing::tensors_close;
 using testing::Tolerance;
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no tgrad::Error thrown>";
-}
 
 Tensor vec(std::vector<double> v, Shape s) { return from_vector(v, s); }
 

@@ -44,4 +44,15 @@ CompareResult compare(const Tensor& actual, const Tensor& expected, Tolerance to
   } while (0)
 std::string cuda_unavailable_reason();
 
+// The message of the tgrad::Error that f() throws, or "<no tgrad::Error thrown>".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no tgrad::Error thrown>";
+}
+
 }  // namespace tgrad::testing
