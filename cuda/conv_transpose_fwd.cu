@@ -1,4 +1,7 @@
-// Transposed-convolution forward, gather form: one thread owns kTileCo outputs
+// Transposed-convolution forward. float32 with groups == 1 runs the tensor-core implicit GEMM of
+// conv_transpose_igemm.cuh (M = C_out, N = N*positions, K = C_in*taps, per stride phase); every
+// other case (float64, groups, shapes it does not tile) runs the general gather kernel below.
+// General kernel, gather form: one thread owns kTileCo outputs
 //   y[n, g*Cog+co, oh, ow] = b[g*Cog+co] + sum_{ci<Cig, kh, kw} x[n, g*Cig+ci, ih, iw] *
 //   w[g*Cig+ci, co, kh, kw]
 // over the taps with ih = (oh + pH - kh*dH) / sH exact and in [0, Hi) (likewise iw), for
@@ -6,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
 
@@ -74,8 +78,43 @@ __global__ void conv_transpose_fwd_kernel(const T* __restrict__ x, const T* __re
 
 }  // namespace
 
-void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                            const Tensor* b, Tensor& y) {
+namespace {
+
+// The implicit-GEMM form of the forward pass: src = x, M = C_out, channels = C_in, taps
+// gathered per phase r = ow mod sW.
+bool forward_fast(CachingAllocator& alloc, const ConvParams& p, const ConvGeometry& g,
+                  const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+  if (y.dtype() != DType::float32 || p.G != 1) return false;
+  IgemmProblem q{};
+  q.src = x.data_ptr<float>();
+  q.bias = b ? b->data_ptr<float>() : nullptr;
+  q.out = y.data_ptr<float>();
+  q.N = p.N;
+  q.C = p.Ci;
+  q.M = p.Co;
+  q.Hs = p.Hi;
+  q.Ws = p.Wi;
+  q.Ho = p.Ho;
+  q.Wo = p.Wo;
+  q.kH = p.kH;
+  q.kW = p.kW;
+  q.sH = p.sH;
+  q.pH = p.pH;
+  q.dH = p.dH;
+  q.sW = p.sW;
+  q.pW = p.pW;
+  q.dW = p.dW;
+  q.gather = true;
+  q.phases = p.sW;
+  q.s_in = 1;
+  q.s_out = p.sW;
+  return conv_igemm(alloc, q, w.data_ptr<float>(), g.precision, y.device().index());
+}
+
+}  // namespace
+
+void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& x,
+                            const Tensor& w, const Tensor* b, Tensor& y) {
   const ConvParams p = make_conv_params("CUDA conv_transpose_forward", g, x, w, y);
   if (b != nullptr) {
     TGRAD_CHECK(b->numel() == p.Co && b->dtype() == y.dtype(), "CUDA conv_transpose_forward: bias ",
@@ -84,6 +123,7 @@ void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor
   const int64_t total = p.N * p.G * ceil_div(p.Cog, kTileCo) * p.Ho * p.Wo;
   if (total == 0) return;
   DeviceGuard guard(y.device());
+  if (forward_fast(alloc, p, g, x, w, b, y)) return;
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     conv_transpose_fwd_kernel<T><<<grid_for(total), kThreads>>>(

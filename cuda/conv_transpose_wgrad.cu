@@ -1,4 +1,8 @@
 // Transposed-convolution weight and bias gradients.
+// float32 with groups == 1: a split-K GEMM on TF32 tensor cores (3xTF32 for "highest"), one CTA
+// per (tap, ci tile, co tile, K split): M = C_in, N = C_out, K = positions (n, ih, iw) walked as
+// segments of kSegment iw; each split writes its partial tile, then sum_splits_kernel adds the
+// splits in order (deterministic). Every other case runs the general kernel further down.
 //   dw[ci, co, kh, kw] = sum_{n, ih, iw} x[n, ci, ih, iw] * dy[n, g*Cog+co, oh, ow],  g = ci / Cig,
 //   with oh = ih*sH - pH + kh*dH in [0, Ho) (likewise ow);   db[co] = sum_{n, oh, ow} dy[n, co, oh,
 //   ow].
@@ -12,6 +16,7 @@
 #include "cuda/conv_params.h"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
+#include "cuda/tf32_mma.cuh"
 
 namespace tgrad::cuda {
 
@@ -104,6 +109,230 @@ __global__ void sum_chunks_kernel(const double* __restrict__ partials, T* __rest
   }
 }
 
+
+// ---- Fast path: split-K tensor-core GEMM ------------------------------------------------------
+
+constexpr int kSegment = 32;               // K per step: kSegment consecutive iw of one (n, ih)
+constexpr int kSegPitch = kSegment + 4;    // == 4 mod 32: fragment loads hit 32 banks
+constexpr int64_t kTargetCtas = 2048;      // per launch, from the shape only (bits are GPU-free)
+constexpr int64_t kMaxPartialBytes = int64_t{256} << 20;
+
+// A CTA multiplies x[ci tile, segment] by dy[co tile, segment shifted to its tap].
+template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_>
+struct WgradConfig {
+  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
+  static constexpr int kTilesM = kTilesM_, kTilesN = kTilesN_;
+  static constexpr int kThreads = kWarpsM * kWarpsN * 32;
+  static constexpr int kBM = kWarpsM * kTilesM * 16;  // ci
+  static constexpr int kBN = kWarpsN * kTilesN * 8;   // co
+};
+
+struct WgradSplit {
+  int64_t m_tiles, n_tiles, w_tiles, segments, segs_per_split, splits;
+};
+
+// Copies 4 consecutive K elements of one tile row: src[(k0+e)*step] for in-range e, zeros
+// elsewhere; one 16-byte copy when all four are in range, contiguous and aligned.
+__device__ inline void load_row4(float* dst, const float* base, int64_t first, int64_t step,
+                                 int64_t limit, bool row_ok, const float* dummy) {
+  const float* src = base + first;
+  if (row_ok && step == 1 && first >= 0 && first + 3 < limit &&
+      (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    cp_async16(dst, src);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t i = first + e * step;
+    const bool ok = row_ok && i >= 0 && i < limit;
+    cp_async4(dst + e, ok ? base + i : dummy, ok);
+  }
+}
+
+// out[(z*Ci + ci)*Co*taps + co*taps + tap] = sum over split z's segments of x * dy at this tap.
+template <class Cfg, bool kSplit>
+__global__ void __launch_bounds__(Cfg::kThreads) wgrad_tc_kernel(const float* __restrict__ x,
+                                                                 const float* __restrict__ dy,
+                                                                 float* __restrict__ out,
+                                                                 ConvParams p, WgradSplit s) {
+  extern __shared__ __align__(16) float smem[];
+  // Two stages of x[ci][k] and of dy[co][k] read at this tap.
+  auto xs = [&](int stage) { return smem + stage * Cfg::kBM * kSegPitch; };
+  auto ds = [&](int stage) { return smem + (2 * Cfg::kBM + stage * Cfg::kBN) * kSegPitch; };
+  const int64_t taps = p.kH * p.kW;
+  int64_t b = blockIdx.x;  // taps fastest: neighbouring CTAs read the same x and dy
+  const int64_t tap = b % taps;
+  b /= taps;
+  const int64_t m0 = (b % s.m_tiles) * Cfg::kBM;
+  b /= s.m_tiles;
+  const int64_t n0 = (b % s.n_tiles) * Cfg::kBN;
+  const int64_t z = b / s.n_tiles;
+  const int64_t kh = tap / p.kW, kw = tap % p.kW;
+  const int64_t seg_begin = z * s.segs_per_split;
+  const int64_t seg_end = min_i64(s.segments, seg_begin + s.segs_per_split);
+
+  auto load_segment = [&](int64_t seg, int stage) {
+    const int64_t row = seg / s.w_tiles, i0 = (seg % s.w_tiles) * kSegment;
+    const int64_t n = row / p.Hi, ih = row % p.Hi;
+    const int64_t oh = ih * p.sH - p.pH + kh * p.dH;
+    const bool oh_ok = oh >= 0 && oh < p.Ho;
+    constexpr int kVecs = kSegment / 4;
+    for (int v = threadIdx.x; v < (Cfg::kBM + Cfg::kBN) * kVecs; v += Cfg::kThreads) {
+      const int r = v / kVecs, k = (v % kVecs) * 4;
+      if (r < Cfg::kBM) {
+        const int64_t ci = m0 + r;
+        const float* base = x + ((n * p.Ci + (ci < p.Ci ? ci : 0)) * p.Hi + ih) * p.Wi;
+        load_row4(&xs(stage)[r * kSegPitch + k], base, i0 + k, 1, p.Wi, ci < p.Ci, x);
+      } else {
+        const int64_t co = n0 + r - Cfg::kBM;
+        const bool ok = oh_ok && co < p.Co;
+        const float* base = dy + ((n * p.Co + (ok ? co : 0)) * p.Ho + (ok ? oh : 0)) * p.Wo;
+        load_row4(&ds(stage)[(r - Cfg::kBM) * kSegPitch + k], base,
+                  (i0 + k) * p.sW - p.pW + kw * p.dW, p.sW, p.Wo, ok, dy);
+      }
+    }
+  };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wm = (warp / Cfg::kWarpsN) * Cfg::kTilesM * 16;
+  const int wn = (warp % Cfg::kWarpsN) * Cfg::kTilesN * 8;
+  float acc[Cfg::kTilesM][Cfg::kTilesN][4] = {};  // the tensor cores' running chain
+  // "highest": acc is flushed into sum after each short chain (see flush_into).
+  float sum[kSplit ? Cfg::kTilesM : 1][kSplit ? Cfg::kTilesN : 1][4] = {};
+
+  if (seg_begin < seg_end) {
+    load_segment(seg_begin, 0);
+    cp_async_commit();
+  }
+  for (int64_t seg = seg_begin; seg < seg_end; ++seg) {
+    const int stage = static_cast<int>((seg - seg_begin) & 1);
+    if (seg + 1 < seg_end) load_segment(seg + 1, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+#pragma unroll
+    for (int k8 = 0; k8 < kSegment; k8 += 8) {
+      Frag<4, kSplit> a[Cfg::kTilesM];
+      Frag<2, kSplit> bf[Cfg::kTilesN];
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
+        const float* ap = &xs(stage)[(wm + mt * 16 + g) * kSegPitch + k8 + t];
+        a[mt].set(0, ap[0]);
+        a[mt].set(1, ap[8 * kSegPitch]);
+        a[mt].set(2, ap[4]);
+        a[mt].set(3, ap[8 * kSegPitch + 4]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
+        const float* bp = &ds(stage)[(wn + nt * 8 + g) * kSegPitch + k8 + t];
+        bf[nt].set(0, bp[0]);
+        bf[nt].set(1, bp[4]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kTilesN; ++nt)
+          mma_frag<kSplit>(acc[mt][nt], a[mt], bf[nt]);
+      }
+    }
+    if constexpr (kSplit) flush_into(sum, acc);
+    __syncthreads();
+  }
+
+  float* out_z = out + z * p.Ci * p.Co * taps;
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t ci = m0 + wm + mt * 16 + g + half * 8;
+      if (ci >= p.Ci) continue;
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t co = n0 + wn + nt * 8 + 2 * t + e;
+          float v;
+          if constexpr (kSplit) {
+            v = sum[mt][nt][half * 2 + e];
+          } else {
+            v = acc[mt][nt][half * 2 + e];
+          }
+          if (co < p.Co) out_z[(ci * p.Co + co) * taps + tap] = v;
+        }
+      }
+    }
+  }
+}
+
+// dw[e] = sum_{z < splits} partials[z * elements + e], in order of z, in float64.
+__global__ void sum_splits_kernel(const float* __restrict__ partials, float* __restrict__ dw,
+                                  int64_t elements, int64_t splits) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < elements;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    double acc = 0.0;
+    for (int64_t z = 0; z < splits; ++z)
+      acc += static_cast<double>(partials[z * elements + e]);
+    dw[e] = static_cast<float>(acc);
+  }
+}
+
+template <class Cfg>
+void wgrad_tc_launch(CachingAllocator& alloc, const ConvParams& p, Precision precision,
+                     const Tensor& x, const Tensor& dy, Tensor& dw) {
+  const int64_t taps = p.kH * p.kW, elements = dw.numel();
+  WgradSplit s{};
+  s.m_tiles = ceil_div(p.Ci, Cfg::kBM);
+  s.n_tiles = ceil_div(p.Co, Cfg::kBN);
+  s.w_tiles = ceil_div(p.Wi, kSegment);
+  s.segments = p.N * p.Hi * s.w_tiles;
+  const int64_t tiles = taps * s.m_tiles * s.n_tiles;
+  int64_t splits = std::clamp<int64_t>(ceil_div(kTargetCtas, tiles), 1, s.segments);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, kMaxPartialBytes / (elements * 4)));
+  s.segs_per_split = ceil_div(s.segments, splits);
+  s.splits = ceil_div(s.segments, s.segs_per_split);
+  std::shared_ptr<void> storage;
+  float* out = dw.data_ptr<float>();
+  if (s.splits > 1) {
+    storage = alloc.allocate(s.splits * elements * int64_t{sizeof(float)}, dw.device().index());
+    out = static_cast<float*>(storage.get());
+  }
+  const unsigned blocks = static_cast<unsigned>(tiles * s.splits);
+  const int smem = 2 * (Cfg::kBM + Cfg::kBN) * kSegPitch * static_cast<int>(sizeof(float));
+  auto run = [&](auto kernel) {
+    TGRAD_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<blocks, Cfg::kThreads, smem>>>(x.data_ptr<float>(), dy.data_ptr<float>(), out, p, s);
+    TGRAD_CUDA_CHECK_LAUNCH("wgrad_tc_kernel");
+  };
+  if (precision == Precision::highest) {
+    run(wgrad_tc_kernel<Cfg, true>);
+  } else {
+    run(wgrad_tc_kernel<Cfg, false>);
+  }
+  if (s.splits > 1) {
+    sum_splits_kernel<<<grid_for(elements), kThreads>>>(out, dw.data_ptr<float>(), elements,
+                                                        s.splits);
+    TGRAD_CUDA_CHECK_LAUNCH("sum_splits_kernel");
+  }
+}
+
+// The tensor-core path, or false (nothing launched) when the general kernel must run.
+bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precision,
+                const Tensor& x, const Tensor& dy, Tensor& dw) {
+  if (dw.dtype() != DType::float32 || p.G != 1) return false;
+  using Big = WgradConfig<2, 4, 4, 4>;    // 128 x 128 (ci x co), warp tile 64 x 32
+  using Mid = WgradConfig<2, 2, 2, 4>;    // 64 x 64, warp tile 32 x 32
+  using Small = WgradConfig<1, 1, 2, 4>;  // 32 x 32, one warp
+  if (p.Ci >= 128 && p.Co >= 128) {
+    wgrad_tc_launch<Big>(alloc, p, precision, x, dy, dw);
+  } else if (p.Ci >= 64 && p.Co >= 64) {
+    wgrad_tc_launch<Mid>(alloc, p, precision, x, dy, dw);
+  } else {
+    wgrad_tc_launch<Small>(alloc, p, precision, x, dy, dw);
+  }
+  return true;
+}
+
 }  // namespace
 
 void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& x,
@@ -117,6 +346,7 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
     fill(dw, 0.0);
     return;
   }
+  if (wgrad_fast(alloc, p, g.precision, x, dy, dw)) return;
   const int64_t tiles = p.Ci * ceil_div(p.Cog, kTileCo) * p.kH * p.kW;
   int64_t chunks =
       std::max<int64_t>(1, min_i64(ceil_div(r_total, kMinChunk), ceil_div(kTargetBlocks, tiles)));

@@ -143,11 +143,11 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& y, bool trans
 
 void CudaBackend::conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
                                          const Tensor* b, Tensor& y) {
-  cuda::conv_transpose_forward(g, x, w, b, y);
+  cuda::conv_transpose_forward(allocator_, g, x, w, b, y);
 }
 void CudaBackend::conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w,
                                        Tensor& dx) {
-  cuda::conv_transpose_dgrad(g, dy, w, dx);
+  cuda::conv_transpose_dgrad(allocator_, g, dy, w, dx);
 }
 void CudaBackend::conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy,
                                        Tensor& dw) {

@@ -27,9 +27,11 @@ void matmul(cublasHandle_t handle, const Tensor& a, const Tensor& b, Tensor& y, 
             bool transpose_b);
 
 // conv_transpose_fwd.cu, conv_transpose_dgrad.cu, conv_transpose_wgrad.cu
-void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                            const Tensor* b, Tensor& y);
-void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx);
+// The allocator lends the fast paths their workspace (packed weights, split-K partials).
+void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& x,
+                            const Tensor& w, const Tensor* b, Tensor& y);
+void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& dy,
+                          const Tensor& w, Tensor& dx);
 void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& x,
                           const Tensor& dy, Tensor& dw);
 void conv_transpose_bias_grad(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& dy,

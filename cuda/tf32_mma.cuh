@@ -1,0 +1,120 @@
+// Tensor-core building blocks shared by the fast conv kernels (conv_transpose_igemm.cuh and
+// conv_transpose_wgrad.cu): cp.async copies into shared memory with zero fill, the TF32 split
+// of a float, and the m16n8k8 TF32 mma (1xTF32 for "high", error-compensated 3xTF32 for
+// "highest": a*b ~= ah*bh + ah*bl + al*bh with ah = tf32(a), al = tf32(a - ah)). sm_80+ PTX.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tgrad::cuda {
+
+// ---- cp.async: global -> shared without a register round trip --------------------------------
+
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies one float, or writes 0 when !valid (src is then not read, but must be a valid address).
+__device__ inline void cp_async4(float* dst, const float* src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(bytes));
+}
+
+// Copies 16 bytes (both addresses 16-byte aligned).
+__device__ inline void cp_async16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+__device__ inline void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Waits until at most `kPending` committed groups are still in flight.
+template <int kPending>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// ---- TF32 ------------------------------------------------------------------------------------
+
+// Round to nearest TF32 (10-bit mantissa), returned as the bits of a float.
+__device__ inline uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// x = big + small with big = tf32(x) and small = tf32(x - big): 21 mantissa bits in all.
+__device__ inline void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  big = to_tf32(x);
+  small = to_tf32(x - __uint_as_float(big));
+}
+
+// d += a * b for one m16n8k8 tile (row-major A 16x8, column-major B 8x8, f32 accumulators).
+// Fragments (g = lane/4, t = lane%4): a = {A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]},
+// b = {B[t][g], B[t+4][g]}, d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}.
+__device__ inline void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// An operand fragment in the form the chosen precision multiplies: kSplit (3xTF32) keeps the
+// TF32 residual beside the TF32 value; otherwise only the rounded value.
+template <int kRegs, bool kSplit>
+struct Frag {
+  uint32_t big[kRegs];
+  uint32_t small[kSplit ? kRegs : 1];
+
+  __device__ inline void set(int i, float v) {
+    if constexpr (kSplit) {
+      split_tf32(v, big[i], small[i]);
+    } else {
+      big[i] = to_tf32(v);
+    }
+  }
+};
+
+// d += a * b: one mma for 1xTF32; three for 3xTF32, small products first so they are not
+// absorbed by a large partial sum before the big product lands.
+template <bool kSplit>
+__device__ inline void mma_frag(float (&d)[4], const Frag<4, kSplit>& a, const Frag<2, kSplit>& b) {
+  if constexpr (kSplit) {
+    const uint32_t as[4] = {a.small[0], a.small[1], a.small[2], a.small[3]};
+    const uint32_t ab[4] = {a.big[0], a.big[1], a.big[2], a.big[3]};
+    const uint32_t bs[2] = {b.small[0], b.small[1]};
+    const uint32_t bb[2] = {b.big[0], b.big[1]};
+    mma_tf32(d, as, bb);
+    mma_tf32(d, ab, bs);
+    mma_tf32(d, ab, bb);
+  } else {
+    const uint32_t ab[4] = {a.big[0], a.big[1], a.big[2], a.big[3]};
+    const uint32_t bb[2] = {b.big[0], b.big[1]};
+    mma_tf32(d, ab, bb);
+  }
+}
+
+// sum += acc; acc = 0. The tensor cores add in round-toward-zero, so a long chain of 3xTF32
+// mmas drifts (error growing with K, ~3e-6 at K = 384); short chains flushed into a register
+// sum with round-to-nearest FADDs keep "highest" at float32 accuracy.
+template <int kM, int kN>
+__device__ inline void flush_into(float (&sum)[kM][kN][4], float (&acc)[kM][kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kM; ++i) {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sum[i][j][e] += acc[i][j][e];
+        acc[i][j][e] = 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace tgrad::cuda

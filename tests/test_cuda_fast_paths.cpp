@@ -1,0 +1,204 @@
+// The CUDA conv fast paths (tensor-core implicit GEMM for forward/dgrad, split-K tensor-core
+// GEMM for wgrad) against the float64 result of the same pass on the GPU (the general kernels,
+// which test_conv_sweep checks against the CPU), at both float32 precisions, on shapes that hit
+// every edge of the tiling: partial tiles, odd lengths, channel counts that are not multiples of
+// 8/16, stride 2/3 with dilation and padding, 2-D, batch 1, groups (the general path), and bit
+// determinism.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/conv_geometry.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "tests/test_util.h"
+
+namespace tgrad {
+namespace {
+
+using testing::tensors_close;
+using testing::Tolerance;
+
+// "highest" is 3xTF32 with float32 accumulation: float32-level error, a few 1e-7 in relative
+// L2 on these reductions (K up to a few thousand terms; wgrad sums up to ~1e4 positions).
+constexpr Tolerance kHighest{0.0, 0.0, 2e-6};
+// "high" is 1xTF32 (10-bit mantissa): about 3e-4 in relative L2; 2e-3 catches wrong results.
+constexpr Tolerance kHigh{0.0, 0.0, 2e-3};
+
+// Spatial arrays are (H, W) in every case; a 1-D case uses W only (and H = 1 entries).
+struct Case {
+  const char* what;
+  int dims;
+  int64_t n, c_in, c_out, groups;
+  std::array<int64_t, 2> in, kernel, stride, padding, dilation, output_padding;
+};
+
+// The args' arrays hold the user's axes: (H, W) for 2-D, (W) in entry 0 for 1-D.
+std::array<int64_t, 2> user_axes(const Case& c, const std::array<int64_t, 2>& hw) {
+  return c.dims == 1 ? std::array<int64_t, 2>{hw[1], hw[0]} : hw;
+}
+
+ConvGeometry geometry(const Case& c, Precision precision) {
+  ConvTransposeArgs a;
+  a.fn = c.dims == 1 ? "conv_transpose1d" : "conv_transpose2d";
+  a.spatial_dims = c.dims;
+  a.x_shape = {c.n, c.c_in};
+  a.w_shape = {c.c_in, c.c_out / c.groups};
+  for (int axis = 0; axis < c.dims; ++axis) {
+    a.x_shape.push_back(user_axes(c, c.in)[axis]);
+    a.w_shape.push_back(user_axes(c, c.kernel)[axis]);
+  }
+  a.stride = user_axes(c, c.stride);
+  a.padding = user_axes(c, c.padding);
+  a.dilation = user_axes(c, c.dilation);
+  a.output_padding = user_axes(c, c.output_padding);
+  a.groups = c.groups;
+  ConvGeometry g = make_conv_transpose_geometry(a);
+  g.precision = precision;
+  return g;
+}
+
+Shape x_shape(const ConvGeometry& g) {
+  return {g.batch, g.in_channels, g.in_size[0], g.in_size[1]};
+}
+Shape y_shape(const ConvGeometry& g) {
+  return {g.batch, g.out_channels, g.out_size[0], g.out_size[1]};
+}
+Shape w_shape(const ConvGeometry& g) {
+  return {g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]};
+}
+
+struct Operands {
+  Tensor x, w, b, dy;
+};
+
+Operands random_operands(const ConvGeometry& g, uint64_t seed) {
+  Generator gen(seed);
+  const TensorOptions f32 = TensorOptions().dtype(kFloat32);
+  const Device cuda(kCUDA);
+  return {randn(x_shape(g), gen, f32).to(cuda), randn(w_shape(g), gen, f32).to(cuda),
+          randn({g.out_channels}, gen, f32).to(cuda), randn(y_shape(g), gen, f32).to(cuda)};
+}
+
+struct Passes {
+  Tensor y, dx, dw;
+};
+
+// Runs the three backend passes on operands of any float dtype (y includes the bias).
+Passes run_passes(const ConvGeometry& g, const Operands& o) {
+  Backend& be = backend(Device(kCUDA));
+  const TensorOptions opt = TensorOptions().dtype(o.x.dtype()).device(Device(kCUDA));
+  Passes r{empty(y_shape(g), opt), empty(x_shape(g), opt), empty(w_shape(g), opt)};
+  be.conv_transpose_forward(g, o.x, o.w, &o.b, r.y);
+  be.conv_transpose_dgrad(g, o.dy, o.w, r.dx);
+  be.conv_transpose_wgrad(g, o.x, o.dy, r.dw);
+  return r;
+}
+
+Operands to_float64(const Operands& o) {
+  return {o.x.to(kFloat64), o.w.to(kFloat64), o.b.to(kFloat64), o.dy.to(kFloat64)};
+}
+
+// Every pass of `c` at both precisions against float64 on the same float32 inputs.
+void check_case(const Case& c, uint64_t seed) {
+  const ConvGeometry g64 = geometry(c, Precision::highest);
+  const Operands o = random_operands(g64, seed);
+  const Passes ref = run_passes(g64, to_float64(o));
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    const ConvGeometry g = geometry(c, precision);
+    const Tolerance tol = precision == Precision::highest ? kHighest : kHigh;
+    const std::string config = std::string(c.what) + " " + g.str() +
+                               (precision == Precision::highest ? " highest" : " high");
+    const Passes out = run_passes(g, o);
+    EXPECT_TRUE(tensors_close(out.y, ref.y, tol, config + " forward"));
+    EXPECT_TRUE(tensors_close(out.dx, ref.dx, tol, config + " dgrad"));
+    EXPECT_TRUE(tensors_close(out.dw, ref.dw, tol, config + " wgrad"));
+  }
+}
+
+// Sizes are chosen against the tiles: forward/dgrad tile M (channels out of the GEMM) by 128,
+// 64 or 32 (chosen by M), positions by 128 or 256, channels of K by 16 or 8; wgrad tiles
+// (C_in, C_out) by 128x128, 64x64 or 32x32 and positions by 32.
+TEST(CudaFastPaths, OneDimStrideOne) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  const std::vector<Case> cases = {
+      // M = 96 > 64 (128-row tile, partial); K channels 72 (not a multiple of 16); L = 301 odd.
+      {"big tile", 1, 2, 72, 96, 1, {1, 301}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}},
+      // M = 40 (64-row tile), C_in = 20, k 5 dilation 3 (wide halo), L = 517.
+      {"mid tile", 1, 2, 20, 40, 1, {1, 517}, {1, 5}, {1, 1}, {0, 0}, {1, 3}, {0, 0}},
+      // M <= 32 (32-row tile), 7 and 13 channels, padding wider than the kernel reach.
+      {"small tile", 1, 3, 7, 13, 1, {1, 1000}, {1, 3}, {1, 1}, {0, 2}, {1, 1}, {0, 0}},
+      // S3-like channel counts, several position tiles, batch 1.
+      {"S3-like batch 1", 1, 1, 128, 128, 1, {1, 700}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}},
+      // A length shorter than the kernel's reach and one position.
+      {"tiny length", 1, 2, 9, 17, 1, {1, 1}, {1, 4}, {1, 1}, {0, 1}, {1, 2}, {0, 0}},
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases)
+    check_case(c, ++seed);
+}
+
+TEST(CudaFastPaths, OneDimStridedDilatedPadded) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  const std::vector<Case> cases = {
+      // S1's geometry (stride 2, dilation 2, padding 1: half the outputs get no taps).
+      {"S1-like", 1, 2, 32, 64, 1, {1, 257}, {1, 3}, {1, 2}, {0, 1}, {1, 2}, {0, 0}},
+      // stride 3, dilation 2, padding 2, output_padding 1: three phases with 1 or 2 taps.
+      {"stride 3", 1, 2, 24, 40, 1, {1, 199}, {1, 4}, {1, 3}, {0, 2}, {1, 2}, {0, 1}},
+      // stride 2 with no dilation and a large M, 17 channels.
+      {"stride 2 big", 1, 1, 17, 130, 1, {1, 333}, {1, 5}, {1, 2}, {0, 3}, {1, 1}, {0, 1}},
+  };
+  uint64_t seed = 200;
+  for (const Case& c : cases)
+    check_case(c, ++seed);
+}
+
+TEST(CudaFastPaths, TwoDim) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  const std::vector<Case> cases = {
+      // S5's kernel and padding on a small image (edge rows lose taps; W not a tile multiple).
+      {"S5-like", 2, 2, 32, 32, 1, {9, 300}, {3, 7}, {1, 1}, {1, 3}, {1, 1}, {0, 0}},
+      // strides (2, 3), dilation (1, 2), odd channels.
+      {"2-D strided", 2, 2, 11, 21, 1, {7, 33}, {3, 3}, {2, 3}, {1, 2}, {1, 2}, {1, 0}},
+      // M > 64 in 2-D, batch 1.
+      {"2-D big M", 2, 1, 16, 80, 1, {5, 70}, {2, 2}, {1, 1}, {0, 0}, {2, 1}, {0, 0}},
+  };
+  uint64_t seed = 300;
+  for (const Case& c : cases)
+    check_case(c, ++seed);
+}
+
+// groups > 1 runs the general kernels; groups == 1 of the same sizes the fast ones: both must
+// match float64.
+TEST(CudaFastPaths, GroupsUseGeneralPathAndAgree) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_case({"groups 2", 1, 2, 16, 24, 2, {1, 150}, {1, 3}, {1, 2}, {0, 1}, {1, 1}, {0, 0}}, 401);
+  check_case({"groups 1", 1, 2, 16, 24, 1, {1, 150}, {1, 3}, {1, 2}, {0, 1}, {1, 1}, {0, 0}}, 402);
+}
+
+// A long wgrad reduction (split-K over many CTAs, summed in fixed order).
+TEST(CudaFastPaths, LongWgradReduction) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_case({"long K", 1, 4, 64, 64, 1, {1, 20000}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}}, 501);
+}
+
+TEST(CudaFastPaths, Deterministic) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  const Case c{"determinism", 1, 3, 48, 136, 1, {1, 4001}, {1, 3}, {1, 2}, {0, 1}, {1, 2}, {0, 0}};
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    const ConvGeometry g = geometry(c, precision);
+    const Operands o = random_operands(g, 601);
+    const Passes a = run_passes(g, o);
+    const Passes b = run_passes(g, o);
+    EXPECT_TRUE(equal(a.y, b.y)) << g.str() << " forward";
+    EXPECT_TRUE(equal(a.dx, b.dx)) << g.str() << " dgrad";
+    EXPECT_TRUE(equal(a.dw, b.dw)) << g.str() << " wgrad";
+  }
+}
+
+}  // namespace
+}  // namespace tgrad
