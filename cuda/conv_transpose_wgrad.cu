@@ -1,16 +1,12 @@
 // Transposed-convolution weight and bias gradients.
-// float32 with groups == 1: a split-K GEMM on TF32 tensor cores (3xTF32 for "highest"), one CTA
-// per (tap, ci tile, co tile, K split): M = C_in, N = C_out, K = positions (n, ih, iw) walked as
-// segments of kSegment iw; each split writes its partial tile, then sum_splits_kernel adds the
-// splits in order (deterministic). Every other case runs the general kernel further down.
-//   dw[ci, co, kh, kw] = sum_{n, ih, iw} x[n, ci, ih, iw] * dy[n, g*Cog+co, oh, ow],  g = ci / Cig,
-//   with oh = ih*sH - pH + kh*dH in [0, Ho) (likewise ow);   db[co] = sum_{n, oh, ow} dy[n, co, oh,
-//   ow].
-// The sum over r = (n, ih, iw) is long, so it is split deterministically: stage 1 gives each
-// (weight tile, chunk of r) one block, whose threads stride over the chunk and meet in a fixed
-// shared-memory tree (float64 accumulation) -> partials[e, chunk]; stage 2 sums each e's chunks
-// in order. A tile is kTileCo consecutive co of one (ci, kh, kw), so each x load feeds kTileCo
-// products. The bias gradient is reduction.cu's deterministic sum of dy as (N, Co, Ho*Wo).
+//   dw[ci, co, kh, kw] = sum_{n, ih, iw} x[n, ci, ih, iw] * dy[n, g*Cog+co, ih*sH - pH + kh*dH,
+//                                                          iw*sW - pW + kw*dW],  g = ci / Cig
+// float32, groups == 1: a split-K GEMM on TF32 tensor cores (3xTF32 for "highest"), M = C_in,
+// N = C_out, K = positions; one CTA covers every kw tap of one kh from one staged dy window, and
+// each split's partial tile is summed in order by sum_splits_kernel (deterministic).
+// Every other case runs the general kernel below: each (weight tile, chunk of positions) block
+// strides over its chunk and meets in a fixed shared-memory tree (float64), then stage 2 sums
+// each element's chunks in order. The bias gradient is reduction.cu's deterministic sum of dy.
 #include <cuda_runtime.h>
 
 #include "cuda/conv_params.h"
@@ -110,95 +106,88 @@ __global__ void sum_chunks_kernel(const double* __restrict__ partials, T* __rest
 }
 
 
-// ---- Fast path: split-K tensor-core GEMM ------------------------------------------------------
+// ---- Fast path: split-K tensor-core GEMM, all kW taps of a row per CTA ------------------------
 
-constexpr int kSegment = 32;               // K per step: kSegment consecutive iw of one (n, ih)
-constexpr int kSegPitch = kSegment + 4;    // == 4 mod 32: fragment loads hit 32 banks
-constexpr int64_t kTargetCtas = 2048;      // per launch, from the shape only (bits are GPU-free)
+constexpr int kSegment = 64;            // K per step: kSegment consecutive iw of one (n, ih)
+constexpr int kFlushEvery = 32;         // "highest": positions per tensor-core chain (see tf32_mma)
+constexpr int kXPitch = kSegment + 4;   // == 4 mod 8: the fragment loads hit 32 banks
+constexpr int kWarpM = 32, kWarpN = 32; // warp tile: 32 ci x 32 co of one tap
+constexpr int kMaxWarps = 12;     // 384 threads: up to 168 registers each (3xTF32 needs ~130)
+constexpr int64_t kTargetCtas = 1024;   // per launch, from the shape only (bits are GPU-free)
 constexpr int64_t kMaxPartialBytes = int64_t{256} << 20;
 
-// A CTA multiplies x[ci tile, segment] by dy[co tile, segment shifted to its tap].
-template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_>
-struct WgradConfig {
-  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
-  static constexpr int kTilesM = kTilesM_, kTilesN = kTilesN_;
-  static constexpr int kThreads = kWarpsM * kWarpsN * 32;
-  static constexpr int kBM = kWarpsM * kTilesM * 16;  // ci
-  static constexpr int kBN = kWarpsN * kTilesN * 8;   // co
+// A CTA owns warps_m*32 ci x warps_n*32 co x taps_per_cta consecutive taps kw of one kh, and one
+// split of the K segments. Per segment it stages x[ci tile][kSegment] once and one dy window
+// dy[co tile][win_cols columns] that covers every tap's shifted read, so each staged value
+// feeds taps_per_cta times more products than a one-tap tile. Warp w computes tap w / per_tap.
+struct WgradPlan {
+  int warps_m, warps_n, taps_per_cta;
+  int win_cols, win_pitch;  // dy window columns (a multiple of 4) / floats per window row
+  int64_t m_tiles, n_tiles, kw_groups, w_tiles, segments, segs_per_split, splits;
 };
-
-struct WgradSplit {
-  int64_t m_tiles, n_tiles, w_tiles, segments, segs_per_split, splits;
-};
-
-// Copies 4 consecutive K elements of one tile row: src[(k0+e)*step] for in-range e, zeros
-// elsewhere; one 16-byte copy when all four are in range, contiguous and aligned.
-__device__ inline void load_row4(float* dst, const float* base, int64_t first, int64_t step,
-                                 int64_t limit, bool row_ok, const float* dummy) {
-  const float* src = base + first;
-  if (row_ok && step == 1 && first >= 0 && first + 3 < limit &&
-      (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-    cp_async16(dst, src);
-    return;
-  }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int64_t i = first + e * step;
-    const bool ok = row_ok && i >= 0 && i < limit;
-    cp_async4(dst + e, ok ? base + i : dummy, ok);
-  }
-}
 
 // out[(z*Ci + ci)*Co*taps + co*taps + tap] = sum over split z's segments of x * dy at this tap.
-template <class Cfg, bool kSplit>
-__global__ void __launch_bounds__(Cfg::kThreads) wgrad_tc_kernel(const float* __restrict__ x,
-                                                                 const float* __restrict__ dy,
-                                                                 float* __restrict__ out,
-                                                                 ConvParams p, WgradSplit s) {
+template <bool kSplit>
+__global__ void __launch_bounds__(kMaxWarps * 32) wgrad_tc_kernel(const float* __restrict__ x,
+                                                                  const float* __restrict__ dy,
+                                                                  float* __restrict__ out,
+                                                                  ConvParams p, WgradPlan s) {
   extern __shared__ __align__(16) float smem[];
-  // Two stages of x[ci][k] and of dy[co][k] read at this tap.
-  auto xs = [&](int stage) { return smem + stage * Cfg::kBM * kSegPitch; };
-  auto ds = [&](int stage) { return smem + (2 * Cfg::kBM + stage * Cfg::kBN) * kSegPitch; };
-  const int64_t taps = p.kH * p.kW;
-  int64_t b = blockIdx.x;  // taps fastest: neighbouring CTAs read the same x and dy
-  const int64_t tap = b % taps;
-  b /= taps;
-  const int64_t m0 = (b % s.m_tiles) * Cfg::kBM;
+  const int bm = s.warps_m * kWarpM, bn = s.warps_n * kWarpN;
+  const int x_floats = bm * kXPitch, stage_floats = x_floats + bn * s.win_pitch;
+  int64_t b = blockIdx.x;  // kh and tap groups fastest: neighbouring CTAs read the same x
+  const int64_t kh = b % p.kH;
+  b /= p.kH;
+  const int64_t kw0 = (b % s.kw_groups) * s.taps_per_cta;
+  b /= s.kw_groups;
+  const int64_t m0 = (b % s.m_tiles) * bm;
   b /= s.m_tiles;
-  const int64_t n0 = (b % s.n_tiles) * Cfg::kBN;
+  const int64_t n0 = (b % s.n_tiles) * bn;
   const int64_t z = b / s.n_tiles;
-  const int64_t kh = tap / p.kW, kw = tap % p.kW;
   const int64_t seg_begin = z * s.segs_per_split;
   const int64_t seg_end = min_i64(s.segments, seg_begin + s.segs_per_split);
+  // The window starts at the first tap's first column rounded down to a multiple of 4 (so rows
+  // load as aligned 16-byte copies); i0*sW is a multiple of 4, so the shift is per CTA.
+  const int64_t first0 = kw0 * p.dW - p.pW;
+  const int shift = static_cast<int>(((first0 % 4) + 4) % 4);
 
   auto load_segment = [&](int64_t seg, int stage) {
     const int64_t row = seg / s.w_tiles, i0 = (seg % s.w_tiles) * kSegment;
     const int64_t n = row / p.Hi, ih = row % p.Hi;
     const int64_t oh = ih * p.sH - p.pH + kh * p.dH;
     const bool oh_ok = oh >= 0 && oh < p.Ho;
-    constexpr int kVecs = kSegment / 4;
-    for (int v = threadIdx.x; v < (Cfg::kBM + Cfg::kBN) * kVecs; v += Cfg::kThreads) {
-      const int r = v / kVecs, k = (v % kVecs) * 4;
-      if (r < Cfg::kBM) {
+    const int64_t start = i0 * p.sW + first0 - shift;
+    float* xs = smem + stage * stage_floats;
+    float* ds = xs + x_floats;
+    constexpr int kXVecs = kSegment / 4;
+    const int win_vecs = s.win_cols / 4, x_vecs = bm * kXVecs;
+    for (int v = threadIdx.x; v < x_vecs + bn * win_vecs; v += blockDim.x) {
+      if (v < x_vecs) {
+        const int r = v / kXVecs, k = (v % kXVecs) * 4;
         const int64_t ci = m0 + r;
         const float* base = x + ((n * p.Ci + (ci < p.Ci ? ci : 0)) * p.Hi + ih) * p.Wi;
-        load_row4(&xs(stage)[r * kSegPitch + k], base, i0 + k, 1, p.Wi, ci < p.Ci, x);
+        load_vec4(xs + r * kXPitch + k, base, i0 + k, p.Wi, ci < p.Ci, x);
       } else {
-        const int64_t co = n0 + r - Cfg::kBM;
+        const int r = (v - x_vecs) / win_vecs, k = ((v - x_vecs) % win_vecs) * 4;
+        const int64_t co = n0 + r;
         const bool ok = oh_ok && co < p.Co;
         const float* base = dy + ((n * p.Co + (ok ? co : 0)) * p.Ho + (ok ? oh : 0)) * p.Wo;
-        load_row4(&ds(stage)[(r - Cfg::kBM) * kSegPitch + k], base,
-                  (i0 + k) * p.sW - p.pW + kw * p.dW, p.sW, p.Wo, ok, dy);
+        load_vec4(ds + r * s.win_pitch + k, base, start + k, p.Wo, ok, dy);
       }
     }
   };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int wm = (warp / Cfg::kWarpsN) * Cfg::kTilesM * 16;
-  const int wn = (warp % Cfg::kWarpsN) * Cfg::kTilesN * 8;
-  float acc[Cfg::kTilesM][Cfg::kTilesN][4] = {};  // the tensor cores' running chain
+  const int per_tap = s.warps_m * s.warps_n;
+  const int j = warp / per_tap;  // this warp's tap: kw = kw0 + j
+  const int wm = (warp % per_tap) / s.warps_n * kWarpM, wn = warp % s.warps_n * kWarpN;
+  const bool active = kw0 + j < p.kW;
+  const int s_w = static_cast<int>(p.sW);
+  const int b_col = shift + j * static_cast<int>(p.dW);  // window column of this tap's k = 0
+  constexpr int kTilesM = kWarpM / 16, kTilesN = kWarpN / 8;
+  float acc[kTilesM][kTilesN][4] = {};  // the tensor cores' running chain
   // "highest": acc is flushed into sum after each short chain (see flush_into).
-  float sum[kSplit ? Cfg::kTilesM : 1][kSplit ? Cfg::kTilesN : 1][4] = {};
+  float sum[kSplit ? kTilesM : 1][kSplit ? kTilesN : 1][4] = {};
 
   if (seg_begin < seg_end) {
     load_segment(seg_begin, 0);
@@ -210,44 +199,52 @@ __global__ void __launch_bounds__(Cfg::kThreads) wgrad_tc_kernel(const float* __
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
+    const float* xs = smem + stage * stage_floats;
+    const float* ds = xs + x_floats + b_col;
+    if (active) {
 #pragma unroll
-    for (int k8 = 0; k8 < kSegment; k8 += 8) {
-      Frag<4, kSplit> a[Cfg::kTilesM];
-      Frag<2, kSplit> bf[Cfg::kTilesN];
+      for (int k8 = 0; k8 < kSegment; k8 += 8) {
+        Frag<4, kSplit> a[kTilesM];
+        Frag<2, kSplit> bf[kTilesN];
 #pragma unroll
-      for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
-        const float* ap = &xs(stage)[(wm + mt * 16 + g) * kSegPitch + k8 + t];
-        a[mt].set(0, ap[0]);
-        a[mt].set(1, ap[8 * kSegPitch]);
-        a[mt].set(2, ap[4]);
-        a[mt].set(3, ap[8 * kSegPitch + 4]);
-      }
+        for (int mt = 0; mt < kTilesM; ++mt) {
+          const float* ap = xs + (wm + mt * 16 + g) * kXPitch + k8 + t;
+          a[mt].set(0, ap[0]);
+          a[mt].set(1, ap[8 * kXPitch]);
+          a[mt].set(2, ap[4]);
+          a[mt].set(3, ap[8 * kXPitch + 4]);
+        }
 #pragma unroll
-      for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
-        const float* bp = &ds(stage)[(wn + nt * 8 + g) * kSegPitch + k8 + t];
-        bf[nt].set(0, bp[0]);
-        bf[nt].set(1, bp[4]);
-      }
+        for (int nt = 0; nt < kTilesN; ++nt) {
+          const float* bp = ds + (wn + nt * 8 + g) * s.win_pitch + (k8 + t) * s_w;
+          bf[nt].set(0, bp[0]);
+          bf[nt].set(1, bp[4 * s_w]);
+        }
 #pragma unroll
-      for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
+        for (int mt = 0; mt < kTilesM; ++mt) {
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-          mma_frag<kSplit>(acc[mt][nt], a[mt], bf[nt]);
+          for (int nt = 0; nt < kTilesN; ++nt)
+            mma_frag<kSplit>(acc[mt][nt], a[mt], bf[nt]);
+        }
+        if constexpr (kSplit) {
+          if ((k8 + 8) % kFlushEvery == 0) flush_into(sum, acc);
+        }
       }
     }
-    if constexpr (kSplit) flush_into(sum, acc);
     __syncthreads();
   }
 
+  if (!active) return;
+  const int64_t taps = p.kH * p.kW, tap = kh * p.kW + kw0 + j;
   float* out_z = out + z * p.Ci * p.Co * taps;
 #pragma unroll
-  for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
+  for (int mt = 0; mt < kTilesM; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t ci = m0 + wm + mt * 16 + g + half * 8;
       if (ci >= p.Ci) continue;
 #pragma unroll
-      for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
+      for (int nt = 0; nt < kTilesN; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t co = n0 + wn + nt * 8 + 2 * t + e;
@@ -276,20 +273,35 @@ __global__ void sum_splits_kernel(const float* __restrict__ partials, float* __r
   }
 }
 
-template <class Cfg>
-void wgrad_tc_launch(CachingAllocator& alloc, const ConvParams& p, Precision precision,
-                     const Tensor& x, const Tensor& dy, Tensor& dw) {
-  const int64_t taps = p.kH * p.kW, elements = dw.numel();
-  WgradSplit s{};
-  s.m_tiles = ceil_div(p.Ci, Cfg::kBM);
-  s.n_tiles = ceil_div(p.Co, Cfg::kBN);
-  s.w_tiles = ceil_div(p.Wi, kSegment);
+// The tensor-core path, or false (nothing launched) when the general kernel must run.
+bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precision,
+                const Tensor& x, const Tensor& dy, Tensor& dw) {
+  if (dw.dtype() != DType::float32 || p.G != 1) return false;
+  WgradPlan s{};
+  s.warps_m = p.Ci > kWarpM ? 2 : 1;
+  s.warps_n = p.Co > kWarpN ? 2 : 1;
+  const int per_tap = s.warps_m * s.warps_n;
+  s.kw_groups = ceil_div(p.kW, int64_t{kMaxWarps / per_tap});
+  s.taps_per_cta = static_cast<int>(ceil_div(p.kW, s.kw_groups));
+  const int64_t span = (kSegment - 1) * p.sW + (s.taps_per_cta - 1) * p.dW + 1 + 3;
+  if (span > 4096) return false;
+  s.win_cols = static_cast<int>(ceil_div(span, int64_t{4}) * 4);
+  s.win_pitch = s.win_cols % 8 == 0 ? s.win_cols + 4 : s.win_cols;  // == 4 mod 8
+  const int bm = s.warps_m * kWarpM, bn = s.warps_n * kWarpN;
+  const int smem = 2 * (bm * kXPitch + bn * s.win_pitch) * static_cast<int>(sizeof(float));
+  if (smem > 200 * 1024) return false;
+
+  const int64_t elements = dw.numel();
+  s.m_tiles = ceil_div(p.Ci, int64_t{bm});
+  s.n_tiles = ceil_div(p.Co, int64_t{bn});
+  s.w_tiles = ceil_div(p.Wi, int64_t{kSegment});
   s.segments = p.N * p.Hi * s.w_tiles;
-  const int64_t tiles = taps * s.m_tiles * s.n_tiles;
+  const int64_t tiles = p.kH * s.kw_groups * s.m_tiles * s.n_tiles;
   int64_t splits = std::clamp<int64_t>(ceil_div(kTargetCtas, tiles), 1, s.segments);
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, kMaxPartialBytes / (elements * 4)));
   s.segs_per_split = ceil_div(s.segments, splits);
   s.splits = ceil_div(s.segments, s.segs_per_split);
+
   std::shared_ptr<void> storage;
   float* out = dw.data_ptr<float>();
   if (s.splits > 1) {
@@ -297,38 +309,22 @@ void wgrad_tc_launch(CachingAllocator& alloc, const ConvParams& p, Precision pre
     out = static_cast<float*>(storage.get());
   }
   const unsigned blocks = static_cast<unsigned>(tiles * s.splits);
-  const int smem = 2 * (Cfg::kBM + Cfg::kBN) * kSegPitch * static_cast<int>(sizeof(float));
+  const unsigned threads = static_cast<unsigned>(per_tap * s.taps_per_cta * 32);
   auto run = [&](auto kernel) {
     TGRAD_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<blocks, Cfg::kThreads, smem>>>(x.data_ptr<float>(), dy.data_ptr<float>(), out, p, s);
+    kernel<<<blocks, threads, smem>>>(x.data_ptr<float>(), dy.data_ptr<float>(), out, p, s);
     TGRAD_CUDA_CHECK_LAUNCH("wgrad_tc_kernel");
   };
   if (precision == Precision::highest) {
-    run(wgrad_tc_kernel<Cfg, true>);
+    run(wgrad_tc_kernel<true>);
   } else {
-    run(wgrad_tc_kernel<Cfg, false>);
+    run(wgrad_tc_kernel<false>);
   }
   if (s.splits > 1) {
     sum_splits_kernel<<<grid_for(elements), kThreads>>>(out, dw.data_ptr<float>(), elements,
                                                         s.splits);
     TGRAD_CUDA_CHECK_LAUNCH("sum_splits_kernel");
-  }
-}
-
-// The tensor-core path, or false (nothing launched) when the general kernel must run.
-bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precision,
-                const Tensor& x, const Tensor& dy, Tensor& dw) {
-  if (dw.dtype() != DType::float32 || p.G != 1) return false;
-  using Big = WgradConfig<2, 4, 4, 4>;    // 128 x 128 (ci x co), warp tile 64 x 32
-  using Mid = WgradConfig<2, 2, 2, 4>;    // 64 x 64, warp tile 32 x 32
-  using Small = WgradConfig<1, 1, 2, 4>;  // 32 x 32, one warp
-  if (p.Ci >= 128 && p.Co >= 128) {
-    wgrad_tc_launch<Big>(alloc, p, precision, x, dy, dw);
-  } else if (p.Ci >= 64 && p.Co >= 64) {
-    wgrad_tc_launch<Mid>(alloc, p, precision, x, dy, dw);
-  } else {
-    wgrad_tc_launch<Small>(alloc, p, precision, x, dy, dw);
   }
   return true;
 }

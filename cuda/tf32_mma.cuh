@@ -28,6 +28,22 @@ __device__ inline void cp_async16(float* dst, const float* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 
+// Copies src[first .. first+4) of a row of `limit` floats, zero outside; one 16-byte copy when
+// all four are in range and aligned.
+__device__ inline void load_vec4(float* dst, const float* base, int64_t first, int64_t limit,
+                                 bool row_ok, const float* dummy) {
+  if (row_ok && first >= 0 && first + 3 < limit &&
+      (reinterpret_cast<uintptr_t>(base + first) & 15) == 0) {
+    cp_async16(dst, base + first);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const bool ok = row_ok && first + e >= 0 && first + e < limit;
+    cp_async4(dst + e, ok ? base + first + e : dummy, ok);
+  }
+}
+
 __device__ inline void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
