@@ -184,8 +184,12 @@ Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, Bac
 void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   const Tensor g = root_gradient("backward", root, gradient);
   Traversal t = traverse({root}, {g}, retain_graph, {});
-  // Every node ran: now, and only now, write the leaves' .grad (a throw above changed nothing).
+  // Every node ran: now compute each leaf's new .grad (accumulating can still run out of
+  // memory), and only then write them all with pointer swaps that cannot fail, so that a throw
+  // anywhere changes no .grad.
   NoGradGuard no_grad;
+  std::vector<std::pair<TensorImpl*, std::shared_ptr<TensorImpl>>> updates;
+  updates.reserve(t.leaves.size());
   for (auto& [raw, entry] : t.leaves) {
     TensorImpl& leaf = *entry.first;
     Tensor sum = entry.second;
@@ -195,8 +199,10 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
                sum.impl()->storage == g.impl()->storage) {
       sum = sum.clone();  // never alias the user's gradient or output
     }
-    leaf.grad = sum.detach().impl_ptr();
+    updates.emplace_back(&leaf, sum.detach().impl_ptr());
   }
+  for (auto& [leaf, grad] : updates)
+    leaf->grad = std::move(grad);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

@@ -73,6 +73,14 @@ void cuda_synchronize(int device) {
   backend(Device(kCUDA, device)).synchronize(Device(kCUDA, device));
 }
 
+void set_memory_limit(Device device, int64_t bytes) {
+  TGRAD_CHECK(bytes >= 0, "set_memory_limit: bytes=", bytes, " must be non-negative (0: no limit)");
+  backend(device).set_memory_limit(device, bytes);
+}
+int64_t memory_limit(Device device) {
+  return backend(device).memory_limit(device);
+}
+
 namespace {
 std::atomic<Precision>& precision_setting() {
   static std::atomic<Precision> setting{Precision::highest};

@@ -62,6 +62,10 @@ class Backend {
   virtual void synchronize(Device device) = 0;
   virtual MemoryStats memory_stats(Device device) = 0;
   virtual void empty_cache(Device device) = 0;  // frees cached, unused blocks
+  // A cap on the bytes live tensors may hold on `device` (0: none, the default). An allocation
+  // that would pass it throws tgrad::Error "out of memory: ... limit ..." and changes nothing.
+  virtual void set_memory_limit(Device device, int64_t bytes) = 0;
+  virtual int64_t memory_limit(Device device) = 0;
 
   // Elementwise, reductions, products.
   virtual void fill(Tensor& y, double value) = 0;
@@ -108,6 +112,12 @@ int64_t cuda_memory_reserved(int device = 0);
 int64_t cuda_max_memory_allocated(int device = 0);
 void cuda_empty_cache(int device = 0);
 void cuda_synchronize(int device = 0);
+
+// Caps the bytes that live tensors (and kernel workspaces) may hold on `device`; 0 removes the
+// cap. Allocations past it throw tgrad::Error as a real out-of-memory would: a way to test
+// that a computation fails cleanly when memory runs out, and to bound an embedding program.
+void set_memory_limit(Device device, int64_t bytes);
+int64_t memory_limit(Device device);
 
 // The float32 precision of CUDA conv kernels: "highest" (default) or "high" (TF32 allowed).
 void set_float32_matmul_precision(const std::string& precision);

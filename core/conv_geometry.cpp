@@ -13,6 +13,24 @@ int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int6
   return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1;
 }
 
+namespace {
+
+// The same formula step by step in checked arithmetic (the arguments come from users, and a
+// fuzzer found that (in - 1) * stride overflows); false when any step leaves int64.
+bool checked_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                      int64_t output_padding, int64_t& out) {
+  int64_t scaled = 0, twice_padding = 0, span = 0;
+  return !__builtin_mul_overflow(in - 1, stride, &scaled) &&
+         !__builtin_mul_overflow(padding, 2, &twice_padding) &&
+         !__builtin_mul_overflow(dilation, kernel - 1, &span) &&
+         !__builtin_sub_overflow(scaled, twice_padding, &out) &&
+         !__builtin_add_overflow(out, span, &out) &&
+         !__builtin_add_overflow(out, output_padding, &out) &&
+         !__builtin_add_overflow(out, 1, &out);
+}
+
+}  // namespace
+
 double ConvGeometry::flops() const {
   return 2.0 * static_cast<double>(batch) * static_cast<double>(in_channels) *
          static_cast<double>(out_channels_per_group()) * static_cast<double>(kernel[0]) *
@@ -107,9 +125,13 @@ ConvGeometry make_conv_transpose_geometry(const ConvTransposeArgs& a) {
     g.padding[axis] = a.padding[i];
     g.dilation[axis] = a.dilation[i];
     g.output_padding[axis] = a.output_padding[i];
-    const int64_t out = conv_transpose_out_size(in, g.kernel[axis], g.stride[axis],
-                                                g.padding[axis], g.dilation[axis],
-                                                g.output_padding[axis]);
+    int64_t out = 0;
+    TGRAD_CHECK(checked_out_size(in, g.kernel[axis], g.stride[axis], g.padding[axis],
+                                 g.dilation[axis], g.output_padding[axis], out),
+                fn, ": output size on axis ", i, " overflows int64: (in=", in,
+                " - 1)*stride=", a.stride[i], " - 2*padding=", a.padding[i],
+                " + dilation=", a.dilation[i], "*(kernel=", g.kernel[axis],
+                " - 1) + output_padding=", a.output_padding[i], " + 1");
     TGRAD_CHECK(out >= 1, fn, ": output size ", out, " on axis ", i,
                 " is too small: (in=", in, " - 1)*stride=", a.stride[i], " - 2*padding=",
                 a.padding[i], " + dilation=", a.dilation[i], "*(kernel=", g.kernel[axis],

@@ -381,7 +381,9 @@ namespace detail {
 Tensor conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w,
                             const Shape& x_shape) {
   Tensor dx = new_like(dy, {g.batch, g.in_channels, g.in_size[0], g.in_size[1]});
-  if (dx.numel() > 0) {
+  if (dx.numel() > 0 && g.out_channels == 0) {
+    backend(dy.device()).fill(dx, 0.0);  // no output channel depends on x
+  } else if (dx.numel() > 0) {
     const Tensor dy4 = alias(dy, {g.batch, g.out_channels, g.out_size[0], g.out_size[1]});
     const Tensor w4 = alias(w, {g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]});
     backend(dy.device()).conv_transpose_dgrad(g, dy4, w4, dx);
@@ -409,6 +411,11 @@ Tensor conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy) {
   if (db.numel() > 0) {
     if (g.batch == 0) {
       backend(dy.device()).fill(db, 0.0);
+    } else if (g.in_channels == 0) {
+      // No input channels: the backend's conv passes need some, but db is a plain sum of dy.
+      const Tensor dy4 = alias(dy, {g.batch, g.out_channels, g.out_size[0], g.out_size[1]});
+      Tensor db4 = alias(db, {1, g.out_channels, 1, 1});
+      backend(dy.device()).sum_to(dy4, db4);
     } else {
       const Tensor dy4 = alias(dy, {g.batch, g.out_channels, g.out_size[0], g.out_size[1]});
       backend(dy.device()).conv_transpose_bias_grad(g, dy4, db);

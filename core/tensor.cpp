@@ -184,7 +184,8 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
       infer = static_cast<int64_t>(i);
     } else {
       TGRAD_CHECK(s[i] >= 0, "reshape: size ", s[i], " in ", new_shape, " is invalid");
-      known *= s[i];
+      TGRAD_CHECK(!__builtin_mul_overflow(known, s[i], &known), "reshape: shape ", new_shape,
+                  " is invalid: its sizes overflow int64");
     }
   }
   if (infer >= 0) {
@@ -205,8 +206,8 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   TGRAD_CHECK(dim == 0, "narrow: only dim 0 keeps storage contiguous; got dim ", dim,
               " (reshape or copy first)");
   const int64_t n = size(0);
-  TGRAD_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start,
-              " and length ", length, " do not fit in dim 0 of size ", n);
+  TGRAD_CHECK(start >= 0 && length >= 0 && start <= n && length <= n - start, "narrow: start ",
+              start, " and length ", length, " do not fit in dim 0 of size ", n);
   Shape s = shape();
   s[0] = length;
   Tensor y = detail::alias(*this, s);

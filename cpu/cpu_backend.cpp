@@ -1,13 +1,17 @@
 // CpuBackend: the default backend, on host memory. Memory is 64-byte aligned operator new with
-// byte counters; kernels live in the other files of cpu/ (see kernels.h). cpu_backend() returns
-// the one instance (a function-local static).
+// byte counters, an optional cap (set_memory_limit) and a refusal of requests larger than the
+// machine's RAM + swap; kernels live in the other files of cpu/ (see kernels.h). cpu_backend()
+// returns the one instance (a function-local static).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 #include <thread>
+
+#include <sys/sysinfo.h>
 
 #include "core/backend.h"
 #include "cpu/kernels.h"
@@ -17,20 +21,40 @@ namespace {
 
 constexpr std::align_val_t kAlignment{64};
 
-// Live and peak bytes. Shared with every allocation's deleter, so a tensor that outlives the
-// backend (a static one, say) still frees itself safely.
+// Live and peak bytes, and the cap on live bytes (0: none). Shared with every allocation's
+// deleter, so a tensor that outlives the backend (a static one, say) still frees itself safely.
 struct ByteCounters {
   std::atomic<int64_t> allocated{0};
   std::atomic<int64_t> peak{0};
+  std::atomic<int64_t> limit{0};
 
-  void add(int64_t nbytes) {
-    const int64_t now = allocated.fetch_add(nbytes) + nbytes;
+  // Reserves nbytes under the cap; false (and nothing reserved) when they would pass it.
+  bool try_add(int64_t nbytes) {
+    int64_t now = allocated.load();
+    do {
+      const int64_t cap = limit.load();
+      if (cap > 0 && nbytes > cap - now) return false;
+    } while (!allocated.compare_exchange_weak(now, now + nbytes));
+    now += nbytes;
     int64_t old_peak = peak.load();
     while (now > old_peak && !peak.compare_exchange_weak(old_peak, now)) {
     }
+    return true;
   }
   void sub(int64_t nbytes) { allocated.fetch_sub(nbytes); }
 };
+
+// RAM + swap in bytes: no single allocation larger than this can succeed, so it is refused with
+// a clear error up front (malloc of an absurd size aborts under AddressSanitizer, and Linux
+// overcommit may hand out memory that later kills the process).
+int64_t host_memory_bytes() {
+  struct sysinfo info {};
+  if (sysinfo(&info) != 0) return std::numeric_limits<int64_t>::max();
+  const auto unit = static_cast<int64_t>(info.mem_unit);
+  const auto total = static_cast<int64_t>(info.totalram) + static_cast<int64_t>(info.totalswap);
+  int64_t bytes = 0;
+  return __builtin_mul_overflow(total, unit, &bytes) ? std::numeric_limits<int64_t>::max() : bytes;
+}
 
 // TGRAD_NUM_THREADS if set (a positive integer), else the hardware's thread count.
 int default_thread_count() {
@@ -66,7 +90,7 @@ void check_bytes(int64_t nbytes, const char* fn) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : threads_(default_thread_count()) {}
+  CpuBackend() : threads_(default_thread_count()), host_bytes_(host_memory_bytes()) {}
 
   std::string name() const override { return "cpu"; }
   int device_count() const override { return 1; }
@@ -74,11 +98,18 @@ class CpuBackend final : public Backend {
   std::shared_ptr<void> allocate(int64_t nbytes, Device device) override {
     check_cpu(device, "allocate");
     check_bytes(nbytes, "allocate");
+    TGRAD_CHECK(nbytes <= host_bytes_, "cpu backend: out of memory: cannot allocate ", nbytes,
+                " bytes, more than the machine's ", host_bytes_, " bytes of RAM + swap");
+    TGRAD_CHECK(counters_->try_add(nbytes), "cpu backend: out of memory: allocating ", nbytes,
+                " bytes would pass the memory limit of ", counters_->limit.load(), " bytes (",
+                counters_->allocated.load(), " bytes already allocated)");
     // Zero bytes still get a distinct, valid pointer, as operator new gives.
     void* p = ::operator new(static_cast<size_t>(nbytes), kAlignment, std::nothrow);
-    TGRAD_CHECK(p != nullptr, "cpu backend: out of memory allocating ", nbytes, " bytes (",
-                counters_->allocated.load(), " bytes already allocated)");
-    counters_->add(nbytes);
+    if (p == nullptr) {
+      counters_->sub(nbytes);
+      TGRAD_FAIL("cpu backend: out of memory allocating ", nbytes, " bytes (",
+                 counters_->allocated.load(), " bytes already allocated)");
+    }
     // If the control block cannot be allocated, shared_ptr calls the deleter itself.
     return std::shared_ptr<void>(p, [counters = counters_, nbytes](void* q) {
       ::operator delete(q, kAlignment);
@@ -106,6 +137,15 @@ class CpuBackend final : public Backend {
     return s;
   }
   void empty_cache(Device device) override { check_cpu(device, "empty_cache"); }
+  void set_memory_limit(Device device, int64_t bytes) override {
+    check_cpu(device, "set_memory_limit");
+    check_bytes(bytes, "set_memory_limit");
+    counters_->limit.store(bytes);
+  }
+  int64_t memory_limit(Device device) override {
+    check_cpu(device, "memory_limit");
+    return counters_->limit.load();
+  }
 
   void fill(Tensor& y, double value) override {
     check_tensor(y, "fill", "y");
@@ -200,6 +240,7 @@ class CpuBackend final : public Backend {
 
   std::shared_ptr<ByteCounters> counters_ = std::make_shared<ByteCounters>();
   int threads_;
+  int64_t host_bytes_;
 };
 
 }  // namespace

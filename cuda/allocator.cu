@@ -1,5 +1,5 @@
-// CachingAllocator: rounded blocks, per-device size-keyed cache, stats, empty_cache, and the
-// out-of-memory path (empty the cache, retry once, then throw with the bytes asked for).
+// CachingAllocator: rounded blocks, per-device size-keyed cache, stats, empty_cache, the memory
+// cap, and the out-of-memory path (empty the cache, retry once, then throw with the bytes).
 // Every kernel runs on the legacy default stream, so a block reused from the cache is ordered
 // after all work that used it before: no events are needed.
 #include "cuda/allocator.h"
@@ -46,6 +46,11 @@ std::shared_ptr<void> CachingAllocator::allocate(int64_t nbytes, int device) {
   DeviceCache& c = cache(device);
   const int64_t size = caching_ ? round_size(nbytes) : std::max<int64_t>(nbytes, 1);
   std::lock_guard<std::mutex> lock(c.mutex);
+  // The cap counts the block size asked for (a cached block may be slightly larger).
+  TGRAD_CHECK(c.limit == 0 || size <= c.limit - c.stats.allocated,
+              "CUDA out of memory: allocating ", nbytes, " bytes on cuda:", device,
+              " would pass the memory limit of ", c.limit, " bytes (", c.stats.allocated,
+              " bytes allocated)");
 
   void* ptr = nullptr;
   int64_t block_size = size;
@@ -120,6 +125,19 @@ MemoryStats CachingAllocator::stats(int device) {
   DeviceCache& c = cache(device);
   std::lock_guard<std::mutex> lock(c.mutex);
   return c.stats;
+}
+
+void CachingAllocator::set_memory_limit(int device, int64_t bytes) {
+  TGRAD_CHECK(bytes >= 0, "CUDA set_memory_limit: negative limit ", bytes);
+  DeviceCache& c = cache(device);
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.limit = bytes;
+}
+
+int64_t CachingAllocator::memory_limit(int device) {
+  DeviceCache& c = cache(device);
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.limit;
 }
 
 void CachingAllocator::empty_cache(int device) {

@@ -1,6 +1,7 @@
 // CachingAllocator: the CUDA backend's device memory. Blocks are rounded up in size, handed out
 // as shared_ptr whose deleter returns them to a per-device cache (bins keyed by size), and given
-// back to the driver only by empty_cache or when cudaMalloc fails. Thread-safe.
+// back to the driver only by empty_cache or when cudaMalloc fails. An optional per-device cap on
+// allocated bytes (set_memory_limit) makes out-of-memory reproducible in tests. Thread-safe.
 // TGRAD_CUDA_NO_CACHING=1 in the environment turns the cache off (exact-size cudaMalloc, cudaFree
 // on release) so that compute-sanitizer memcheck sees every out-of-bounds access and stale use.
 #pragma once
@@ -26,6 +27,9 @@ class CachingAllocator {
   std::shared_ptr<void> allocate(int64_t nbytes, int device);
   MemoryStats stats(int device);
   void empty_cache(int device);
+  // Caps the bytes handed out (rounded block sizes, as stats().allocated counts them); 0: none.
+  void set_memory_limit(int device, int64_t bytes);
+  int64_t memory_limit(int device);
 
   // The size a request of nbytes is rounded to: 512 bytes below 1 MiB, 128 KiB above.
   static int64_t round_size(int64_t nbytes);
@@ -36,6 +40,7 @@ class CachingAllocator {
     std::mutex mutex;
     std::multimap<int64_t, void*> free_blocks;  // size -> block, both cached and unused
     MemoryStats stats;
+    int64_t limit = 0;
   };
   DeviceCache& cache(int device);
   void release(int device, void* ptr, int64_t size) noexcept;

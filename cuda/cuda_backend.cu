@@ -119,6 +119,16 @@ void CudaBackend::empty_cache(Device device) {
   allocator_.empty_cache(device.index());
 }
 
+void CudaBackend::set_memory_limit(Device device, int64_t bytes) {
+  check_device(device, "set_memory_limit");
+  allocator_.set_memory_limit(device.index(), bytes);
+}
+
+int64_t CudaBackend::memory_limit(Device device) {
+  check_device(device, "memory_limit");
+  return allocator_.memory_limit(device.index());
+}
+
 void CudaBackend::fill(Tensor& y, double value) {
   cuda::fill(y, value);
 }

@@ -41,6 +41,8 @@ class CudaBackend final : public Backend {
   void synchronize(Device device) override;
   MemoryStats memory_stats(Device device) override;
   void empty_cache(Device device) override;
+  void set_memory_limit(Device device, int64_t bytes) override;
+  int64_t memory_limit(Device device) override;
 
   void fill(Tensor& y, double value) override;
   void cast(const Tensor& x, Tensor& y) override;

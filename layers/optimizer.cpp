@@ -74,8 +74,19 @@ Tensor Optimizer::state(size_t i, const std::string& name) {
   return it->second;
 }
 
-void Optimizer::set_state(size_t i, const std::string& name, const Tensor& t) {
-  state_[i][name] = t;
+std::vector<std::map<std::string, Tensor>> Optimizer::state_snapshot() const {
+  return state_;
+}
+
+void Optimizer::commit(const std::vector<std::pair<Tensor, Tensor>>& new_params,
+                       std::vector<std::map<std::string, Tensor>> new_state,
+                       std::vector<int64_t> new_steps) {
+  // Same shape, dtype and device: copy_ is a plain memory copy and allocates nothing, so it
+  // cannot run out of memory; the swaps cannot throw.
+  for (const auto& [p, value] : new_params)
+    Tensor(p).copy_(value);
+  state_.swap(new_state);
+  steps_.swap(new_steps);
 }
 
 nn::NamedTensors Optimizer::state_dict() const {
@@ -158,8 +169,11 @@ std::vector<std::string> SGD::state_names() const {
 void SGD::step() {
   NoGradGuard no_grad;
   const double momentum = options_.momentum();
+  // Compute every new value first (the part that can run out of memory), then commit.
+  std::vector<std::map<std::string, Tensor>> new_state = state_snapshot();
+  std::vector<std::pair<Tensor, Tensor>> new_params;
   for (size_t i = 0; i < params().size(); ++i) {
-    Tensor p = params()[i];
+    const Tensor& p = params()[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor d = g;
@@ -167,11 +181,12 @@ void SGD::step() {
     if (momentum != 0.0) {
       Tensor buf = state(i, "momentum_buffer");
       buf = buf.defined() ? buf * momentum + d * (1.0 - options_.dampening()) : d.clone();
-      set_state(i, "momentum_buffer", buf);
+      new_state[i]["momentum_buffer"] = buf;
       d = options_.nesterov() ? d + buf * momentum : buf;
     }
-    p.copy_(p + d * -lr());
+    new_params.emplace_back(p, p + d * -lr());
   }
+  commit(new_params, std::move(new_state), steps_);
 }
 
 // ---- Adam / AdamW ----
@@ -215,24 +230,29 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 void Adam::step() {
   NoGradGuard no_grad;
   const double b1 = options_.beta1(), b2 = options_.beta2(), wd = options_.weight_decay();
+  // Compute every new value first (the part that can run out of memory), then commit.
+  std::vector<std::map<std::string, Tensor>> new_state = state_snapshot();
+  std::vector<int64_t> new_steps = steps_;
+  std::vector<std::pair<Tensor, Tensor>> new_params;
   for (size_t i = 0; i < params().size(); ++i) {
-    Tensor p = params()[i];
+    const Tensor& p = params()[i];
     Tensor g = p.grad();
     if (!g.defined()) continue;
     Tensor m = state(i, "exp_avg");
     Tensor v = state(i, "exp_avg_sq");
     if (!m.defined()) m = zeros_like(p);
     if (!v.defined()) v = zeros_like(p);
-    const int64_t t = ++steps_[i];
+    const int64_t t = ++new_steps[i];
+    Tensor p0 = p;
     if (decoupled_) {
-      if (wd != 0.0) p.copy_(p * (1.0 - lr() * wd));
+      if (wd != 0.0) p0 = p * (1.0 - lr() * wd);
     } else if (wd != 0.0) {
       g = g + p * wd;
     }
     m = m * b1 + g * (1.0 - b1);
     v = v * b2 + g * g * (1.0 - b2);
-    set_state(i, "exp_avg", m);
-    set_state(i, "exp_avg_sq", v);
+    new_state[i]["exp_avg"] = m;
+    new_state[i]["exp_avg_sq"] = v;
     const double bias_correction1 = 1.0 - std::pow(b1, static_cast<double>(t));
     const double bias_correction2 = 1.0 - std::pow(b2, static_cast<double>(t));
     const double step_size = lr() / bias_correction1;
@@ -241,11 +261,12 @@ void Adam::step() {
     if (options_.amsgrad()) {
       Tensor vmax = state(i, "max_exp_avg_sq");
       second = vmax.defined() ? maximum(vmax, v) : v.clone();
-      set_state(i, "max_exp_avg_sq", second);
+      new_state[i]["max_exp_avg_sq"] = second;
     }
     const Tensor denom = sqrt(second) / bias_correction2_sqrt + options_.eps();
-    p.copy_(p + (m / denom) * -step_size);
+    new_params.emplace_back(p, p0 + (m / denom) * -step_size);
   }
+  commit(new_params, std::move(new_state), std::move(new_steps));
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)

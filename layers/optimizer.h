@@ -1,12 +1,16 @@
 // tgrad::optim: Optimizer (the base: parameters, per-parameter state, zero_grad, state_dict)
 // and SGD, Adam, AdamW with PyTorch 1.13's update rules (torch.optim, single-tensor path).
 // Steps run under NoGradGuard and write parameters in place with copy_, so every handle stays
-// valid; parameters whose .grad is undefined are skipped, as in PyTorch.
+// valid; parameters whose .grad is undefined are skipped, as in PyTorch. A step is all or
+// nothing: it computes every new parameter and state tensor first (holding one extra copy of
+// the parameters), then commits, so an error (out of memory) leaves parameters and state as
+// they were.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops.h"
@@ -47,7 +51,12 @@ class Optimizer {
   // The state tensor `name` of parameter i, or undefined. Converted lazily to the parameter's
   // device and dtype, so that state follows a Module::to() made after it was created.
   Tensor state(size_t i, const std::string& name);
-  void set_state(size_t i, const std::string& name, const Tensor& t);
+  // A copy of every parameter's state map (handles, not data), for a step to build on.
+  std::vector<std::map<std::string, Tensor>> state_snapshot() const;
+  // Ends a step: copies each (parameter, new value) pair in place, then swaps in the new state
+  // and step counts. Allocates nothing, so it cannot fail for lack of memory.
+  void commit(const std::vector<std::pair<Tensor, Tensor>>& new_params,
+              std::vector<std::map<std::string, Tensor>> new_state, std::vector<int64_t> new_steps);
   // Adam-style step counts (PyTorch keeps one per parameter).
   std::vector<int64_t> steps_;
   bool uses_step_ = false;

@@ -79,7 +79,9 @@ Entry parse_entry(const std::string& where, const std::string& name, const nlohm
   TGRAD_CHECK(e.begin <= e.end, ctx, " has data_offsets [", e.begin, ", ", e.end,
               "] that end before they begin");
   const auto numel = static_cast<uint64_t>(shape_numel(e.shape, "safetensors::load"));
-  const uint64_t nbytes = numel * static_cast<uint64_t>(dtype_size(e.dtype));
+  uint64_t nbytes = 0;
+  TGRAD_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(e.dtype)), &nbytes),
+              ctx, " of shape ", e.shape, " ", dt, " needs more bytes than 64 bits can count");
   TGRAD_CHECK(e.end - e.begin == nbytes, ctx, " of shape ", e.shape, " ", dt, " needs ", nbytes,
               " bytes but data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin);
   return e;
