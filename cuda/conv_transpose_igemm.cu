@@ -96,14 +96,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, kSplit ? 1 : 2) conv_igemm_kern
         min_off = off < min_off ? off : min_off;
       }
     }
-    // The window starts at a multiple of 4 columns (q0*s_in is one), so rows load as aligned
-    // 16-byte copies; the taps read it `shift` columns further on.
-    const int64_t first = count > 0 ? min_off : 0;
-    const int64_t shift = ((first % 4) + 4) % 4;
     for (int j = 0; j < count; ++j)
-      tap_col[j] = static_cast<int>(offs[j] - min_off + shift);
+      tap_col[j] = static_cast<int>(offs[j] - min_off);
     s_taps = count;
-    s_col0 = q0 * p.s_in + first - shift;
+    s_col0 = q0 * p.s_in + (count > 0 ? min_off : 0);
   }
   __syncthreads();
   const int taps = s_taps;
@@ -129,8 +125,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, kSplit ? 1 : 2) conv_igemm_kern
       const bool ch_ok = ch < p.C;
       const float* base = p.src + ((n * p.C + (ch_ok ? ch : 0)) * p.Hs + row) * p.Ws;
       float* dst = ws + rr * p.win_pitch;
-      for (int j = 4 * lane; j < p.win_cols; j += 4 * 32)
-        load_vec4(dst + j, base, col0 + j, p.Ws, ch_ok, p.src);
+      for (int j = lane; j < p.win_cols; j += 32) {
+        const int64_t col = col0 + j;
+        const bool ok = ch_ok && col >= 0 && col < p.Ws;
+        cp_async4(dst + j, ok ? base + col : p.src, ok);
+      }
     }
   };
 
@@ -225,8 +224,7 @@ bool igemm_plan(IgemmProblem& p) {
   const int64_t taps = p.kH * p.kW;
   if (taps > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
   const int64_t span = p.gather ? (p.kW - 1) * p.dW / p.sW : (p.kW - 1) * p.dW;
-  // + 3: the start is rounded down to a multiple of 4; a multiple of 4 for 16-byte copies.
-  const int64_t win_cols = ceil_div((Cfg::kBN - 1) * p.s_in + span + 1 + 3, int64_t{4}) * 4;
+  const int64_t win_cols = (Cfg::kBN - 1) * p.s_in + span + 1;
   if (win_cols > 4096) return false;
   p.win_cols = static_cast<int>(win_cols);
   p.win_pitch = static_cast<int>(ceil_div(win_cols, 32) * 32 + 8);

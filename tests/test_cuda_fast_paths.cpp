@@ -122,7 +122,8 @@ void check_case(const Case& c, uint64_t seed) {
 
 // Sizes are chosen against the tiles: forward/dgrad tile M (channels out of the GEMM) by 128,
 // 64 or 32 (chosen by M), positions by 128 or 256, channels of K by 16 or 8; wgrad tiles
-// (C_in, C_out) by 128x128, 64x64 or 32x32 and positions by 32.
+// (C_in, C_out) by 64 or 32 each, positions by 64, and kW taps in groups of at most 12, 6 or 3
+// (one warp per 32x32 tile and tap, 12 warps at most).
 TEST(CudaFastPaths, OneDimStrideOne) {
   TGRAD_SKIP_WITHOUT_CUDA();
   const std::vector<Case> cases = {
@@ -134,6 +135,10 @@ TEST(CudaFastPaths, OneDimStrideOne) {
       {"small tile", 1, 3, 7, 13, 1, {1, 1000}, {1, 3}, {1, 1}, {0, 2}, {1, 1}, {0, 0}},
       // S3-like channel counts, several position tiles, batch 1.
       {"S3-like batch 1", 1, 1, 128, 128, 1, {1, 700}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}},
+      // wgrad tap groups: 64x64 tiles take 3 taps per CTA, so k 7 is groups of 3, 3 and 1.
+      {"tap groups", 1, 2, 40, 40, 1, {1, 300}, {1, 7}, {1, 1}, {0, 3}, {1, 1}, {0, 0}},
+      // wgrad with k 13 on 32x32 tiles: two groups of 7 taps, the second one warp short.
+      {"13 taps", 1, 2, 8, 8, 1, {1, 260}, {1, 13}, {1, 1}, {0, 5}, {1, 1}, {0, 0}},
       // A length shorter than the kernel's reach and one position.
       {"tiny length", 1, 2, 9, 17, 1, {1, 1}, {1, 4}, {1, 1}, {0, 1}, {1, 2}, {0, 0}},
   };
