@@ -4,8 +4,8 @@
 
 #include <atomic>
 #include <cmath>
-#include <sstream>
 #include <queue>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -89,12 +89,17 @@ Traversal traverse(const std::vector<Tensor>& roots, const std::vector<Tensor>& 
     auto it = pending.find(node.get());
     const Tensor dy = it->second;
     pending.erase(it);
-    TGRAD_CHECK(!node->released, "backward: trying to backward through the graph a second time "
-                "(op '", node->name, "', recorded as #", node->sequence_nr, "); its saved tensors "
-                "were freed by the first backward. Pass retain_graph=true to that call to keep them");
+    TGRAD_CHECK(
+        !node->released,
+        "backward: trying to backward through the graph a second time "
+        "(op '",
+        node->name, "', recorded as #", node->sequence_nr,
+        "); its saved tensors "
+        "were freed by the first backward. Pass retain_graph=true to that call to keep them");
     if (capture.count(node.get())) out.captured[node.get()] = dy;
     GradMask mask(node->inputs.size());
-    for (size_t i = 0; i < mask.size(); ++i) mask[i] = node->inputs[i].wants_grad();
+    for (size_t i = 0; i < mask.size(); ++i)
+      mask[i] = node->inputs[i].wants_grad();
     std::vector<Tensor> grads = node->backward(dy, mask);
     TGRAD_CHECK(grads.size() == mask.size(), "backward of '", node->name, "' returned ",
                 grads.size(), " gradients for ", mask.size(), " inputs");
@@ -115,11 +120,14 @@ Traversal traverse(const std::vector<Tensor>& roots, const std::vector<Tensor>& 
 
 Tensor root_gradient(const char* fn, const Tensor& root, const Tensor& gradient) {
   TGRAD_CHECK(root.defined(), fn, ": the output tensor is undefined");
-  TGRAD_CHECK(root.requires_grad(), fn, ": the tensor does not require grad and has no grad_fn "
+  TGRAD_CHECK(root.requires_grad(), fn,
+              ": the tensor does not require grad and has no grad_fn "
               "(did you set requires_grad on an input, outside NoGradGuard?)");
   if (!gradient.defined()) {
-    TGRAD_CHECK(root.numel() == 1, fn, ": a gradient can be implied only for a scalar output; "
-                "this output has shape ", root.shape(), ", so pass a gradient of that shape");
+    TGRAD_CHECK(root.numel() == 1, fn,
+                ": a gradient can be implied only for a scalar output; "
+                "this output has shape ",
+                root.shape(), ", so pass a gradient of that shape");
     return ones_like(root);
   }
   TGRAD_CHECK(gradient.shape() == root.shape(), fn, ": gradient shape ", gradient.shape(),
@@ -133,19 +141,32 @@ Tensor root_gradient(const char* fn, const Tensor& root, const Tensor& gradient)
 
 }  // namespace
 
-bool grad_mode_enabled() { return g_grad_mode; }
-bool anomaly_mode_enabled() { return g_anomaly_mode; }
-void set_anomaly_mode(bool enabled) { g_anomaly_mode = enabled; }
+bool grad_mode_enabled() {
+  return g_grad_mode;
+}
+bool anomaly_mode_enabled() {
+  return g_anomaly_mode;
+}
+void set_anomaly_mode(bool enabled) {
+  g_anomaly_mode = enabled;
+}
 
-RecordScope::RecordScope(const std::string& name) { g_scopes.push_back(name); }
-RecordScope::~RecordScope() { g_scopes.pop_back(); }
+RecordScope::RecordScope(const std::string& name) {
+  g_scopes.push_back(name);
+}
+RecordScope::~RecordScope() {
+  g_scopes.pop_back();
+}
 
 std::string current_record_scope() {
   std::string path;
-  for (const std::string& s : g_scopes) path += (path.empty() ? "" : "/") + s;
+  for (const std::string& s : g_scopes)
+    path += (path.empty() ? "" : "/") + s;
   return path;
 }
-void set_grad_mode(bool enabled) { g_grad_mode = enabled; }
+void set_grad_mode(bool enabled) {
+  g_grad_mode = enabled;
+}
 
 Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, BackwardFn backward) {
   if (!g_grad_mode) return y;
@@ -208,8 +229,8 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph) {
   TGRAD_CHECK(!outputs.empty(), "grad: no outputs given");
-  TGRAD_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "grad: ",
-              grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
+  TGRAD_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
+              "grad: ", grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
   std::vector<Tensor> root_grads;
   for (size_t i = 0; i < outputs.size(); ++i) {
     root_grads.push_back(

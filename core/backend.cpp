@@ -8,33 +8,54 @@ namespace tgrad {
 
 const char* unary_op_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::neg: return "neg";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::abs: return "abs";
-    case UnaryOp::sign: return "sign";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::leaky_relu: return "leaky_relu";
-    case UnaryOp::step: return "step";
-    case UnaryOp::leaky_step: return "leaky_step";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::pow: return "pow";
-    case UnaryOp::add_scalar: return "add_scalar";
-    case UnaryOp::mul_scalar: return "mul_scalar";
-    case UnaryOp::rsub_scalar: return "rsub_scalar";
-    case UnaryOp::rdiv_scalar: return "rdiv_scalar";
+    case UnaryOp::neg:
+      return "neg";
+    case UnaryOp::exp:
+      return "exp";
+    case UnaryOp::log:
+      return "log";
+    case UnaryOp::abs:
+      return "abs";
+    case UnaryOp::sign:
+      return "sign";
+    case UnaryOp::sqrt:
+      return "sqrt";
+    case UnaryOp::relu:
+      return "relu";
+    case UnaryOp::leaky_relu:
+      return "leaky_relu";
+    case UnaryOp::step:
+      return "step";
+    case UnaryOp::leaky_step:
+      return "leaky_step";
+    case UnaryOp::sigmoid:
+      return "sigmoid";
+    case UnaryOp::tanh:
+      return "tanh";
+    case UnaryOp::pow:
+      return "pow";
+    case UnaryOp::add_scalar:
+      return "add_scalar";
+    case UnaryOp::mul_scalar:
+      return "mul_scalar";
+    case UnaryOp::rsub_scalar:
+      return "rsub_scalar";
+    case UnaryOp::rdiv_scalar:
+      return "rdiv_scalar";
   }
   return "?";
 }
 
 const char* binary_op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
+    case BinaryOp::div:
+      return "div";
   }
   return "?";
 }
@@ -50,7 +71,9 @@ Backend& backend(Device device) {
   return *cuda;
 }
 
-bool cuda_is_available() { return cuda_device_count() > 0; }
+bool cuda_is_available() {
+  return cuda_device_count() > 0;
+}
 
 int cuda_device_count() {
   Backend* cuda = cuda_backend();
@@ -103,6 +126,8 @@ std::string get_float32_matmul_precision() {
   return precision_setting() == Precision::highest ? "highest" : "high";
 }
 
-Precision float32_precision() { return precision_setting(); }
+Precision float32_precision() {
+  return precision_setting();
+}
 
 }  // namespace tgrad

@@ -75,8 +75,8 @@ ConvGeometry make_conv_transpose_geometry(const ConvTransposeArgs& a) {
               "-D (unbatched) or ", d + 2, "-D (batched), got ", x_rank, "-D input of shape ",
               a.x_shape);
   TGRAD_CHECK(static_cast<int>(a.w_shape.size()) == d + 2, fn, ": weight must be ", d + 2,
-              "-D (C_in, C_out/groups, ", d == 1 ? "k" : "kH, kW", "), got ",
-              a.w_shape.size(), "-D weight of shape ", a.w_shape);
+              "-D (C_in, C_out/groups, ", d == 1 ? "k" : "kH, kW", "), got ", a.w_shape.size(),
+              "-D weight of shape ", a.w_shape);
   TGRAD_CHECK(a.groups > 0, fn, ": groups=", a.groups, " must be positive");
   for (int i = 0; i < d; ++i) {
     TGRAD_CHECK(a.stride[i] > 0, fn, ": stride[", i, "]=", a.stride[i], " must be positive");
@@ -84,8 +84,7 @@ ConvGeometry make_conv_transpose_geometry(const ConvTransposeArgs& a) {
                 " must be non-negative");
     TGRAD_CHECK(a.output_padding[i] >= 0, fn, ": output_padding[", i, "]=", a.output_padding[i],
                 " must be non-negative");
-    TGRAD_CHECK(a.dilation[i] > 0, fn, ": dilation[", i, "]=", a.dilation[i],
-                " must be positive");
+    TGRAD_CHECK(a.dilation[i] > 0, fn, ": dilation[", i, "]=", a.dilation[i], " must be positive");
     TGRAD_CHECK(a.output_padding[i] < a.stride[i] || a.output_padding[i] < a.dilation[i], fn,
                 ": output_padding[", i, "]=", a.output_padding[i], " must be smaller than stride[",
                 i, "]=", a.stride[i], " or dilation[", i, "]=", a.dilation[i]);
@@ -132,9 +131,9 @@ ConvGeometry make_conv_transpose_geometry(const ConvTransposeArgs& a) {
                 " - 1)*stride=", a.stride[i], " - 2*padding=", a.padding[i],
                 " + dilation=", a.dilation[i], "*(kernel=", g.kernel[axis],
                 " - 1) + output_padding=", a.output_padding[i], " + 1");
-    TGRAD_CHECK(out >= 1, fn, ": output size ", out, " on axis ", i,
-                " is too small: (in=", in, " - 1)*stride=", a.stride[i], " - 2*padding=",
-                a.padding[i], " + dilation=", a.dilation[i], "*(kernel=", g.kernel[axis],
+    TGRAD_CHECK(out >= 1, fn, ": output size ", out, " on axis ", i, " is too small: (in=", in,
+                " - 1)*stride=", a.stride[i], " - 2*padding=", a.padding[i],
+                " + dilation=", a.dilation[i], "*(kernel=", g.kernel[axis],
                 " - 1) + output_padding=", a.output_padding[i], " + 1 must be at least 1");
     g.out_size[axis] = out;
   }

@@ -1,8 +1,8 @@
 // ConvGeometry: every size of one transposed convolution, built and validated once per call and
 // handed to each backend kernel. 1-D is 2-D with a height of 1, so kernels see two axes only.
 //   y[n, g*Cog+co, oh, ow] += x[n, g*Cig+ci, ih, iw] * w[g*Cig+ci, co, kh, kw]
-//   with oh = ih*stride[0] - padding[0] + kh*dilation[0] (likewise ow), weight (C_in, C_out/g, kH, kW)
-//   out = (in - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1 per axis.
+//   with oh = ih*stride[0] - padding[0] + kh*dilation[0] (likewise ow), weight (C_in, C_out/g, kH,
+//   kW) out = (in - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1 per axis.
 #pragma once
 
 #include <array>
@@ -37,15 +37,14 @@ struct ConvGeometry {
   int64_t out_channels_per_group() const { return out_channels / groups; }
   int64_t x_numel() const { return batch * in_channels * in_size[0] * in_size[1]; }
   int64_t y_numel() const { return batch * out_channels * out_size[0] * out_size[1]; }
-  int64_t w_numel() const {
-    return in_channels * out_channels_per_group() * kernel[0] * kernel[1];
-  }
+  int64_t w_numel() const { return in_channels * out_channels_per_group() * kernel[0] * kernel[1]; }
   // 2 * N * C_in * (C_out/g) * kH * kW * H_in * W_in: the multiply-adds of each pass, times two.
   double flops() const;
   std::string str() const;  // one line naming every field, for messages and failing tests
 };
 
-// The output length of one axis: (in - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1.
+// The output length of one axis: (in - 1)*stride - 2*padding + dilation*(k - 1) + output_padding
+// + 1.
 int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
                                 int64_t dilation, int64_t output_padding);
 
@@ -54,10 +53,10 @@ int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int6
 struct ConvTransposeArgs {
   const char* fn = "conv_transpose2d";  // names the public function in every message
   int spatial_dims = 2;
-  Shape x_shape;       // (N, C_in, spatial...) or unbatched (C_in, spatial...)
-  Shape w_shape;       // (C_in, C_out/groups, k...)
+  Shape x_shape;  // (N, C_in, spatial...) or unbatched (C_in, spatial...)
+  Shape w_shape;  // (C_in, C_out/groups, k...)
   bool has_bias = false;
-  Shape b_shape;       // (C_out)
+  Shape b_shape;  // (C_out)
   std::array<int64_t, 2> stride{1, 1};
   std::array<int64_t, 2> padding{0, 0};
   std::array<int64_t, 2> output_padding{0, 0};

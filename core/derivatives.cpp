@@ -135,9 +135,8 @@ Tensor step_of(const Tensor& x, UnaryOp op, double p) {
 
 // d relu(x) = dy * (x > 0)
 BackwardFn relu(const Tensor& x) {
-  return [x](const Tensor& dy, const GradMask&) {
-    return Grads{dy * step_of(x, UnaryOp::step, 0.0)};
-  };
+  return
+      [x](const Tensor& dy, const GradMask&) { return Grads{dy * step_of(x, UnaryOp::step, 0.0)}; };
 }
 
 // d leaky_relu(x) = dy * (x > 0 ? 1 : slope)

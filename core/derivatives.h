@@ -23,7 +23,7 @@ BackwardFn add(const Shape& a, const Shape& b);
 BackwardFn sub(const Shape& a, const Shape& b);
 BackwardFn mul(const Tensor& a, const Tensor& b);
 BackwardFn div(const Tensor& a, const Tensor& b);
-BackwardFn scale(double factor);     // y = x * factor (and x + c, where factor = 1)
+BackwardFn scale(double factor);                     // y = x * factor (and x + c, where factor = 1)
 BackwardFn rdiv(const Tensor& x, double numerator);  // y = numerator / x
 
 // Pointwise functions; y is the op's output where the formula is cheaper in it.

@@ -5,11 +5,17 @@
 
 namespace tgrad {
 
-int64_t dtype_size(DType dtype) { return dtype == DType::float32 ? 4 : 8; }
+int64_t dtype_size(DType dtype) {
+  return dtype == DType::float32 ? 4 : 8;
+}
 
-const char* dtype_name(DType dtype) { return dtype == DType::float32 ? "float32" : "float64"; }
+const char* dtype_name(DType dtype) {
+  return dtype == DType::float32 ? "float32" : "float64";
+}
 
-std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
+std::ostream& operator<<(std::ostream& os, DType dtype) {
+  return os << dtype_name(dtype);
+}
 
 Device::Device(DeviceType type, int index) : type_(type), index_(index) {
   TGRAD_CHECK(index >= 0, "Device: index ", index, " must be non-negative");
@@ -37,7 +43,9 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index_);
 }
 
-std::ostream& operator<<(std::ostream& os, const Device& device) { return os << device.str(); }
+std::ostream& operator<<(std::ostream& os, const Device& device) {
+  return os << device.str();
+}
 
 int64_t shape_numel(const Shape& shape, const char* fn) {
   int64_t n = 1;

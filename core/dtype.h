@@ -36,7 +36,7 @@ inline constexpr DeviceType kCUDA = DeviceType::cuda;
 class Device {
  public:
   Device(DeviceType type = DeviceType::cpu, int index = 0);  // NOLINT: implicit, as in LibTorch
-  explicit Device(const std::string& spec);                   // "cpu", "cuda", "cuda:1"
+  explicit Device(const std::string& spec);                  // "cpu", "cuda", "cuda:1"
 
   DeviceType type() const { return type_; }
   int index() const { return index_; }

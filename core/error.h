@@ -21,7 +21,8 @@ namespace detail {
 template <class T>
 void write_piece(std::ostream& os, const std::vector<T>& v) {
   os << '[';
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  for (size_t i = 0; i < v.size(); ++i)
+    os << (i ? ", " : "") << v[i];
   os << ']';
 }
 template <class T>

@@ -21,7 +21,7 @@ struct Checker {
   const std::vector<Tensor>& inputs;
   const GradcheckOptions& opt;
   GradcheckResult result;
-  std::string op_name;  // the caller's name, else the op that made the output
+  std::string op_name;         // the caller's name, else the op that made the output
   double worst_excess = -1.0;  // (error - allowed) of the worst element so far
 
   // Runs fn with input `which` replaced by host values `values`; returns the output on the host.
@@ -63,7 +63,8 @@ struct Checker {
     }
     std::vector<Tensor> out(inputs.size());
     if (!y.requires_grad()) {  // fn does not depend on any input: all gradients are zero
-      for (size_t k = 0; k < index.size(); ++k) out[index[k]] = zeros_like(inputs[index[k]]);
+      for (size_t k = 0; k < index.size(); ++k)
+        out[index[k]] = zeros_like(inputs[index[k]]);
       return out;
     }
     std::vector<Tensor> g = grad({y}, wanted, {v.to(y.device())});
@@ -77,7 +78,8 @@ struct Checker {
     const double err = std::abs(analytic - numeric);
     const double allowed = opt.atol + opt.rtol * std::abs(numeric);
     result.max_abs_error = std::max(result.max_abs_error, err);
-    if (numeric != 0.0) result.max_rel_error = std::max(result.max_rel_error, err / std::abs(numeric));
+    if (numeric != 0.0)
+      result.max_rel_error = std::max(result.max_rel_error, err / std::abs(numeric));
     const bool bad = !(err <= allowed);  // NaN fails
     if (bad && (err - allowed > worst_excess || std::isnan(err))) {
       worst_excess = std::isnan(err) ? INFINITY : err - allowed;
@@ -106,7 +108,8 @@ struct Checker {
       minus[j] -= opt.eps * u[j];
     }
     std::vector<double> fp = eval_with(i, plus), fm = eval_with(i, minus);
-    for (size_t k = 0; k < fp.size(); ++k) fp[k] = (fp[k] - fm[k]) / (2.0 * opt.eps);
+    for (size_t k = 0; k < fp.size(); ++k)
+      fp[k] = (fp[k] - fm[k]) / (2.0 * opt.eps);
     return fp;
   }
 
@@ -147,12 +150,15 @@ struct Checker {
         if (!g[i].defined()) continue;
         const std::vector<double> x0 = inputs[i].to_vector<double>();
         std::vector<double> u(x0.size());
-        for (double& e : u) e = gen.normal();
+        for (double& e : u)
+          e = gen.normal();
         const std::vector<double> ju = numeric_directional(i, x0, u);
         double numeric = 0.0, analytic = 0.0;
-        for (size_t k = 0; k < ju.size(); ++k) numeric += vh[k] * ju[k];
+        for (size_t k = 0; k < ju.size(); ++k)
+          numeric += vh[k] * ju[k];
         const std::vector<double> gi = g[i].to_vector<double>();
-        for (size_t j = 0; j < gi.size(); ++j) analytic += gi[j] * u[j];
+        for (size_t j = 0; j < gi.size(); ++j)
+          analytic += gi[j] * u[j];
         std::ostringstream where;
         where << "input " << i << ", projection " << p << " (v^T J u)";
         compare(analytic, numeric, where.str());
@@ -173,7 +179,8 @@ struct Checker {
         return;
       }
       if (!equal(g1[i], g2[i])) {
-        fail(detail::cat("input ", i, ": two backward runs gave different bits (not reentrant or "
+        fail(detail::cat("input ", i,
+                         ": two backward runs gave different bits (not reentrant or "
                          "not deterministic)"));
         return;
       }
@@ -205,10 +212,12 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   {
     NoGradGuard no_grad;
     std::vector<Tensor> detached;
-    for (const Tensor& in : inputs) detached.push_back(in.defined() ? in.detach() : Tensor());
+    for (const Tensor& in : inputs)
+      detached.push_back(in.defined() ? in.detach() : Tensor());
     y0 = fn(detached);
   }
-  TGRAD_CHECK(y0.defined() && y0.dtype() == kFloat64, "gradcheck: the function must return a "
+  TGRAD_CHECK(y0.defined() && y0.dtype() == kFloat64,
+              "gradcheck: the function must return a "
               "float64 tensor");
   c.run_structural(y0);
   if (c.result.ok) {

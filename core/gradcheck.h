@@ -21,8 +21,8 @@ struct GradcheckOptions {
   bool fast_mode = false;  // random projections instead of the full Jacobian
   int projections = 2;     // fast mode: random (u, v) pairs per input
   uint64_t seed = 0;       // fast mode: the projections' generator
-  std::string name;    // the op, for the report; empty: the op that made the output
-  std::string config;             // its configuration, for the report
+  std::string name;        // the op, for the report; empty: the op that made the output
+  std::string config;      // its configuration, for the report
 };
 
 struct GradcheckResult {

@@ -3,6 +3,8 @@
 
 namespace tgrad {
 
-Backend* cuda_backend() { return nullptr; }
+Backend* cuda_backend() {
+  return nullptr;
+}
 
 }  // namespace tgrad

@@ -21,10 +21,10 @@ void check_compatible(const char* fn, const char* a_name, const Tensor& a, const
                       const Tensor& b) {
   check_defined(fn, a_name, a);
   check_defined(fn, b_name, b);
-  TGRAD_CHECK(a.dtype() == b.dtype(), fn, ": dtype mismatch: ", a_name, " is ", a.dtype(),
-              " but ", b_name, " is ", b.dtype());
-  TGRAD_CHECK(a.device() == b.device(), fn, ": device mismatch: ", a_name, " is on ",
-              a.device(), " but ", b_name, " is on ", b.device());
+  TGRAD_CHECK(a.dtype() == b.dtype(), fn, ": dtype mismatch: ", a_name, " is ", a.dtype(), " but ",
+              b_name, " is ", b.dtype());
+  TGRAD_CHECK(a.device() == b.device(), fn, ": device mismatch: ", a_name, " is on ", a.device(),
+              " but ", b_name, " is on ", b.device());
 }
 
 Shape broadcast_shapes(const char* fn, const Shape& a, const Shape& b) {
@@ -74,7 +74,8 @@ std::vector<int64_t> reduction_dims(const char* fn, const Tensor& x,
   const int64_t rank = x.dim();
   std::vector<int64_t> out;
   if (dims.empty()) {
-    for (int64_t i = 0; i < rank; ++i) out.push_back(i);
+    for (int64_t i = 0; i < rank; ++i)
+      out.push_back(i);
     return out;
   }
   for (int64_t d : dims) {
@@ -146,19 +147,45 @@ Tensor neg(const Tensor& x) {
   return record("neg", unary("neg", UnaryOp::neg, 0.0, x), {x}, derivatives::scale(-1.0));
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
-Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
-Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor operator+(const Tensor& a, double b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, double b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, double b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, double b) {
+  return div(a, b);
+}
+Tensor operator+(double a, const Tensor& b) {
+  return add(b, a);
+}
+Tensor operator-(double a, const Tensor& b) {
+  return rsub(b, a);
+}
+Tensor operator*(double a, const Tensor& b) {
+  return mul(b, a);
+}
+Tensor operator/(double a, const Tensor& b) {
+  return rdiv(b, a);
+}
+Tensor operator-(const Tensor& x) {
+  return neg(x);
+}
 
 // ---- pointwise functions ----
 
@@ -198,13 +225,16 @@ Tensor tanh(const Tensor& x) {
 
 // ---- reductions and broadcasting ----
 
-Tensor sum(const Tensor& x) { return sum(x, {}, false); }
+Tensor sum(const Tensor& x) {
+  return sum(x, {}, false);
+}
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined("sum", "input", x);
   const std::vector<int64_t> axes = reduction_dims("sum", x, dims);
   Shape keep = x.shape(), out;
-  for (int64_t a : axes) keep[a] = 1;
+  for (int64_t a : axes)
+    keep[a] = 1;
   for (int64_t i = 0; i < x.dim(); ++i) {
     const bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
     if (!reduced || keepdim) out.push_back(keep[i]);
@@ -213,12 +243,15 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return record("sum", y, {x}, derivatives::sum(x.shape(), keep));
 }
 
-Tensor mean(const Tensor& x) { return mean(x, {}, false); }
+Tensor mean(const Tensor& x) {
+  return mean(x, {}, false);
+}
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined("mean", "input", x);
   int64_t count = 1;
-  for (int64_t a : reduction_dims("mean", x, dims)) count *= x.size(a);
+  for (int64_t a : reduction_dims("mean", x, dims))
+    count *= x.size(a);
   // Like PyTorch, the mean of nothing is NaN (0/0).
   return div(sum(x, dims, keepdim), static_cast<double>(count));
 }
@@ -249,8 +282,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 Tensor expand(const Tensor& x, const Shape& shape) {
   check_defined("expand", "input", x);
   const Shape result = broadcast_shapes("expand", x.shape(), shape);
-  TGRAD_CHECK(result == shape, "expand: input shape ", x.shape(), " cannot be expanded to ",
-              shape);
+  TGRAD_CHECK(result == shape, "expand: input shape ", x.shape(), " cannot be expanded to ", shape);
   if (x.shape() == shape) return x;
   Tensor y = new_like(x, shape);
   if (y.numel() > 0) {
@@ -385,7 +417,8 @@ Tensor conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tenso
     backend(dy.device()).fill(dx, 0.0);  // no output channel depends on x
   } else if (dx.numel() > 0) {
     const Tensor dy4 = alias(dy, {g.batch, g.out_channels, g.out_size[0], g.out_size[1]});
-    const Tensor w4 = alias(w, {g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]});
+    const Tensor w4 =
+        alias(w, {g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]});
     backend(dy.device()).conv_transpose_dgrad(g, dy4, w4, dx);
   }
   return alias(dx, x_shape);

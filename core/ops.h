@@ -84,18 +84,21 @@ ExpandingArray<D>::ExpandingArray(std::initializer_list<int64_t> list) {
   TGRAD_CHECK(list.size() == D, "ExpandingArray: a list needs exactly ", D,
               " values (or pass one number for every axis), got ", list.size());
   size_t i = 0;
-  for (int64_t v : list) values_[i++] = v;
+  for (int64_t v : list)
+    values_[i++] = v;
 }
 
-#define TGRAD_ARG(T, name)                   \
- public:                                     \
-  auto& name(const T& new_##name) {          \
-    this->name##_ = new_##name;              \
-    return *this;                            \
-  }                                          \
-  const T& name() const { return name##_; } \
-                                             \
- private:                                    \
+#define TGRAD_ARG(T, name)          \
+ public:                            \
+  auto& name(const T& new_##name) { \
+    this->name##_ = new_##name;     \
+    return *this;                   \
+  }                                 \
+  const T& name() const {           \
+    return name##_;                 \
+  }                                 \
+                                    \
+ private:                           \
   T name##_
 
 // The functional options of conv_transpose1d/2d, with LibTorch's names and defaults.

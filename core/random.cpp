@@ -12,9 +12,13 @@ void Generator::manual_seed(uint64_t seed) {
   has_spare_ = false;
 }
 
-double Generator::uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
+double Generator::uniform() {
+  return static_cast<double>(engine_() >> 11) * 0x1.0p-53;
+}
 
-double Generator::uniform(double low, double high) { return low + (high - low) * uniform(); }
+double Generator::uniform(double low, double high) {
+  return low + (high - low) * uniform();
+}
 
 double Generator::normal() {
   if (has_spare_) {
@@ -22,7 +26,8 @@ double Generator::normal() {
     return spare_;
   }
   double u1 = uniform();
-  while (u1 <= 0.0) u1 = uniform();
+  while (u1 <= 0.0)
+    u1 = uniform();
   const double u2 = uniform();
   const double r = std::sqrt(-2.0 * std::log(u1));
   const double theta = 2.0 * M_PI * u2;
@@ -36,6 +41,8 @@ Generator& default_generator() {
   return gen;
 }
 
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+void manual_seed(uint64_t seed) {
+  default_generator().manual_seed(seed);
+}
 
 }  // namespace tgrad

@@ -13,9 +13,9 @@ class Generator {
   void manual_seed(uint64_t seed);
   uint64_t seed() const { return seed_; }
   uint64_t next_u64() { return engine_(); }
-  double uniform();                          // [0, 1), 53 random bits
-  double uniform(double low, double high);   // [low, high)
-  double normal();                           // standard normal (Box-Muller, platform independent)
+  double uniform();                         // [0, 1), 53 random bits
+  double uniform(double low, double high);  // [low, high)
+  double normal();                          // standard normal (Box-Muller, platform independent)
 
  private:
   std::mt19937_64 engine_;

@@ -91,7 +91,9 @@ const TensorImpl& Tensor::checked(const char* fn) const {
   return *impl_;
 }
 
-const Shape& Tensor::shape() const { return checked("shape").shape; }
+const Shape& Tensor::shape() const {
+  return checked("shape").shape;
+}
 
 int64_t Tensor::size(int64_t dim) const {
   const int64_t rank = this->dim();
@@ -100,17 +102,24 @@ int64_t Tensor::size(int64_t dim) const {
   return shape()[dim < 0 ? dim + rank : dim];
 }
 
-int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
+int64_t Tensor::dim() const {
+  return static_cast<int64_t>(shape().size());
+}
 
 int64_t Tensor::numel() const {
   int64_t n = 1;
-  for (int64_t s : shape()) n *= s;
+  for (int64_t s : shape())
+    n *= s;
   return n;
 }
 
-DType Tensor::dtype() const { return checked("dtype").dtype; }
+DType Tensor::dtype() const {
+  return checked("dtype").dtype;
+}
 
-Device Tensor::device() const { return checked("device").device; }
+Device Tensor::device() const {
+  return checked("device").device;
+}
 
 void* Tensor::raw_data() const {
   const TensorImpl& t = checked("raw_data");
@@ -132,10 +141,12 @@ std::vector<T> Tensor::to_vector() const {
   std::vector<T> out(static_cast<size_t>(host.numel()));
   if (host.dtype() == DType::float32) {
     const float* p = host.data_ptr<float>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = static_cast<T>(p[i]);
   } else {
     const double* p = host.data_ptr<double>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = static_cast<T>(p[i]);
   }
   return out;
 }
@@ -143,8 +154,8 @@ template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
 
 double Tensor::item() const {
-  TGRAD_CHECK(numel() == 1, "Tensor::item: the tensor has ", numel(), " elements (shape ",
-              shape(), "), item() needs exactly one");
+  TGRAD_CHECK(numel() == 1, "Tensor::item: the tensor has ", numel(), " elements (shape ", shape(),
+              "), item() needs exactly one");
   return to_vector<double>()[0];
 }
 
@@ -165,7 +176,9 @@ Tensor Tensor::to(DType dtype) const {
   return record("to", y, {*this}, derivatives::to_dtype(this->dtype()));
 }
 
-Tensor Tensor::to(Device device, DType dtype) const { return to(device).to(dtype); }
+Tensor Tensor::to(Device device, DType dtype) const {
+  return to(device).to(dtype);
+}
 
 Tensor Tensor::clone() const {
   checked("clone");
@@ -215,18 +228,23 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   return record("narrow", y, {*this}, derivatives::narrow(shape(), start));
 }
 
-bool Tensor::requires_grad() const { return checked("requires_grad").requires_grad; }
+bool Tensor::requires_grad() const {
+  return checked("requires_grad").requires_grad;
+}
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
   TensorImpl& t = const_cast<TensorImpl&>(checked("requires_grad_"));
-  TGRAD_CHECK(t.grad_fn == nullptr || requires_grad, "requires_grad_: cannot turn off "
-              "requires_grad on a non-leaf tensor (it was made by '", t.grad_fn->name,
-              "'); use detach()");
+  TGRAD_CHECK(t.grad_fn == nullptr || requires_grad,
+              "requires_grad_: cannot turn off "
+              "requires_grad on a non-leaf tensor (it was made by '",
+              t.grad_fn->name, "'); use detach()");
   t.requires_grad = requires_grad;
   return *this;
 }
 
-bool Tensor::is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
+bool Tensor::is_leaf() const {
+  return checked("is_leaf").grad_fn == nullptr;
+}
 
 Tensor Tensor::grad() const {
   const TensorImpl& t = checked("grad");
@@ -241,14 +259,18 @@ void Tensor::set_grad(const Tensor& grad) const {
   }
   TGRAD_CHECK(grad.shape() == t.shape && grad.dtype() == t.dtype && grad.device() == t.device,
               "set_grad: gradient of shape ", grad.shape(), " ", grad.dtype(), " on ",
-              grad.device(), " does not match the tensor's shape ", t.shape, " ", t.dtype,
-              " on ", t.device);
+              grad.device(), " does not match the tensor's shape ", t.shape, " ", t.dtype, " on ",
+              t.device);
   t.grad = grad.impl_ptr();
 }
 
-void Tensor::zero_grad() const { const_cast<TensorImpl&>(checked("zero_grad")).grad.reset(); }
+void Tensor::zero_grad() const {
+  const_cast<TensorImpl&>(checked("zero_grad")).grad.reset();
+}
 
-const std::shared_ptr<Node>& Tensor::grad_fn() const { return checked("grad_fn").grad_fn; }
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  return checked("grad_fn").grad_fn;
+}
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   checked("backward");
@@ -288,15 +310,16 @@ namespace {
 constexpr int64_t kSummarizeAbove = 1000;  // PyTorch's default print threshold
 constexpr int64_t kEdgeItems = 3;
 
-void print_values(std::ostream& os, const std::vector<double>& v, const Shape& shape,
-                  size_t dim, int64_t offset, bool summarize, int indent) {
+void print_values(std::ostream& os, const std::vector<double>& v, const Shape& shape, size_t dim,
+                  int64_t offset, bool summarize, int indent) {
   if (shape.empty()) {
     os << v[0];
     return;
   }
   const int64_t n = shape[dim];
   int64_t stride = 1;
-  for (size_t i = dim + 1; i < shape.size(); ++i) stride *= shape[i];
+  for (size_t i = dim + 1; i < shape.size(); ++i)
+    stride *= shape[i];
   os << '[';
   for (int64_t i = 0; i < n; ++i) {
     if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
@@ -345,25 +368,41 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
   return finish(t, options);
 }
 
-Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
-Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype()).device(t.device())); }
+Tensor zeros(const Shape& shape, TensorOptions options) {
+  return full(shape, 0.0, options);
+}
+Tensor ones(const Shape& shape, TensorOptions options) {
+  return full(shape, 1.0, options);
+}
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), TensorOptions(t.dtype()).device(t.device()));
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.shape(), TensorOptions(t.dtype()).device(t.device()));
+}
+Tensor empty_like(const Tensor& t) {
+  return empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
+}
 
-Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+Tensor scalar_tensor(double value, TensorOptions options) {
+  return full({}, value, options);
+}
 
-Tensor arange(double end, TensorOptions options) { return arange(0.0, end, 1.0, options); }
+Tensor arange(double end, TensorOptions options) {
+  return arange(0.0, end, 1.0, options);
+}
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
-  TGRAD_CHECK(step != 0.0 && std::isfinite(step), "arange: step=", step, " must be non-zero and finite");
+  TGRAD_CHECK(step != 0.0 && std::isfinite(step), "arange: step=", step,
+              " must be non-zero and finite");
   TGRAD_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start=", start, " and end=", end,
               " must be finite");
   TGRAD_CHECK((end - start) * step >= 0.0, "arange: step=", step, " goes away from end=", end,
               " starting at start=", start);
   const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
   std::vector<double> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
+  for (int64_t i = 0; i < n; ++i)
+    values[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
   if (!options.dtype_opt()) options.dtype(DType::float32);
   return from_vector(values, {n}, options);
 }
@@ -376,7 +415,8 @@ Tensor random_tensor(const Shape& shape, TensorOptions options, const char* fn, 
   TGRAD_CHECK(static_cast<int64_t>(shape.size()) <= kMaxRank, fn, ": rank ", shape.size(),
               " exceeds the maximum rank ", kMaxRank);
   std::vector<double> values(static_cast<size_t>(n));
-  for (auto& v : values) v = draw();
+  for (auto& v : values)
+    v = draw();
   if (!options.dtype_opt()) options.dtype(DType::float32);
   return from_vector(values, shape, options);
 }
@@ -399,16 +439,18 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions options) {
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options) {
   const int64_t n = shape_numel(shape, "from_vector");
-  TGRAD_CHECK(n == static_cast<int64_t>(values.size()), "from_vector: shape ", shape, " holds ",
-              n, " elements but ", values.size(), " values were given");
+  TGRAD_CHECK(n == static_cast<int64_t>(values.size()), "from_vector: shape ", shape, " holds ", n,
+              " elements but ", values.size(), " values were given");
   const DType dtype = options.dtype_opt().value_or(dtype_of<T>());
   Tensor host = make_tensor(shape, dtype, Device(kCPU), "from_vector");
   if (dtype == DType::float32) {
     float* p = host.data_ptr<float>();
-    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<float>(values[i]);
+    for (size_t i = 0; i < values.size(); ++i)
+      p[i] = static_cast<float>(values[i]);
   } else {
     double* p = host.data_ptr<double>();
-    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<double>(values[i]);
+    for (size_t i = 0; i < values.size(); ++i)
+      p[i] = static_cast<double>(values[i]);
   }
   Tensor t = host;
   if (!options.device().is_cpu()) {
@@ -424,7 +466,8 @@ bool equal(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
   Tensor ha = a.device().is_cpu() ? a : a.detach().to(Device(kCPU));
   Tensor hb = b.device().is_cpu() ? b : b.detach().to(Device(kCPU));
-  return a.numel() == 0 || std::memcmp(ha.raw_data(), hb.raw_data(), static_cast<size_t>(a.nbytes())) == 0;
+  return a.numel() == 0 ||
+         std::memcmp(ha.raw_data(), hb.raw_data(), static_cast<size_t>(a.nbytes())) == 0;
 }
 
 }  // namespace tgrad

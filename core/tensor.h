@@ -39,13 +39,22 @@ struct TensorImpl {
 class TensorOptions {
  public:
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype_(d) {}    // NOLINT: implicit, as in LibTorch
-  TensorOptions(Device d) : device_(d) {}  // NOLINT
+  TensorOptions(DType d) : dtype_(d) {}        // NOLINT: implicit, as in LibTorch
+  TensorOptions(Device d) : device_(d) {}      // NOLINT
   TensorOptions(DeviceType d) : device_(d) {}  // NOLINT
 
-  TensorOptions& dtype(DType d) { dtype_ = d; return *this; }
-  TensorOptions& device(Device d) { device_ = d; return *this; }
-  TensorOptions& requires_grad(bool r) { requires_grad_ = r; return *this; }
+  TensorOptions& dtype(DType d) {
+    dtype_ = d;
+    return *this;
+  }
+  TensorOptions& device(Device d) {
+    device_ = d;
+    return *this;
+  }
+  TensorOptions& requires_grad(bool r) {
+    requires_grad_ = r;
+    return *this;
+  }
 
   DType dtype() const { return dtype_.value_or(DType::float32); }
   std::optional<DType> dtype_opt() const { return dtype_; }
@@ -109,7 +118,7 @@ class Tensor {
   bool requires_grad() const;
   Tensor& requires_grad_(bool requires_grad = true);  // leaves only
   bool is_leaf() const;
-  Tensor grad() const;  // undefined until a backward reaches this leaf
+  Tensor grad() const;                      // undefined until a backward reaches this leaf
   void set_grad(const Tensor& grad) const;  // replaces .grad (shape, dtype and device checked)
   // Clears .grad (sets it to none, PyTorch's default for zero_grad).
   void zero_grad() const;

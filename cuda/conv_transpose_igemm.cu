@@ -38,7 +38,8 @@ __global__ void igemm_pack_weights_kernel(const float* __restrict__ w, float* __
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t m = e % p.m_pad, c = (e / p.m_pad) % p.c_pad, tap = e / (p.m_pad * p.c_pad);
     float v = 0.0f;
-    if (m < p.M && c < p.C) v = p.gather ? w[(c * p.M + m) * taps + tap] : w[(m * p.C + c) * taps + tap];
+    if (m < p.M && c < p.C)
+      v = p.gather ? w[(c * p.M + m) * taps + tap] : w[(m * p.C + c) * taps + tap];
     wp[e] = v;
   }
 }
@@ -46,9 +47,9 @@ __global__ void igemm_pack_weights_kernel(const float* __restrict__ w, float* __
 template <class Cfg, bool kSplit>
 __global__ void __launch_bounds__(Cfg::kThreads, kSplit ? 1 : 2) conv_igemm_kernel(IgemmProblem p) {
   extern __shared__ __align__(16) float smem[];
-  __shared__ int tap_w[kIgemmMaxTaps];      // kh*kW + kw of each valid tap
-  __shared__ int tap_plane[kIgemmMaxTaps];  // the window plane (kh) it reads
-  __shared__ int tap_col[kIgemmMaxTaps];    // its first window column
+  __shared__ int tap_w[kIgemmMaxTaps];        // kh*kW + kw of each valid tap
+  __shared__ int tap_plane[kIgemmMaxTaps];    // the window plane (kh) it reads
+  __shared__ int tap_col[kIgemmMaxTaps];      // its first window column
   __shared__ int64_t plane_row[kIgemmMaxKh];  // src row of plane kh, -1 when unused
   __shared__ int s_taps;
   __shared__ int64_t s_col0;
@@ -113,8 +114,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kSplit ? 1 : 2) conv_igemm_kern
     for (int v = threadIdx.x; v < taps * Cfg::kChunk * kVecPerRow; v += Cfg::kThreads) {
       const int row = v / kVecPerRow, col = (v % kVecPerRow) * 4;
       const int j = row / Cfg::kChunk, c = row % Cfg::kChunk;
-      const float* src =
-          p.wp + (tap_w[j] * p.c_pad + chunk * Cfg::kChunk + c) * p.m_pad + m0 + col;
+      const float* src = p.wp + (tap_w[j] * p.c_pad + chunk * Cfg::kChunk + c) * p.m_pad + m0 + col;
       cp_async16(as + row * Cfg::kAPitch + col, src);
     }
     for (int rr = warp; rr < p.kH * Cfg::kChunk; rr += Cfg::kThreads / 32) {
@@ -268,9 +268,9 @@ void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, Preci
 
 bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device) {
-  using Big = IgemmConfig<2, 4, 4, 4, 16>;    // 128 x 128, warp tile 64 x 32
-  using Mid = IgemmConfig<2, 4, 2, 8, 16>;    // 64 x 256, warp tile 32 x 64
-  using Small = IgemmConfig<1, 8, 2, 4, 8>;   // 32 x 256, warp tile 32 x 32
+  using Big = IgemmConfig<2, 4, 4, 4, 16>;   // 128 x 128, warp tile 64 x 32
+  using Mid = IgemmConfig<2, 4, 2, 8, 16>;   // 64 x 256, warp tile 32 x 64
+  using Small = IgemmConfig<1, 8, 2, 4, 8>;  // 32 x 256, warp tile 32 x 32
   if (p.M > 64) {
     if (!igemm_plan<Big>(p)) return false;
     igemm_launch<Big>(alloc, p, w, precision, device);

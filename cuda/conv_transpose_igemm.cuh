@@ -1,5 +1,6 @@
 // The fast path of conv_transpose forward and dgrad: one implicit GEMM on TF32 tensor cores,
-//   out[n, m, oh, q*s_out + r] = bias[m] + sum_{c, (kh,kw)} W[m, c, kh, kw] * src[n, c, row(oh, kh), q*s_in + off(r, kw)]
+//   out[n, m, oh, q*s_out + r] = bias[m] + sum_{c, (kh,kw)} W[m, c, kh, kw] * src[n, c, row(oh,
+//   kh), q*s_in + off(r, kw)]
 // forward: src = x, m = co, c = ci, row/off gather (o + p - k*d)/s where exact, r = ow mod sW
 // (so structurally zero taps are skipped); dgrad: src = dy, m = ci, c = co, row = oh*s - p + k*d.
 // Kernels in conv_transpose_igemm.cu. Private to cuda/.
@@ -19,10 +20,10 @@ struct IgemmProblem {
   float* out;         // (N, M, Ho, Wo)
   int64_t N, C, M, Hs, Ws, Ho, Wo, c_pad, m_pad;
   int64_t kH, kW, sH, pH, dH, sW, pW, dW;
-  bool gather;       // forward's index map (divide by the stride) instead of dgrad's
-  int64_t phases;    // forward: sW; dgrad: 1
-  int64_t s_in;      // window columns per position: forward 1, dgrad sW
-  int64_t s_out;     // output columns per position: forward sW, dgrad 1
+  bool gather;     // forward's index map (divide by the stride) instead of dgrad's
+  int64_t phases;  // forward: sW; dgrad: 1
+  int64_t s_in;    // window columns per position: forward 1, dgrad sW
+  int64_t s_out;   // output columns per position: forward sW, dgrad 1
   int64_t q_tiles, m_tiles;
   int win_cols, win_pitch;  // window columns loaded / floats per window row
   int a_floats, stage_floats;

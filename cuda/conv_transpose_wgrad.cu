@@ -105,15 +105,14 @@ __global__ void sum_chunks_kernel(const double* __restrict__ partials, T* __rest
   }
 }
 
-
 // ---- Fast path: split-K tensor-core GEMM, all kW taps of a row per CTA ------------------------
 
-constexpr int kSegment = 64;            // K per step: kSegment consecutive iw of one (n, ih)
-constexpr int kFlushEvery = 32;         // "highest": positions per tensor-core chain (see tf32_mma)
-constexpr int kXPitch = kSegment + 4;   // == 4 mod 8: the fragment loads hit 32 banks
-constexpr int kWarpM = 32, kWarpN = 32; // warp tile: 32 ci x 32 co of one tap
-constexpr int kMaxWarps = 12;     // 384 threads: up to 168 registers each (3xTF32 needs ~130)
-constexpr int64_t kTargetCtas = 1024;   // per launch, from the shape only (bits are GPU-free)
+constexpr int kSegment = 64;           // K per step: kSegment consecutive iw of one (n, ih)
+constexpr int kFlushEvery = 32;        // "highest": positions per tensor-core chain (see tf32_mma)
+constexpr int kXPitch = kSegment + 4;  // == 4 mod 8: the fragment loads hit 32 banks
+constexpr int kWarpM = 32, kWarpN = 32;  // warp tile: 32 ci x 32 co of one tap
+constexpr int kMaxWarps = 12;          // 384 threads: up to 168 registers each (3xTF32 needs ~130)
+constexpr int64_t kTargetCtas = 1024;  // per launch, from the shape only (bits are GPU-free)
 constexpr int64_t kMaxPartialBytes = int64_t{256} << 20;
 
 // A CTA owns warps_m*32 ci x warps_n*32 co x taps_per_cta consecutive taps kw of one kh, and one
@@ -130,10 +129,9 @@ struct WgradPlan {
 // kMinBlocks 2 (1xTF32) caps registers at 80 so two CTAs share an SM: measured 1.15-1.3x faster
 // on S2-S4 than one CTA at 106 registers; 3xTF32 keeps its 140 (two sums per warp tile).
 template <bool kSplit, int kMinBlocks>
-__global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks > 1 ? kMinBlocks : 0) wgrad_tc_kernel(const float* __restrict__ x,
-                                                                  const float* __restrict__ dy,
-                                                                  float* __restrict__ out,
-                                                                  ConvParams p, WgradPlan s) {
+__global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks > 1 ? kMinBlocks : 0)
+    wgrad_tc_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                    float* __restrict__ out, ConvParams p, WgradPlan s) {
   extern __shared__ __align__(16) float smem[];
   const int bm = s.warps_m * kWarpM, bn = s.warps_n * kWarpN;
   const int x_floats = bm * kXPitch, stage_floats = x_floats + bn * s.win_pitch;
@@ -276,8 +274,8 @@ __global__ void sum_splits_kernel(const float* __restrict__ partials, float* __r
 }
 
 // The tensor-core path, or false (nothing launched) when the general kernel must run.
-bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precision,
-                const Tensor& x, const Tensor& dy, Tensor& dw) {
+bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precision, const Tensor& x,
+                const Tensor& dy, Tensor& dw) {
   if (dw.dtype() != DType::float32 || p.G != 1) return false;
   WgradPlan s{};
   s.warps_m = p.Ci > kWarpM ? 2 : 1;

@@ -96,19 +96,23 @@ void check_other_ops(Runner& run, uint64_t seed) {
                    double shift = 0.0) {
     for (const tgrad::Shape& s : {tgrad::Shape{}, tgrad::Shape{5}, tgrad::Shape{2, 3, 2}}) {
       o.config = "shape " + tgrad::detail::cat(s);
-      run.check(op, [f](const std::vector<Tensor>& in) { return f(in[0]); },
-                {run.input(s, gen, shift)}, o);
+      run.check(
+          op, [f](const std::vector<Tensor>& in) { return f(in[0]); }, {run.input(s, gen, shift)},
+          o);
     }
   };
   // relu, leaky_relu and abs have kinks at 0; randn puts an input within eps of 0 with
   // probability ~1e-6 per element, so these draws are safe.
   unary("neg", [](const Tensor& x) { return -x; });
   unary("exp", [](const Tensor& x) { return tgrad::exp(x); });
-  unary("log", [](const Tensor& x) { return tgrad::log(x); }, 0.5);
-  unary("sqrt", [](const Tensor& x) { return tgrad::sqrt(x); }, 0.5);
+  unary(
+      "log", [](const Tensor& x) { return tgrad::log(x); }, 0.5);
+  unary(
+      "sqrt", [](const Tensor& x) { return tgrad::sqrt(x); }, 0.5);
   unary("abs", [](const Tensor& x) { return tgrad::abs(x); });
   unary("pow", [](const Tensor& x) { return tgrad::pow(x, 3.0); });
-  unary("pow_fractional", [](const Tensor& x) { return tgrad::pow(x, 1.5); }, 0.5);
+  unary(
+      "pow_fractional", [](const Tensor& x) { return tgrad::pow(x, 1.5); }, 0.5);
   unary("relu", [](const Tensor& x) { return tgrad::relu(x); });
   unary("leaky_relu", [](const Tensor& x) { return tgrad::leaky_relu(x, 0.2); });
   unary("sigmoid", [](const Tensor& x) { return tgrad::sigmoid(x); });
@@ -118,7 +122,8 @@ void check_other_ops(Runner& run, uint64_t seed) {
   unary("mul_scalar", [](const Tensor& x) { return x * -3.0; });
   unary("div_scalar", [](const Tensor& x) { return x / 4.0; });
   unary("rsub_scalar", [](const Tensor& x) { return 2.0 - x; });
-  unary("rdiv_scalar", [](const Tensor& x) { return 2.0 / x; }, 0.5);
+  unary(
+      "rdiv_scalar", [](const Tensor& x) { return 2.0 / x; }, 0.5);
   unary("sum", [](const Tensor& x) { return tgrad::sum(x); });
   unary("mean", [](const Tensor& x) { return tgrad::mean(x); });
   unary("clone", [](const Tensor& x) { return x.clone(); });
@@ -131,58 +136,77 @@ void check_other_ops(Runner& run, uint64_t seed) {
                     double shift_b = 0.0) {
     for (const Pair& p : broadcast) {
       o.config = tgrad::detail::cat(p.first, " with ", p.second);
-      run.check(op, [f](const std::vector<Tensor>& in) { return f(in[0], in[1]); },
-                {run.input(p.first, gen), run.input(p.second, gen, shift_b)}, o);
+      run.check(
+          op, [f](const std::vector<Tensor>& in) { return f(in[0], in[1]); },
+          {run.input(p.first, gen), run.input(p.second, gen, shift_b)}, o);
     }
   };
   binary("add", [](const Tensor& a, const Tensor& b) { return a + b; });
   binary("sub", [](const Tensor& a, const Tensor& b) { return a - b; });
   binary("mul", [](const Tensor& a, const Tensor& b) { return a * b; });
-  binary("div", [](const Tensor& a, const Tensor& b) { return a / b; }, 0.5);
+  binary(
+      "div", [](const Tensor& a, const Tensor& b) { return a / b; }, 0.5);
   // The same tensor used twice: its gradient is the sum of both uses.
   o.config = "x * x + x";
-  run.check("fan_out", [](const std::vector<Tensor>& in) { return in[0] * in[0] + in[0]; },
-            {run.input({3, 2}, gen)}, o);
+  run.check(
+      "fan_out", [](const std::vector<Tensor>& in) { return in[0] * in[0] + in[0]; },
+      {run.input({3, 2}, gen)}, o);
 
   const tgrad::Shape s = {2, 3, 4};
   for (const std::vector<int64_t>& dims : {std::vector<int64_t>{0}, {1}, {-1}, {0, 2}}) {
     for (bool keep : {false, true}) {
       o.config = tgrad::detail::cat("dims ", dims, keep ? " keepdim" : "");
-      run.check("sum_dims", [dims, keep](const std::vector<Tensor>& in) {
-        return tgrad::sum(in[0], dims, keep);
-      }, {run.input(s, gen)}, o);
-      run.check("mean_dims", [dims, keep](const std::vector<Tensor>& in) {
-        return tgrad::mean(in[0], dims, keep);
-      }, {run.input(s, gen)}, o);
+      run.check(
+          "sum_dims",
+          [dims, keep](const std::vector<Tensor>& in) { return tgrad::sum(in[0], dims, keep); },
+          {run.input(s, gen)}, o);
+      run.check(
+          "mean_dims",
+          [dims, keep](const std::vector<Tensor>& in) { return tgrad::mean(in[0], dims, keep); },
+          {run.input(s, gen)}, o);
     }
   }
   o.config = "(2,3,4) to (3,1)";
-  run.check("sum_to", [](const std::vector<Tensor>& in) { return tgrad::sum_to(in[0], {3, 1}); },
-            {run.input(s, gen)}, o);
+  run.check(
+      "sum_to",
+      [](const std::vector<Tensor>& in) {
+        return tgrad::sum_to(in[0], {3, 1});
+      },
+      {run.input(s, gen)}, o);
   o.config = "(3,1) to (2,3,4)";
-  run.check("expand", [](const std::vector<Tensor>& in) { return tgrad::expand(in[0], {2, 3, 4}); },
-            {run.input({3, 1}, gen)}, o);
+  run.check(
+      "expand",
+      [](const std::vector<Tensor>& in) {
+        return tgrad::expand(in[0], {2, 3, 4});
+      },
+      {run.input({3, 1}, gen)}, o);
   o.config = "rows 1..3 of 4";
-  run.check("narrow", [](const std::vector<Tensor>& in) { return in[0].narrow(0, 1, 2); },
-            {run.input({4, 3}, gen)}, o);
+  run.check(
+      "narrow", [](const std::vector<Tensor>& in) { return in[0].narrow(0, 1, 2); },
+      {run.input({4, 3}, gen)}, o);
   for (const Pair& p : std::vector<Pair>{{{3, 4}, {4, 2}}, {{1, 5}, {5, 1}}, {{6, 3}, {3, 7}}}) {
     o.config = tgrad::detail::cat(p.first, " x ", p.second);
-    run.check("matmul", [](const std::vector<Tensor>& in) { return tgrad::matmul(in[0], in[1]); },
-              {run.input(p.first, gen), run.input(p.second, gen)}, o);
+    run.check(
+        "matmul", [](const std::vector<Tensor>& in) { return tgrad::matmul(in[0], in[1]); },
+        {run.input(p.first, gen), run.input(p.second, gen)}, o);
   }
   for (bool bias : {false, true}) {
     o.config = bias ? "x (2,3,4), w (5,4), b (5)" : "x (2,3,4), w (5,4)";
     std::vector<Tensor> in = {run.input({2, 3, 4}, gen), run.input({5, 4}, gen)};
     if (bias) in.push_back(run.input({5}, gen));
-    run.check("linear", [](const std::vector<Tensor>& v) {
-      return tgrad::linear(v[0], v[1], v.size() > 2 ? v[2] : Tensor());
-    }, in, o);
+    run.check(
+        "linear",
+        [](const std::vector<Tensor>& v) {
+          return tgrad::linear(v[0], v[1], v.size() > 2 ? v[2] : Tensor());
+        },
+        in, o);
   }
   if (run.device.is_cuda()) {
     o.config = "cuda -> cpu -> cuda";
-    run.check("to_device", [](const std::vector<Tensor>& in) {
-      return (in[0].cpu() * 2.0).to(in[0].device());
-    }, {run.input({2, 3}, gen)}, o);
+    run.check(
+        "to_device",
+        [](const std::vector<Tensor>& in) { return (in[0].cpu() * 2.0).to(in[0].device()); },
+        {run.input({2, 3}, gen)}, o);
   }
 }
 
@@ -225,7 +249,8 @@ int main(int argc, char** argv) {
     total += r.configs;
     failed += r.failures;
   }
-  for (const std::string& f : run.failures) std::cout << "\n" << f << "\n";
+  for (const std::string& f : run.failures)
+    std::cout << "\n" << f << "\n";
   std::cout << "\n" << total - failed << " passed, " << failed << " failed\n";
   return failed == 0 ? 0 : 1;
 }

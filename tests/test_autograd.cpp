@@ -11,8 +11,8 @@
 namespace tgrad {
 namespace {
 
-using testing::kFloat64Tight;
 using testing::error_of;
+using testing::kFloat64Tight;
 using testing::tensors_close;
 
 Tensor leaf(std::vector<double> values, Shape shape) {

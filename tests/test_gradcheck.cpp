@@ -20,7 +20,9 @@ Tensor square_with(const Tensor& x, BackwardFn backward) {
   return record("planted_square", y, {x}, std::move(backward));
 }
 
-Tensor input(Generator& gen) { return randn({3, 2}, gen, kFloat64).requires_grad_(true); }
+Tensor input(Generator& gen) {
+  return randn({3, 2}, gen, kFloat64).requires_grad_(true);
+}
 
 TEST(Gradcheck, PassesACorrectCompositeFunction) {
   Generator gen(1);

@@ -16,12 +16,15 @@ using testing::error_of;
 using testing::tensors_close;
 using testing::Tolerance;
 
-Tensor vec(std::vector<double> v, Shape s) { return from_vector(v, s); }
+Tensor vec(std::vector<double> v, Shape s) {
+  return from_vector(v, s);
+}
 
 // Host-side expectation of a unary op.
 Tensor host_map(const Tensor& x, const std::function<double(double)>& f) {
   std::vector<double> v = x.to_vector<double>();
-  for (double& e : v) e = f(e);
+  for (double& e : v)
+    e = f(e);
   return from_vector(v, x.shape(), x.dtype());
 }
 
@@ -139,10 +142,11 @@ TEST(Ops, MatmulMatchesNaiveLoopsOnLargerShapes) {
   std::vector<double> expect(37 * 29, 0.0);
   for (int i = 0; i < 37; ++i)
     for (int k = 0; k < 53; ++k)
-      for (int j = 0; j < 29; ++j) expect[i * 29 + j] += av[i * 53 + k] * bv[k * 29 + j];
+      for (int j = 0; j < 29; ++j)
+        expect[i * 29 + j] += av[i * 53 + k] * bv[k * 29 + j];
   // float64 dot products of length 53: rounding differs only in summation order.
-  EXPECT_TRUE(tensors_close(matmul(a, b), from_vector(expect, {37, 29}),
-                            Tolerance{1e-12, 1e-12, 0}, "matmul 37x53x29"));
+  EXPECT_TRUE(tensors_close(matmul(a, b), from_vector(expect, {37, 29}), Tolerance{1e-12, 1e-12, 0},
+                            "matmul 37x53x29"));
 }
 
 TEST(Ops, EmptyTensorsGiveEmptyResults) {

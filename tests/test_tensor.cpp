@@ -38,7 +38,9 @@ TEST(Tensor, FromVectorTakesItsDtypeFromTheValuesUnlessTold) {
   const Tensor t = from_vector(std::vector<double>{0.1, 2}, {2}, kFloat32);
   EXPECT_EQ(t.dtype(), kFloat32);
   EXPECT_EQ(t.to_vector<float>()[0], 0.1f);
-  EXPECT_NE(error_of([] { from_vector(std::vector<float>{1, 2, 3}, {2, 2}); }).find("4 elements"),
+  EXPECT_NE(error_of([] {
+              from_vector(std::vector<float>{1, 2, 3}, {2, 2});
+            }).find("4 elements"),
             std::string::npos);
 }
 
@@ -58,9 +60,11 @@ TEST(Tensor, RandomFactoriesAreSeededAndDistributed) {
   // so 5-sigma bounds are 0.035 and 0.05.
   const std::vector<double> n = randn({20000}, c, kFloat64).to_vector<double>();
   double mean = 0, var = 0;
-  for (double v : n) mean += v;
+  for (double v : n)
+    mean += v;
   mean /= static_cast<double>(n.size());
-  for (double v : n) var += (v - mean) * (v - mean);
+  for (double v : n)
+    var += (v - mean) * (v - mean);
   var /= static_cast<double>(n.size());
   EXPECT_NEAR(mean, 0.0, 0.035);
   EXPECT_NEAR(var, 1.0, 0.05);
@@ -69,7 +73,9 @@ TEST(Tensor, RandomFactoriesAreSeededAndDistributed) {
 TEST(Tensor, BadShapesAreErrors) {
   EXPECT_NE(error_of([] { zeros({1, 1, 1, 1, 1, 1}); }).find("maximum rank 5"), std::string::npos);
   EXPECT_NE(error_of([] { zeros({2, -1}); }).find("size[1]=-1"), std::string::npos);
-  EXPECT_NE(error_of([] { zeros({int64_t{1} << 40, int64_t{1} << 40}); }).find("int64"),
+  EXPECT_NE(error_of([] {
+              zeros({int64_t{1} << 40, int64_t{1} << 40});
+            }).find("int64"),
             std::string::npos);
   EXPECT_NE(error_of([] { arange(0, 1, 0); }).find("step=0"), std::string::npos);
 }
@@ -81,9 +87,13 @@ TEST(Tensor, ReshapeSharesStorageAndInfersOneSize) {
   EXPECT_EQ(v.raw_data(), t.raw_data());
   v.fill_(1.0);
   EXPECT_EQ(t.to_vector<double>(), std::vector<double>(6, 1.0));
-  EXPECT_NE(error_of([&] { t.reshape({4, -1}); }).find("invalid for input of size 6"),
+  EXPECT_NE(error_of([&] {
+              t.reshape({4, -1});
+            }).find("invalid for input of size 6"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { t.reshape({-1, -1}); }).find("only one size may be -1"),
+  EXPECT_NE(error_of([&] {
+              t.reshape({-1, -1});
+            }).find("only one size may be -1"),
             std::string::npos);
   EXPECT_NE(error_of([&] { t.reshape({7}); }).find("invalid"), std::string::npos);
 }

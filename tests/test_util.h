@@ -37,9 +37,9 @@ CompareResult compare(const Tensor& actual, const Tensor& expected, Tolerance to
                                          Tolerance tol, const std::string& config);
 
 // Skips the calling test (GTEST_SKIP with the reason) when no CUDA device is usable.
-#define TGRAD_SKIP_WITHOUT_CUDA()                                                    \
-  do {                                                                               \
-    if (!::tgrad::cuda_is_available())                                               \
+#define TGRAD_SKIP_WITHOUT_CUDA()                                                        \
+  do {                                                                                   \
+    if (!::tgrad::cuda_is_available())                                                   \
       GTEST_SKIP() << "no CUDA device: " << ::tgrad::testing::cuda_unavailable_reason(); \
   } while (0)
 std::string cuda_unavailable_reason();
