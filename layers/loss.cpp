@@ -25,8 +25,7 @@ Tensor reduce(const char* fn, const Tensor& elementwise, Reduction reduction) {
     case Reduction::sum:
       return sum(elementwise);
     case Reduction::mean:
-      TGRAD_CHECK(elementwise.numel() > 0, fn, ": mean reduction of an empty input");
-      return mean(elementwise);
+      return mean(elementwise);  // NaN (0/0) for an empty input, as in PyTorch
   }
   TGRAD_FAIL(fn, ": unknown reduction");
 }
