@@ -212,6 +212,7 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   {
     NoGradGuard no_grad;
     std::vector<Tensor> detached;
+    detached.reserve(inputs.size());
     for (const Tensor& in : inputs)
       detached.push_back(in.defined() ? in.detach() : Tensor());
     y0 = fn(detached);

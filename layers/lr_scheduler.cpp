@@ -26,7 +26,10 @@ StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
 }
 
 double StepLR::lr_at(int64_t epoch) const {
-  return base_lr() * std::pow(gamma_, static_cast<double>(epoch / step_size_));
+  // Integer division on purpose: gamma^floor(epoch / step_size), as PyTorch's StepLR.
+  return base_lr() *
+         std::pow(gamma_,
+                  static_cast<double>(epoch / step_size_));  // NOLINT(bugprone-integer-division)
 }
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double eta_min)

@@ -69,7 +69,7 @@ void write_samples(tgrad::nn::Module& net, const decoder::Batch& data, tgrad::De
 }
 
 std::string format_duration(double seconds) {
-  const auto s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
+  const int64_t s = std::lround(std::max(0.0, seconds));
   std::ostringstream os;
   if (s >= 60) os << s / 60 << "m";
   os << (s % 60 < 10 && s >= 60 ? "0" : "") << s % 60 << "s";

@@ -221,7 +221,7 @@ void plot_image_samples(const tgrad::Tensor& targets, const tgrad::Tensor& predi
   Canvas c(cols * (pair_w + gap) + gap, rows * (cell + gap) + gap + 16, Rgb{255, 255, 255});
   c.text(gap, 4, "target : prediction", kBlack);
   const std::vector<float> t = targets.to_vector<float>(), p = predictions.to_vector<float>();
-  const size_t per = static_cast<size_t>(3 * s * s);
+  const size_t per = size_t{3} * static_cast<size_t>(s) * static_cast<size_t>(s);
   for (int64_t i = 0; i < n; ++i) {
     const int ox = gap + static_cast<int>(i % cols) * (pair_w + gap);
     const int oy = 16 + gap + static_cast<int>(i / cols) * (cell + gap);
