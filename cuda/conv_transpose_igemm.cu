@@ -16,7 +16,7 @@ namespace {
 // A CTA computes kBM rows m x kBN positions q of one (n, oh, phase r) output row; kChunk
 // channels of the K loop sit in shared memory at a time: W[m0.., chunk, every valid tap] and the
 // src window (every plane kh, chunk, kBN*s_in + halo columns) that all taps read shifted.
-template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_, int kChunk_>
+template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_, int kChunk_, int kMinBlocks_ = 2>
 struct IgemmConfig {
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
   static constexpr int kTilesM = kTilesM_, kTilesN = kTilesN_;  // m16 / n8 tiles per warp
@@ -24,7 +24,8 @@ struct IgemmConfig {
   static constexpr int kBM = kWarpsM * kTilesM * 16;
   static constexpr int kBN = kWarpsN * kTilesN * 8;
   static constexpr int kChunk = kChunk_;
-  static constexpr int kAPitch = kBM + 8;  // == 8 mod 32: the fragment loads hit 32 banks
+  static constexpr int kMinBlocks = kMinBlocks_;  // CTAs per SM the register budget must allow
+  static constexpr int kAPitch = kBM + 8;         // == 8 mod 32: the fragment loads hit 32 banks
 };
 
 inline constexpr int kIgemmMaxTaps = 32;
@@ -45,7 +46,8 @@ __global__ void igemm_pack_weights_kernel(const float* __restrict__ w, float* __
 }
 
 template <class Cfg, bool kSplit>
-__global__ void __launch_bounds__(Cfg::kThreads, kSplit ? 1 : 2) conv_igemm_kernel(IgemmProblem p) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    conv_igemm_kernel(IgemmProblem p) {
   extern __shared__ __align__(16) float smem[];
   __shared__ int tap_w[kIgemmMaxTaps];        // kh*kW + kw of each valid tap
   __shared__ int tap_plane[kIgemmMaxTaps];    // the window plane (kh) it reads
@@ -240,9 +242,8 @@ bool igemm_plan(IgemmProblem& p) {
   return blocks > 0 && blocks < (int64_t{1} << 31);
 }
 
-template <class Cfg>
-void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
-                  int device) {
+template <class Cfg, bool kSplit>
+void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
   std::shared_ptr<void> packed =
       alloc.allocate(p.kH * p.kW * p.c_pad * p.m_pad * int64_t{sizeof(float)}, device);
   p.wp = static_cast<const float*>(packed.get());
@@ -251,17 +252,18 @@ void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, Preci
   TGRAD_CUDA_CHECK_LAUNCH("igemm_pack_weights_kernel");
   const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
   const int smem = 2 * p.stage_floats * static_cast<int>(sizeof(float));
-  auto run = [&](auto kernel) {
-    TGRAD_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<blocks, Cfg::kThreads, smem>>>(p);
-    TGRAD_CUDA_CHECK_LAUNCH("conv_igemm_kernel");
-  };
-  if (precision == Precision::highest) {
-    run(conv_igemm_kernel<Cfg, true>);
-  } else {
-    run(conv_igemm_kernel<Cfg, false>);
-  }
+  auto kernel = conv_igemm_kernel<Cfg, kSplit>;
+  TGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<blocks, Cfg::kThreads, smem>>>(p);
+  TGRAD_CUDA_CHECK_LAUNCH("conv_igemm_kernel");
+}
+
+// Plans p for Cfg and launches it; false (nothing launched) when the geometry does not fit.
+template <class Cfg, bool kSplit>
+bool igemm_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
+  if (!igemm_plan<Cfg>(p)) return false;
+  igemm_launch<Cfg, kSplit>(alloc, p, w, device);
+  return true;
 }
 
 }  // namespace
@@ -271,17 +273,23 @@ bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
   using Big = IgemmConfig<2, 4, 4, 4, 16>;   // 128 x 128, warp tile 64 x 32
   using Mid = IgemmConfig<2, 4, 2, 8, 16>;   // 64 x 256, warp tile 32 x 64
   using Small = IgemmConfig<1, 8, 2, 4, 8>;  // 32 x 256, warp tile 32 x 32
-  if (p.M > 64) {
-    if (!igemm_plan<Big>(p)) return false;
-    igemm_launch<Big>(alloc, p, w, precision, device);
-  } else if (p.M > 32) {
-    if (!igemm_plan<Mid>(p)) return false;
-    igemm_launch<Mid>(alloc, p, w, precision, device);
-  } else {
-    if (!igemm_plan<Small>(p)) return false;
-    igemm_launch<Small>(alloc, p, w, precision, device);
+  if (precision == Precision::highest) {
+    // 3xTF32 keeps the tensor-core chain and the FADD sum: ~225 registers at 64x32 / 32x64 warp
+    // tiles (one CTA per SM; smaller warp tiles at two CTAs measured 8-11% slower on S3), 124
+    // at 32x32, where two CTAs per SM fit. The small tile takes 16 channels per chunk (half the
+    // barriers) when two stages fit in shared memory, else 8 (S5's 21 taps).
+    using BigSplit = IgemmConfig<2, 4, 4, 4, 16, 1>;
+    using MidSplit = IgemmConfig<2, 4, 2, 8, 16, 1>;
+    using SmallSplit16 = IgemmConfig<1, 8, 2, 4, 16, 2>;
+    using SmallSplit8 = IgemmConfig<1, 8, 2, 4, 8, 2>;
+    if (p.M > 64) return igemm_try<BigSplit, true>(alloc, p, w, device);
+    if (p.M > 32) return igemm_try<MidSplit, true>(alloc, p, w, device);
+    return igemm_try<SmallSplit16, true>(alloc, p, w, device) ||
+           igemm_try<SmallSplit8, true>(alloc, p, w, device);
   }
-  return true;
+  if (p.M > 64) return igemm_try<Big, false>(alloc, p, w, device);
+  if (p.M > 32) return igemm_try<Mid, false>(alloc, p, w, device);
+  return igemm_try<Small, false>(alloc, p, w, device);
 }
 
 }  // namespace tgrad::cuda
