@@ -2,8 +2,9 @@
 //   dw[ci, co, kh, kw] = sum_{n, ih, iw} x[n, ci, ih, iw] * dy[n, g*Cog+co, ih*sH - pH + kh*dH,
 //                                                          iw*sW - pW + kw*dW],  g = ci / Cig
 // float32, groups == 1: a split-K GEMM on TF32 tensor cores (3xTF32 for "highest"), M = C_in,
-// N = C_out, K = positions; one CTA covers every kw tap of one kh from one staged dy window, and
-// each split's partial tile is summed in order by sum_splits_kernel (deterministic).
+// N = C_out, K = positions; one CTA covers every kw tap of one kh from one staged dy window,
+// converted to TF32 once per segment into fragment-ordered buffers, and each split's partial
+// tile is summed in order by sum_splits_kernel (deterministic).
 // Every other case runs the general kernel below: each (weight tile, chunk of positions) block
 // strides over its chunk and meets in a fixed shared-memory tree (float64), then stage 2 sums
 // each element's chunks in order. The bias gradient is reduction.cu's deterministic sum of dy.
@@ -106,35 +107,90 @@ __global__ void sum_chunks_kernel(const double* __restrict__ partials, T* __rest
 }
 
 // ---- Fast path: split-K tensor-core GEMM, all kW taps of a row per CTA ------------------------
+//
+// GEMM view: A = x (M = C_in, K = positions), B = dy (N = C_out, K = positions), where tap kw
+// reads dy at column i*sW - pW + kw*dW: every tap of a CTA reads the same x and one dy window at
+// a shifted offset. Per 64-position segment a CTA
+//   1. copies x[ci tile][segment] and the dy window dy[co tile][win_cols] into a raw stage with
+//      cp.async (zero fill outside the tensors);
+//   2. converts the raw stage to TF32 once (3xTF32: big and small words) into the conv buffers,
+//      laid out in mma-fragment order so that the inner loop only loads: A as one 128-bit LDS per
+//      fragment, B as one 32-bit (64-bit for 3xTF32) LDS per register. Converting per warp
+//      instead would redo each dy value once per tap and each x value once per warp column;
+//   3. runs the mma loop of each warp's tap from the conv buffers.
+// Layouts (W = kWords per value: 1, or 2 for 3xTF32 {big, small}):
+//   conv x: per (m16 tile mt, k8 block kb), 32 lanes x 4 words, the lane's A fragment
+//     {A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]} (3xTF32: 128 big words, then 128 small).
+//   conv dy: value (u, co) at (u * dy_pitch + co) * W for window column r0 + u * col_step: when
+//     every tap reads columns of one residue r0 mod sW (dW a multiple of sW, as in S1) only those
+//     are kept (col_step = sW), else all (col_step = 1). A tap is then a base column u_tap, and
+//     lane (g, t) reads b = {B[t][g], B[t+4][g]} at u = u_tap + (8*kb + t [+4]) * u_step.
+// Pipeline, step i (two raw stages): issue the copies of segment i+1 into raw[(i+1)&1]; wait for
+// this thread's copies of segment i; barrier (1); convert raw[i&1]; barrier (2); compute.
+// Barrier (1) publishes every thread's copies and ensures every warp finished compute(i-1)
+// before the single conv buffer is rewritten; barrier (2) publishes conv and ensures convert(i)
+// is done with raw[i&1] before step i+1 copies into it. One raw stage (when two would cost a
+// second CTA per SM): the copies of segment i+1 go out after barrier (2).
 
 constexpr int kSegment = 64;           // K per step: kSegment consecutive iw of one (n, ih)
 constexpr int kFlushEvery = 32;        // "highest": positions per tensor-core chain (see tf32_mma)
-constexpr int kXPitch = kSegment + 4;  // == 4 mod 8: the fragment loads hit 32 banks
+constexpr int kXPitch = kSegment + 4;  // == 4 mod 32: the conversion's reads hit 32 banks
 constexpr int kWarpM = 32, kWarpN = 32;  // warp tile: 32 ci x 32 co of one tap
 constexpr int kMaxWarps = 12;          // 384 threads: up to 168 registers each (3xTF32 needs ~130)
 constexpr int64_t kTargetCtas = 1024;  // per launch, from the shape only (bits are GPU-free)
 constexpr int64_t kMaxPartialBytes = int64_t{256} << 20;
 
+// Copies 8 bytes (both addresses 8-byte aligned).
+__device__ inline void cp_async8(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+// Copies row[col .. col+4) to dst (16-byte aligned), zero outside [0, limit) or when !row_ok:
+// one 16-byte copy, two 8-byte ones for a row that starts 8 bytes off (S2/S3's dy rows are
+// 65538 floats long, so every other one does), else per float.
+__device__ inline void copy_vec4(float* dst, const float* row, int64_t col, int64_t limit,
+                                 bool row_ok, const float* dummy) {
+  if (row_ok && col >= 0 && col + 3 < limit) {
+    const float* src = row + col;
+    const auto addr = reinterpret_cast<uintptr_t>(src);
+    if ((addr & 15) == 0) {
+      cp_async16(dst, src);
+      return;
+    }
+    if ((addr & 7) == 0) {
+      cp_async8(dst, src);
+      cp_async8(dst + 2, src + 2);
+      return;
+    }
+  }
+  load_vec4(dst, row, col, limit, row_ok, dummy);
+}
+
 // A CTA owns warps_m*32 ci x warps_n*32 co x taps_per_cta consecutive taps kw of one kh, and one
-// split of the K segments. Per segment it stages x[ci tile][kSegment] once and one dy window
-// dy[co tile][win_cols columns] that covers every tap's shifted read, so each staged value
-// feeds taps_per_cta times more products than a one-tap tile. Warp w computes tap w / per_tap.
+// split of the K segments. Warp w computes tap w / per_tap.
 struct WgradPlan {
   int warps_m, warps_n, taps_per_cta;
-  int win_cols, win_pitch;  // dy window columns (a multiple of 4) / floats per window row
+  int win_cols, win_pitch;  // raw dy window: columns (a multiple of 4) / floats per row
+  int col_step, u_step;     // conv dy keeps window columns r0 + u*col_step; K step in u
+  int conv_cols, dy_pitch;  // conv dy: columns u / values per column (bank-conflict padding)
+  int raw_stages;           // 2, or 1 when 2 would cost a second CTA per SM (see wgrad_fast)
   int64_t m_tiles, n_tiles, kw_groups, w_tiles, segments, segs_per_split, splits;
 };
 
 // out[(z*Ci + ci)*Co*taps + co*taps + tap] = sum over split z's segments of x * dy at this tap.
 // kMinBlocks 2 (1xTF32) caps registers at 80 so two CTAs share an SM: measured 1.15-1.3x faster
-// on S2-S4 than one CTA at 106 registers; 3xTF32 keeps its 140 (two sums per warp tile).
+// on S2-S4 than one CTA at 106 registers; 3xTF32 takes 168 (two sums and split fragments per
+// warp tile), so two of its CTAs share an SM only up to 6 warps each.
 template <bool kSplit, int kMinBlocks>
 __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks > 1 ? kMinBlocks : 0)
     wgrad_tc_kernel(const float* __restrict__ x, const float* __restrict__ dy,
                     float* __restrict__ out, ConvParams p, WgradPlan s) {
+  constexpr int kWords = kSplit ? 2 : 1;  // words per converted value
   extern __shared__ __align__(16) float smem[];
   const int bm = s.warps_m * kWarpM, bn = s.warps_n * kWarpN;
-  const int x_floats = bm * kXPitch, stage_floats = x_floats + bn * s.win_pitch;
+  const int x_floats = bm * kXPitch, raw_floats = x_floats + bn * s.win_pitch;
+  uint32_t* const conv_x = reinterpret_cast<uint32_t*>(smem + s.raw_stages * raw_floats);
+  uint32_t* const conv_dy = conv_x + bm * kSegment * kWords;
   int64_t b = blockIdx.x;  // kh and tap groups fastest: neighbouring CTAs read the same x
   const int64_t kh = b % p.kH;
   b /= p.kH;
@@ -150,88 +206,194 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks > 1 ? kMinBlocks : 
   // load as aligned 16-byte copies); i0*sW is a multiple of 4, so the shift is per CTA.
   const int64_t first0 = kw0 * p.dW - p.pW;
   const int shift = static_cast<int>(((first0 % 4) + 4) % 4);
+  const int r0 = shift % s.col_step;  // the residue every tap's columns share (0 if col_step 1)
 
-  auto load_segment = [&](int64_t seg, int stage) {
-    const int64_t row = seg / s.w_tiles, i0 = (seg % s.w_tiles) * kSegment;
-    const int64_t n = row / p.Hi, ih = row % p.Hi;
-    const int64_t oh = ih * p.sH - p.pH + kh * p.dH;
+  // The copies of one segment. Everything that does not change from segment to segment is set
+  // up here, and the segment's (n, ih, w tile) advances without divisions: the address work of
+  // a step must stay small next to its mma work.
+  const int64_t x_plane = p.Hi * p.Wi, y_plane = p.Ho * p.Wo;
+  const float* const x_cta = x + m0 * x_plane;  // channel m0, (n, ih) = (0, 0)
+  const float* const dy_cta = dy + n0 * y_plane;
+  const int x_rows = static_cast<int>(min_i64(bm, p.Ci - m0));  // rows past these are zero
+  const int dy_rows = static_cast<int>(min_i64(bn, p.Co - n0));
+  // Thread i copies x column vec i % 16 of rows i / 16 + k * (threads / 16), and the dy vecs
+  // i + k * threads of the window in row-major order (row and vec stepped without divisions).
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int x_k = tid % (kSegment / 4) * 4, x_r0 = tid / (kSegment / 4);
+  const int x_dr = threads / (kSegment / 4);
+  const int win_vecs = s.win_cols / 4, dy_vecs = bn * win_vecs;
+  const int dy_r0 = tid / win_vecs, dy_k0 = tid % win_vecs;
+  const int dy_dr = threads / win_vecs, dy_dk = threads % win_vecs;
+  int64_t load_wt = seg_begin % s.w_tiles, load_row = seg_begin / s.w_tiles;
+  int64_t load_n = load_row / p.Hi, load_ih = load_row % p.Hi;
+
+  // Copies the next segment (n, ih, wt) into raw stage `stage` and advances to the one after.
+  auto load_next = [&](int stage) {
+    const int64_t i0 = load_wt * kSegment;
+    const int64_t oh = load_ih * p.sH - p.pH + kh * p.dH;
     const bool oh_ok = oh >= 0 && oh < p.Ho;
     const int64_t start = i0 * p.sW + first0 - shift;
-    float* xs = smem + stage * stage_floats;
-    float* ds = xs + x_floats;
-    constexpr int kXVecs = kSegment / 4;
-    const int win_vecs = s.win_cols / 4, x_vecs = bm * kXVecs;
-    for (int v = threadIdx.x; v < x_vecs + bn * win_vecs; v += blockDim.x) {
-      if (v < x_vecs) {
-        const int r = v / kXVecs, k = (v % kXVecs) * 4;
-        const int64_t ci = m0 + r;
-        const float* base = x + ((n * p.Ci + (ci < p.Ci ? ci : 0)) * p.Hi + ih) * p.Wi;
-        load_vec4(xs + r * kXPitch + k, base, i0 + k, p.Wi, ci < p.Ci, x);
-      } else {
-        const int r = (v - x_vecs) / win_vecs, k = ((v - x_vecs) % win_vecs) * 4;
-        const int64_t co = n0 + r;
-        const bool ok = oh_ok && co < p.Co;
-        const float* base = dy + ((n * p.Co + (ok ? co : 0)) * p.Ho + (ok ? oh : 0)) * p.Wo;
-        load_vec4(ds + r * s.win_pitch + k, base, start + k, p.Wo, ok, dy);
+    float* const xs = smem + stage * raw_floats;
+    const float* x_row = x_cta + (load_n * p.Ci * p.Hi + load_ih) * p.Wi + x_r0 * x_plane;
+    float* x_dst = xs + x_r0 * kXPitch + x_k;
+#pragma unroll 1
+    for (int r = x_r0; r < bm; r += x_dr) {
+      const bool ok = r < x_rows;
+      copy_vec4(x_dst, ok ? x_row : x, i0 + x_k, p.Wi, ok, x);
+      x_row += x_dr * x_plane;
+      x_dst += x_dr * kXPitch;
+    }
+    const float* dy_row =
+        dy_cta + (load_n * p.Co * p.Ho + (oh_ok ? oh : 0)) * p.Wo + dy_r0 * y_plane;
+    float* dy_dst = xs + x_floats + dy_r0 * s.win_pitch;
+    int r = dy_r0, k = dy_k0;
+#pragma unroll 1
+    for (int v = tid; v < dy_vecs; v += threads) {
+      const bool ok = oh_ok && r < dy_rows;
+      copy_vec4(dy_dst + 4 * k, ok ? dy_row : dy, start + 4 * k, p.Wo, ok, dy);
+      r += dy_dr;
+      k += dy_dk;
+      dy_row += dy_dr * y_plane;
+      dy_dst += dy_dr * s.win_pitch;
+      if (k >= win_vecs) {
+        k -= win_vecs;
+        ++r;
+        dy_row += y_plane;
+        dy_dst += s.win_pitch;
+      }
+    }
+    if (++load_wt == s.w_tiles) {
+      load_wt = 0;
+      if (++load_ih == p.Hi) {
+        load_ih = 0;
+        ++load_n;
       }
     }
   };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n_warps = static_cast<int>(blockDim.x / 32);
+
+  // raw stage -> conv buffers. x: one warp per (mt, kb) block, each lane converts the fragment
+  // it then stores with one 128-bit STS (reads at kXPitch == 4 mod 32: no bank conflicts). dy:
+  // one instruction covers kCols columns u x kRows co, so the stores of a (half) warp's phase hit
+  // distinct banks for the dy_pitch the planner picks when u_step == 1.
+  auto convert = [&](int stage) {
+    const float* xs = smem + stage * raw_floats;
+    const float* ds = xs + x_floats;
+    for (int blk = warp; blk < bm / 16 * 8; blk += n_warps) {
+      const float* src = xs + (blk / 8 * 16 + g) * kXPitch + blk % 8 * 8 + t;
+      const float v[4] = {src[0], src[8 * kXPitch], src[4], src[8 * kXPitch + 4]};
+      if constexpr (kSplit) {
+        uint4 big, small;
+        split_tf32(v[0], big.x, small.x);
+        split_tf32(v[1], big.y, small.y);
+        split_tf32(v[2], big.z, small.z);
+        split_tf32(v[3], big.w, small.w);
+        *reinterpret_cast<uint4*>(conv_x + blk * 256 + lane * 4) = big;
+        *reinterpret_cast<uint4*>(conv_x + blk * 256 + 128 + lane * 4) = small;
+      } else {
+        *reinterpret_cast<uint4*>(conv_x + blk * 128 + lane * 4) =
+            make_uint4(to_tf32(v[0]), to_tf32(v[1]), to_tf32(v[2]), to_tf32(v[3]));
+      }
+    }
+    constexpr int kRows = kSplit ? 16 : 8, kCols = 32 / kRows;
+    for (int u0 = warp * kCols; u0 < s.conv_cols; u0 += n_warps * kCols) {
+      const int u = u0 + lane / kRows, c = r0 + u * s.col_step;
+      if (u >= s.conv_cols || c >= s.win_cols) continue;  // never read by any tap
+      const float* src = ds + lane % kRows * s.win_pitch + c;
+      uint32_t* dst = conv_dy + (u * s.dy_pitch + lane % kRows) * kWords;
+      for (int co = 0; co < bn; co += kRows) {
+        const float v = src[co * s.win_pitch];
+        if constexpr (kSplit) {
+          uint2 bs;
+          split_tf32(v, bs.x, bs.y);
+          *reinterpret_cast<uint2*>(dst + co * kWords) = bs;
+        } else {
+          dst[co] = to_tf32(v);
+        }
+      }
+    }
+  };
+
   const int per_tap = s.warps_m * s.warps_n;
   const int j = warp / per_tap;  // this warp's tap: kw = kw0 + j
   const int wm = (warp % per_tap) / s.warps_n * kWarpM, wn = warp % s.warps_n * kWarpN;
   const bool active = kw0 + j < p.kW;
-  const int s_w = static_cast<int>(p.sW);
-  const int b_col = shift + j * static_cast<int>(p.dW);  // window column of this tap's k = 0
+  const int u_tap = (shift + j * static_cast<int>(p.dW) - r0) / s.col_step;  // K index 0
+  const uint32_t* const a_frags = conv_x + wm / 16 * 8 * 128 * kWords + lane * 4;
+  const uint32_t* const b_frags = conv_dy + ((u_tap + t * s.u_step) * s.dy_pitch + wn + g) * kWords;
+  const int b_k8 = 8 * s.u_step * s.dy_pitch * kWords;  // words from one k8 block to the next
+  const int b_k4 = 4 * s.u_step * s.dy_pitch * kWords;  // from B[t] to B[t+4]
   constexpr int kTilesM = kWarpM / 16, kTilesN = kWarpN / 8;
   float acc[kTilesM][kTilesN][4] = {};  // the tensor cores' running chain
   // "highest": acc is flushed into sum after each short chain (see flush_into).
   float sum[kSplit ? kTilesM : 1][kSplit ? kTilesN : 1][4] = {};
 
+  auto compute = [&] {
+#pragma unroll
+    for (int kb = 0; kb < kSegment / 8; ++kb) {
+      Frag<4, kSplit> a[kTilesM];
+      Frag<2, kSplit> bf[kTilesN];
+#pragma unroll
+      for (int mt = 0; mt < kTilesM; ++mt) {
+        const uint32_t* ap = a_frags + (mt * 8 + kb) * 128 * kWords;
+        const uint4 big = *reinterpret_cast<const uint4*>(ap);
+        a[mt].big[0] = big.x, a[mt].big[1] = big.y, a[mt].big[2] = big.z, a[mt].big[3] = big.w;
+        if constexpr (kSplit) {
+          const uint4 small = *reinterpret_cast<const uint4*>(ap + 128);
+          a[mt].small[0] = small.x, a[mt].small[1] = small.y;
+          a[mt].small[2] = small.z, a[mt].small[3] = small.w;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kTilesN; ++nt) {
+        const uint32_t* bp = b_frags + kb * b_k8 + nt * 8 * kWords;
+        if constexpr (kSplit) {
+          const uint2 v0 = *reinterpret_cast<const uint2*>(bp);
+          const uint2 v1 = *reinterpret_cast<const uint2*>(bp + b_k4);
+          bf[nt].big[0] = v0.x, bf[nt].small[0] = v0.y;
+          bf[nt].big[1] = v1.x, bf[nt].small[1] = v1.y;
+        } else {
+          bf[nt].big[0] = bp[0];
+          bf[nt].big[1] = bp[b_k4];
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kTilesM; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < kTilesN; ++nt)
+          mma_frag<kSplit>(acc[mt][nt], a[mt], bf[nt]);
+      }
+      if constexpr (kSplit) {
+        if ((kb + 1) * 8 % kFlushEvery == 0) flush_into(sum, acc);
+      }
+    }
+  };
+
   if (seg_begin < seg_end) {
-    load_segment(seg_begin, 0);
+    load_next(0);
     cp_async_commit();
   }
   for (int64_t seg = seg_begin; seg < seg_end; ++seg) {
-    const int stage = static_cast<int>((seg - seg_begin) & 1);
-    if (seg + 1 < seg_end) load_segment(seg + 1, stage ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    const float* xs = smem + stage * stage_floats;
-    const float* ds = xs + x_floats + b_col;
-    if (active) {
-#pragma unroll
-      for (int k8 = 0; k8 < kSegment; k8 += 8) {
-        Frag<4, kSplit> a[kTilesM];
-        Frag<2, kSplit> bf[kTilesN];
-#pragma unroll
-        for (int mt = 0; mt < kTilesM; ++mt) {
-          const float* ap = xs + (wm + mt * 16 + g) * kXPitch + k8 + t;
-          a[mt].set(0, ap[0]);
-          a[mt].set(1, ap[8 * kXPitch]);
-          a[mt].set(2, ap[4]);
-          a[mt].set(3, ap[8 * kXPitch + 4]);
-        }
-#pragma unroll
-        for (int nt = 0; nt < kTilesN; ++nt) {
-          const float* bp = ds + (wn + nt * 8 + g) * s.win_pitch + (k8 + t) * s_w;
-          bf[nt].set(0, bp[0]);
-          bf[nt].set(1, bp[4 * s_w]);
-        }
-#pragma unroll
-        for (int mt = 0; mt < kTilesM; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < kTilesN; ++nt)
-            mma_frag<kSplit>(acc[mt][nt], a[mt], bf[nt]);
-        }
-        if constexpr (kSplit) {
-          if ((k8 + 8) % kFlushEvery == 0) flush_into(sum, acc);
-        }
-      }
+    const bool more = seg + 1 < seg_end;
+    int stage = 0;
+    if (s.raw_stages == 2) {
+      stage = static_cast<int>((seg - seg_begin) & 1);
+      if (more) load_next(stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
-    __syncthreads();
+    __syncthreads();  // (1)
+    convert(stage);
+    __syncthreads();  // (2)
+    if (s.raw_stages == 1 && more) {
+      load_next(0);
+      cp_async_commit();
+    }
+    if (active) compute();
   }
 
   if (!active) return;
@@ -273,10 +435,23 @@ __global__ void sum_splits_kernel(const float* __restrict__ partials, float* __r
   }
 }
 
+// Values per conv dy column: the smallest padding that puts the B fragment loads of one LDS phase
+// (lanes g along co, t along u_step * dy_pitch) in distinct banks: 32 lanes x 1 word, or half a
+// warp x 2 words for 3xTF32.
+int conv_dy_pitch(int bn, int u_step, bool split) {
+  for (int pitch = bn; pitch < bn + 32; ++pitch) {
+    const int stride = u_step * pitch;
+    if (split ? stride % 16 == 4 || stride % 16 == 12 : stride % 32 == 8 || stride % 32 == 24)
+      return pitch;
+  }
+  return bn;  // no padding helps (u_step a multiple of 8): correct, with bank conflicts
+}
+
 // The tensor-core path, or false (nothing launched) when the general kernel must run.
 bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precision, const Tensor& x,
                 const Tensor& dy, Tensor& dw) {
   if (dw.dtype() != DType::float32 || p.G != 1) return false;
+  const bool split = precision == Precision::highest;
   WgradPlan s{};
   s.warps_m = p.Ci > kWarpM ? 2 : 1;
   s.warps_n = p.Co > kWarpN ? 2 : 1;
@@ -287,9 +462,37 @@ bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precisio
   if (span > 4096) return false;
   s.win_cols = static_cast<int>(ceil_div(span, int64_t{4}) * 4);
   s.win_pitch = s.win_cols % 8 == 0 ? s.win_cols + 4 : s.win_cols;  // == 4 mod 8
+  s.col_step = p.dW % p.sW == 0 ? static_cast<int>(p.sW) : 1;
+  s.u_step = static_cast<int>(p.sW) / s.col_step;
+  s.conv_cols = (s.win_cols + s.col_step - 1) / s.col_step;
   const int bm = s.warps_m * kWarpM, bn = s.warps_n * kWarpN;
-  const int smem = 2 * (bm * kXPitch + bn * s.win_pitch) * static_cast<int>(sizeof(float));
-  if (smem > 200 * 1024) return false;
+  s.dy_pitch = conv_dy_pitch(bn, s.u_step, split);
+  const int words = split ? 2 : 1;
+  const int raw_bytes = (bm * kXPitch + bn * s.win_pitch) * static_cast<int>(sizeof(float));
+  const int conv_bytes = words * (bm * kSegment + s.conv_cols * s.dy_pitch) * 4;
+  // Which shapes decline depends on the GPU only through its shared memory limit; the split of K
+  // (and so the bits) depends on the shape alone.
+  const int device = dw.device().index();
+  int smem_block = 0, smem_sm = 0, regs_sm = 0;
+  TGRAD_CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  TGRAD_CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  TGRAD_CUDA_CHECK(
+      cudaDeviceGetAttribute(&regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device));
+  void (*const kernel)(const float*, const float*, float*, ConvParams, WgradPlan) =
+      split ? wgrad_tc_kernel<true, 1> : wgrad_tc_kernel<false, 2>;
+  cudaFuncAttributes attr{};
+  TGRAD_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const int threads = per_tap * s.taps_per_cta * 32;
+  // Two raw stages keep a segment's copies in flight for a whole step, but not at the cost of
+  // the second CTA per SM that the registers allow (S1 needs 136-column windows): one SM with
+  // a single CTA of few warps idles at every barrier. The runtime reserves 1 KB per CTA.
+  const int ctas_by_regs = std::clamp(regs_sm / std::max(1, attr.numRegs * threads), 1, 2);
+  const int two_stages = 2 * raw_bytes + conv_bytes;
+  s.raw_stages = two_stages <= smem_block && ctas_by_regs * (two_stages + 1024) <= smem_sm ? 2 : 1;
+  const int smem = s.raw_stages * raw_bytes + conv_bytes;
+  if (smem > smem_block) return false;
 
   const int64_t elements = dw.numel();
   s.m_tiles = ceil_div(p.Ci, int64_t{bm});
@@ -308,19 +511,11 @@ bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precisio
     storage = alloc.allocate(s.splits * elements * int64_t{sizeof(float)}, dw.device().index());
     out = static_cast<float*>(storage.get());
   }
-  const unsigned blocks = static_cast<unsigned>(tiles * s.splits);
-  const unsigned threads = static_cast<unsigned>(per_tap * s.taps_per_cta * 32);
-  auto run = [&](auto kernel) {
-    TGRAD_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<blocks, threads, smem>>>(x.data_ptr<float>(), dy.data_ptr<float>(), out, p, s);
-    TGRAD_CUDA_CHECK_LAUNCH("wgrad_tc_kernel");
-  };
-  if (precision == Precision::highest) {
-    run(wgrad_tc_kernel<true, 1>);
-  } else {
-    run(wgrad_tc_kernel<false, 2>);
-  }
+  const auto blocks = static_cast<unsigned>(tiles * s.splits);
+  TGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<blocks, static_cast<unsigned>(threads), smem>>>(x.data_ptr<float>(),
+                                                           dy.data_ptr<float>(), out, p, s);
+  TGRAD_CUDA_CHECK_LAUNCH("wgrad_tc_kernel");
   if (s.splits > 1) {
     sum_splits_kernel<<<grid_for(elements), kThreads>>>(out, dw.data_ptr<float>(), elements,
                                                         s.splits);
