@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "core/conv_geometry.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "tests/conv_cases.h"
+#include "tests/reference/conv_transpose_reference.h"
 #include "tests/test_util.h"
 
 namespace tgrad {
@@ -203,6 +206,130 @@ TEST(CudaFastPaths, Deterministic) {
     EXPECT_TRUE(equal(a.dx, b.dx)) << g.str() << " dgrad";
     EXPECT_TRUE(equal(a.dw, b.dw)) << g.str() << " wgrad";
   }
+}
+
+// ---- wgrad fast path against the CPU float64 reference loops -----------------------------------
+// The tensor-core wgrad stages x and a dy window per 64-position segment, converts them once into
+// fragment-ordered TF32 buffers (dy columns compacted to one residue mod sW when dW is a multiple
+// of sW) and runs one warp per (32x32 tile, tap). These cases aim at each edge of that layout:
+// channel counts that leave partial 32-wide tiles, lengths that leave a partial segment, strides
+// with dilations that do and do not share a residue, several kw groups, 2-D, and windows wide
+// enough that only one raw stage fits.
+struct WgradCase {
+  const char* what;
+  int dims;
+  int64_t n, c_in, c_out;
+  std::vector<int64_t> in, kernel, stride, padding, dilation;  // user axes: (W) or (H, W)
+};
+
+// Compares dw at both precisions with reference::conv_transpose_wgrad on the same float32 values.
+void check_wgrad(const WgradCase& w, uint64_t seed) {
+  Shape x_user{w.n, w.c_in}, w_user{w.c_in, w.c_out};
+  x_user.insert(x_user.end(), w.in.begin(), w.in.end());
+  w_user.insert(w_user.end(), w.kernel.begin(), w.kernel.end());
+  const testing::ConvCase c =
+      testing::conv_case_from_shapes(w.dims, x_user, w_user, false, w.stride, w.padding,
+                                     std::vector<int64_t>(w.in.size(), 0), w.dilation, 1);
+  testing::ConvData d = testing::make_conv_data(c, seed);
+  // The reference sees exactly the float32 values the GPU gets.
+  for (std::vector<double>* v : {&d.x, &d.dy}) {
+    for (double& e : *v)
+      e = static_cast<double>(static_cast<float>(e));
+  }
+  const Tensor expected =
+      testing::host_tensor(reference::conv_transpose_wgrad(c.p, d.x, d.dy), c.w_shape4());
+  const testing::ConvTensors t = testing::conv_tensors(c, d, kFloat32, Device(kCUDA));
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    ConvGeometry g = make_conv_transpose_geometry(c.args());
+    g.precision = precision;
+    const bool highest = precision == Precision::highest;
+    const std::string config =
+        std::string(w.what) + " " + c.str() + (highest ? " highest" : " high") + " wgrad";
+    // NaN-filled: every element must be written.
+    Tensor dw = full(c.w_shape4(), std::numeric_limits<double>::quiet_NaN(),
+                     TensorOptions(kFloat32).device(Device(kCUDA)));
+    backend(Device(kCUDA)).conv_transpose_wgrad(g, t.x, t.dy, dw);
+    // kHighest: 3xTF32 keeps ~21 mantissa bits per product and float32 sums (flushed chains,
+    // splits added in float64), measured 3e-7..5e-7; 2e-6 fails a dropped or doubled position,
+    // tap or channel (an error of ~1/sqrt(terms per element), >= 5e-3 in these cases).
+    // kHigh: 1xTF32 rounds both operands to 11 bits, ~3e-4 relative L2; 2e-3 still fails a
+    // missing position out of a few thousand, a wrong tap or a wrong channel.
+    const testing::CompareResult r =
+        testing::compare(dw, expected, highest ? kHighest : kHigh, config);
+    EXPECT_TRUE(r.ok) << r.report;
+    // The general kernel accumulates in float64 (error ~1e-8): a "high" error this small means
+    // the tensor-core path did not run and the case tests nothing of it.
+    if (!highest) {
+      EXPECT_GT(r.rel_l2, 1e-5) << config << ": fast path not taken?";
+    }
+  }
+}
+
+// Each case with its own seed: first_seed + 1, first_seed + 2, ...
+void check_wgrad_cases(const std::vector<WgradCase>& cases, uint64_t first_seed) {
+  for (const WgradCase& w : cases)
+    check_wgrad(w, ++first_seed);
+}
+
+TEST(CudaFastPathsWgrad, ChannelsAndLengthsOffTheTiles) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_wgrad_cases(
+      {
+          // 5 ci in a 32-row tile, 70 co: two 64-wide co tiles, the second holding 6; L 1001.
+          {"5x70 L1001", 1, 2, 5, 70, {1001}, {3}, {1}, {1}, {1}},
+          // 33 ci (a 64-row tile with 31 empty rows), 5 co; L 63: one partial segment.
+          {"33x5 L63", 1, 3, 33, 5, {63}, {3}, {1}, {0}, {1}},
+          // L 65: one full segment and one of a single position; dilation 2.
+          {"70x33 L65", 1, 2, 70, 33, {65}, {4}, {1}, {0}, {2}},
+          // L 1: one position per row, most of each window is zero fill.
+          {"33x70 L1", 1, 4, 33, 70, {1}, {3}, {1}, {0}, {1}},
+          // Long enough for many splits (fixed-order sum of partial tiles).
+          {"64x128 L8000", 1, 3, 64, 128, {8000}, {3}, {1}, {1}, {1}},
+      },
+      700);
+}
+
+TEST(CudaFastPathsWgrad, StridesAndDilations) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_wgrad_cases(
+      {
+          // S1's geometry: dW 2 is a multiple of sW 2, so only odd window columns are converted;
+          // the 136-column window leaves room for one raw stage only (two CTAs per SM).
+          {"S1-like", 1, 2, 32, 64, {1001}, {3}, {2}, {1}, {2}},
+          // sW 3, dW 6: one residue mod 3 again, at a window shift of 2.
+          {"s3 d6", 1, 2, 16, 24, {200}, {3}, {3}, {1}, {6}},
+          // sW 3, dW 2: taps read every residue (all columns kept, K step 3 columns); the window is
+          // wide enough that 3xTF32 falls back to one raw stage.
+          {"s3 d2", 1, 2, 33, 70, {517}, {4}, {3}, {2}, {2}},
+          // sW 2, dW 3, odd length.
+          {"s2 d3", 1, 1, 20, 40, {301}, {5}, {2}, {3}, {3}},
+      },
+      800);
+}
+
+TEST(CudaFastPathsWgrad, ManyTaps) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_wgrad_cases(
+      {
+          // 64x64 tiles: 4 warps per tap, 3 taps per CTA, so k 13 is five kw groups (the last one
+          // with one tap and 8 idle warps); dilation 2.
+          {"k13 64x64", 1, 2, 70, 70, {300}, {13}, {1}, {6}, {2}},
+          // 32x32 tiles: one warp per tap, two groups of 7 taps; stride 2.
+          {"k13 32x32 s2", 1, 2, 8, 8, {260}, {13}, {2}, {3}, {1}},
+      },
+      900);
+}
+
+TEST(CudaFastPathsWgrad, TwoDim) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_wgrad_cases(
+      {
+          // S5's kernel and padding: edge rows of each kh get no taps.
+          {"S5-like", 2, 1, 32, 32, {6, 130}, {3, 7}, {1, 1}, {1, 3}, {1, 1}},
+          // strides (2, 1), dilation (1, 2), channels off the tiles.
+          {"2-D strided", 2, 2, 33, 40, {5, 77}, {3, 5}, {2, 1}, {1, 2}, {1, 2}},
+      },
+      1000);
 }
 
 }  // namespace
