@@ -1,7 +1,21 @@
 // Kernels of the forward/dgrad implicit GEMM declared in conv_transpose_igemm.cuh (index formula
 // there): weight packing, the tensor-core kernel for three tile shapes and two precisions, and
-// the planner that picks a shape or declines. A CTA owns kBM rows m x kBN positions q of one
-// (n, oh, phase) output row and walks the channels kChunk at a time.
+// the planner that picks a shape or declines.
+//
+// A CTA owns kBM rows m x kBN positions q of one (n, oh, phase) output row. Its K loop runs over
+// steps (kChunk channels of one src row kh); each step stages in shared memory one window of
+// that src row, which every tap of the row reads at a shifted column offset. Both operands reach
+// the tensor cores already converted to TF32 ("high") or split into a TF32 value and its TF32
+// residual ("highest", 3xTF32), laid out in mma fragment order, so the inner loop is one or two
+// 128-bit loads per A fragment, one 64/128-bit load per B fragment and the mmas: no conversion,
+// no scalar loads.
+//   - Weights (A): packed and converted once per call into fragment order (pack kernel below).
+//     Warps read their fragments straight from global memory: every CTA of an M tile reads the
+//     same few KB per step, which stay in L1, so they need no staging.
+//   - src window (B): cp.async into a raw buffer (up to 4 in flight), then each thread converts
+//     the values it copied itself into the fragment-ordered buffer (its own copies need only
+//     cp.async.wait, no barrier). One __syncthreads per step publishes the converted window.
+// What this bought, and what did not work, is in docs/performance.md.
 #include "cuda/conv_transpose_igemm.cuh"
 
 #include <cuda_runtime.h>
@@ -13,9 +27,6 @@ namespace tgrad::cuda {
 
 namespace {
 
-// A CTA computes kBM rows m x kBN positions q of one (n, oh, phase r) output row; kChunk
-// channels of the K loop sit in shared memory at a time: W[m0.., chunk, every valid tap] and the
-// src window (every plane kh, chunk, kBN*s_in + halo columns) that all taps read shifted.
 template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_, int kChunk_, int kMinBlocks_ = 2>
 struct IgemmConfig {
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
@@ -23,197 +34,299 @@ struct IgemmConfig {
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kBM = kWarpsM * kTilesM * 16;
   static constexpr int kBN = kWarpsN * kTilesN * 8;
-  static constexpr int kChunk = kChunk_;
-  static constexpr int kMinBlocks = kMinBlocks_;  // CTAs per SM the register budget must allow
-  static constexpr int kAPitch = kBM + 8;         // == 8 mod 32: the fragment loads hit 32 banks
+  static constexpr int kChunk = kChunk_;          // channels per step, a multiple of 8
+  static constexpr int kKb = kChunk / 8;          // k8 blocks per step
+  static constexpr int kMinBlocks = kMinBlocks_;  // CTAs per SM the registers and smem must allow
 };
 
 inline constexpr int kIgemmMaxTaps = 32;
 inline constexpr int kIgemmMaxKh = 8;
 
-// wp[(tap*c_pad + c)*m_pad + m] = W[m, c, tap] (forward: w[c, m, tap]; dgrad: w[m, c, tap]).
+// Floats per lane of one A fragment (4 values; "highest" also their 4 residuals), and per
+// window column and t of the B fragment (rows t and t+4; "highest" each with its residual).
+template <bool kSplit>
+inline constexpr int kAWords = kSplit ? 8 : 4;
+template <bool kSplit>
+inline constexpr int kBWords = kSplit ? 4 : 2;
+
+// Packs W into mma A-fragment order, converted:
+//   wp[(((tap*kb_total + kb)*mt_total + mt)*32 + lane)*kAWords + i] (+4 for the residual)
+//   = tf32(W[m, c, tap]) with m = mt*16 + g + 8*(i & 1), c = kb*8 + t + 4*(i >> 1),
+// g = lane/4, t = lane%4, and W[m, c, tap] = w[c, m, tap] (forward) or w[m, c, tap] (dgrad);
+// zero outside M x C.
+template <bool kSplit>
 __global__ void igemm_pack_weights_kernel(const float* __restrict__ w, float* __restrict__ wp,
                                           IgemmProblem p) {
   const int64_t taps = p.kH * p.kW, total = taps * p.c_pad * p.m_pad;
+  const int64_t mt_total = p.m_pad / 16;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t m = e % p.m_pad, c = (e / p.m_pad) % p.c_pad, tap = e / (p.m_pad * p.c_pad);
+    const int i = static_cast<int>(e % 4);
+    const int lane = static_cast<int>(e / 4 % 32);
+    const int64_t frag = e / 128;  // (tap*kb_total + kb)*mt_total + mt
+    const int64_t mt = frag % mt_total, kb = frag / mt_total % (p.c_pad / 8);
+    const int64_t tap = frag / mt_total / (p.c_pad / 8);
+    const int64_t m = mt * 16 + lane / 4 + 8 * (i & 1), c = kb * 8 + lane % 4 + 4 * (i >> 1);
     float v = 0.0f;
     if (m < p.M && c < p.C)
       v = p.gather ? w[(c * p.M + m) * taps + tap] : w[(m * p.C + c) * taps + tap];
-    wp[e] = v;
+    float* dst = wp + (frag * 32 + lane) * kAWords<kSplit> + i;
+    if constexpr (kSplit) {
+      uint32_t big, small;
+      split_tf32(v, big, small);
+      dst[0] = __uint_as_float(big);
+      dst[4] = __uint_as_float(small);
+    } else {
+      dst[0] = __uint_as_float(to_tf32(v));
+    }
   }
 }
 
 template <class Cfg, bool kSplit>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     conv_igemm_kernel(IgemmProblem p) {
+  constexpr int kAW = kAWords<kSplit>, kBW = kBWords<kSplit>;
+  constexpr int kColsPerPass = Cfg::kThreads / 4;  // window columns one pass of the CTA covers
   extern __shared__ __align__(16) float smem[];
-  __shared__ int tap_w[kIgemmMaxTaps];        // kh*kW + kw of each valid tap
-  __shared__ int tap_plane[kIgemmMaxTaps];    // the window plane (kh) it reads
-  __shared__ int tap_col[kIgemmMaxTaps];      // its first window column
-  __shared__ int64_t plane_row[kIgemmMaxKh];  // src row of plane kh, -1 when unused
-  __shared__ int s_taps;
+  __shared__ int tap_w[kIgemmMaxTaps];    // kh*kW + kw of each valid tap, grouped by kh
+  __shared__ int tap_col[kIgemmMaxTaps];  // its window column at position 0
+  __shared__ int plane_first[kIgemmMaxKh], plane_count[kIgemmMaxKh];
+  __shared__ int plane_row[kIgemmMaxKh];  // src row of each kh
+  __shared__ int active[kIgemmMaxKh];     // the kh with taps, in order
+  __shared__ int s_planes;
   __shared__ int64_t s_col0;
 
   // Phases fastest: the CTAs that write interleaved columns of one output row run together,
   // so L2 sees whole sectors; then M tiles, which read the same src window.
   int64_t b = blockIdx.x;
-  const int64_t r = b % p.phases;
+  const int r = static_cast<int>(b % p.phases);
   b /= p.phases;
   const int64_t m0 = (b % p.m_tiles) * Cfg::kBM;
   b /= p.m_tiles;
   const int64_t q0 = (b % p.q_tiles) * Cfg::kBN;
   b /= p.q_tiles;
-  const int64_t oh = b % p.Ho;
+  const int oh = static_cast<int>(b % p.Ho);
   const int64_t n = b / p.Ho;
 
-  // The taps that land on src for this (oh, phase): few, so one thread lists them.
+  // The taps that land on src for this (oh, phase): few, so one thread lists them (in 32-bit
+  // arithmetic: the planner bounds every size used here).
   if (threadIdx.x == 0) {
-    int count = 0;
-    int64_t offs[kIgemmMaxTaps];
-    int64_t min_off = INT64_MAX;
-    for (int64_t kh = 0; kh < p.kH; ++kh) {
-      int64_t row;
+    const int kH = static_cast<int>(p.kH), kW = static_cast<int>(p.kW);
+    const int sH = static_cast<int>(p.sH), sW = static_cast<int>(p.sW);
+    int count = 0, planes = 0, min_off = INT32_MAX;
+    int offs[kIgemmMaxTaps];
+    for (int kh = 0; kh < kH; ++kh) {
+      int row;
       if (p.gather) {
-        const int64_t t = oh + p.pH - kh * p.dH;
-        row = (t >= 0 && t % p.sH == 0 && t / p.sH < p.Hs) ? t / p.sH : -1;
+        const int t = oh + static_cast<int>(p.pH - kh * p.dH);
+        row = (t >= 0 && t % sH == 0 && t / sH < p.Hs) ? t / sH : -1;
       } else {
-        row = oh * p.sH - p.pH + kh * p.dH;
+        row = oh * sH + static_cast<int>(kh * p.dH - p.pH);
         if (row >= p.Hs) row = -1;
       }
-      plane_row[kh] = row < 0 ? -1 : row;
-      if (row < 0) continue;
-      for (int64_t kw = 0; kw < p.kW; ++kw) {
-        int64_t off;
+      plane_row[kh] = row;
+      plane_first[kh] = count;
+      for (int kw = 0; row >= 0 && kw < kW; ++kw) {
+        int off;  // src column read at position 0
         if (p.gather) {
-          const int64_t t = r + p.pW - kw * p.dW;
-          if (((t % p.sW) + p.sW) % p.sW != 0) continue;
-          off = t / p.sW;  // exact
+          const int t = r + static_cast<int>(p.pW - kw * p.dW);
+          if (((t % sW) + sW) % sW != 0) continue;
+          off = t / sW;  // exact
         } else {
-          off = kw * p.dW - p.pW;
+          off = static_cast<int>(kw * p.dW - p.pW);
         }
-        tap_w[count] = static_cast<int>(kh * p.kW + kw);
-        tap_plane[count] = static_cast<int>(kh);
+        tap_w[count] = kh * kW + kw;
         offs[count++] = off;
         min_off = off < min_off ? off : min_off;
       }
+      plane_count[kh] = count - plane_first[kh];
+      if (plane_count[kh] > 0) active[planes++] = kh;
     }
     for (int j = 0; j < count; ++j)
-      tap_col[j] = static_cast<int>(offs[j] - min_off);
-    s_taps = count;
+      tap_col[j] = (offs[j] - min_off) / p.win_step;  // exact
+    s_planes = planes;
     s_col0 = q0 * p.s_in + (count > 0 ? min_off : 0);
   }
   __syncthreads();
-  const int taps = s_taps;
+  const int planes = s_planes;
   const int64_t col0 = s_col0;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t plane_stride = p.Hs * p.Ws;  // floats between channels of src
 
-  auto load_chunk = [&](int64_t chunk, int stage) {
-    float* as = smem + stage * p.stage_floats;
-    float* ws = as + p.a_floats;
-    constexpr int kVecPerRow = Cfg::kBM / 4;
-    for (int v = threadIdx.x; v < taps * Cfg::kChunk * kVecPerRow; v += Cfg::kThreads) {
-      const int row = v / kVecPerRow, col = (v % kVecPerRow) * 4;
-      const int j = row / Cfg::kChunk, c = row % Cfg::kChunk;
-      const float* src = p.wp + (tap_w[j] * p.c_pad + chunk * Cfg::kChunk + c) * p.m_pad + m0 + col;
-      cp_async16(as + row * Cfg::kAPitch + col, src);
-    }
-    for (int rr = warp; rr < p.kH * Cfg::kChunk; rr += Cfg::kThreads / 32) {
-      const int kh = rr / Cfg::kChunk;
-      const int64_t row = plane_row[kh];
-      if (row < 0) continue;
-      const int64_t ch = chunk * Cfg::kChunk + rr % Cfg::kChunk;
-      const bool ch_ok = ch < p.C;
-      const float* base = p.src + ((n * p.C + (ch_ok ? ch : 0)) * p.Hs + row) * p.Ws;
-      float* dst = ws + rr * p.win_pitch;
-      for (int j = lane; j < p.win_cols; j += 32) {
-        const int64_t col = col0 + j;
-        const bool ok = ch_ok && col >= 0 && col < p.Ws;
-        cp_async4(dst + j, ok ? base + col : p.src, ok);
-      }
+  // Shared memory: the converted window [2 stages], then the raw window [raw_stages].
+  float* const raw_base = smem + 2 * p.conv_floats;
+  const int raw_floats = Cfg::kChunk * p.raw_pitch;
+
+  // The window items of this thread: (k8 block kb, t, column j) for channels kb*8 + t and
+  // kb*8 + t + 4, visited in the same order by the copy and by the conversion, so each thread
+  // converts exactly what it copied. t is fixed per thread; j advances by kColsPerPass.
+  const int my_t = threadIdx.x % 4, my_j = threadIdx.x / 4;
+  auto for_each_item = [&](auto&& body) {
+    int j = my_j, kb = 0;
+    while (j >= p.win_cols)
+      j -= p.win_cols, ++kb;
+    for (; kb < Cfg::kKb;) {
+      body(kb, j);
+      j += kColsPerPass;
+      while (j >= p.win_cols)
+        j -= p.win_cols, ++kb;
     }
   };
 
-  const int g = lane / 4, t = lane % 4;
-  const int wm = (warp / Cfg::kWarpsN) * Cfg::kTilesM * 16;
+  // Copies step's raw src window (one src row, kChunk channels) with zero fill outside src.
+  auto load_window = [&](int step) {
+    float* raw = raw_base + (step % p.raw_stages) * raw_floats;
+    const int64_t chunk = step / planes;
+    const int row = plane_row[active[step % planes]];
+    const int c_left = static_cast<int>(min_i64(p.C - chunk * Cfg::kChunk, Cfg::kChunk));
+    const float* base = p.src + ((n * p.C + chunk * Cfg::kChunk) * p.Hs + row) * p.Ws;
+    for_each_item([&](int kb, int j) {
+      const int64_t col = col0 + int64_t{j} * p.win_step;
+      const bool col_ok = col >= 0 && col < p.Ws;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int cl = kb * 8 + my_t + 4 * h;
+        const bool ok = col_ok && cl < c_left;
+        cp_async4(raw + cl * p.raw_pitch + j, ok ? base + cl * plane_stride + col : p.src, ok);
+      }
+    });
+  };
+
+  // raw -> converted window in B-fragment order: conv[((kb*win_cols + j)*4 + t)*kBW + ...] =
+  // {rows t, t+4} of column j ("highest": {big t, small t, big t+4, small t+4}).
+  auto convert_window = [&](int step) {
+    const float* raw = raw_base + (step % p.raw_stages) * raw_floats;
+    float* conv = smem + (step & 1) * p.conv_floats;
+    for_each_item([&](int kb, int j) {
+      const float x0 = raw[(kb * 8 + my_t) * p.raw_pitch + j];
+      const float x1 = raw[(kb * 8 + my_t + 4) * p.raw_pitch + j];
+      float* dst = conv + ((kb * p.win_cols + j) * 4 + my_t) * kBW;
+      if constexpr (kSplit) {
+        uint32_t b0, s0, b1, s1;
+        split_tf32(x0, b0, s0);
+        split_tf32(x1, b1, s1);
+        *reinterpret_cast<float4*>(dst) = make_float4(__uint_as_float(b0), __uint_as_float(s0),
+                                                      __uint_as_float(b1), __uint_as_float(s1));
+      } else {
+        *reinterpret_cast<float2*>(dst) =
+            make_float2(__uint_as_float(to_tf32(x0)), __uint_as_float(to_tf32(x1)));
+      }
+    });
+  };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wmt = (warp / Cfg::kWarpsN) * Cfg::kTilesM;  // first m16 tile of this warp
   const int wn = (warp % Cfg::kWarpsN) * Cfg::kTilesN * 8;
-  const int s_in = static_cast<int>(p.s_in);
+  const int b_step = p.b_step;
+  const int64_t kb_total = p.c_pad / 8, mt_total = p.m_pad / 16;
+  // This lane's A fragments in the packed weights: + (tap*kb_total + kb)*mt_total*32*kAW.
+  const float* const a_lane = p.wp + ((m0 / 16 + wmt) * 32 + lane) * kAW;
   float acc[Cfg::kTilesM][Cfg::kTilesN][4] = {};  // the tensor cores' running chain
   // "highest": acc is flushed into sum after each short chain (see flush_into).
   float sum[kSplit ? Cfg::kTilesM : 1][kSplit ? Cfg::kTilesN : 1][4] = {};
 
-  auto compute_chunk = [&](int stage) {
-    const float* as = smem + stage * p.stage_floats;
-    const float* ws = as + p.a_floats;
-    for (int j = 0; j < taps; ++j) {
-      const float* aj = as + j * Cfg::kChunk * Cfg::kAPitch;
-      const float* bj = ws + tap_plane[j] * Cfg::kChunk * p.win_pitch + tap_col[j];
+  // A fragments come straight from the packed weights in global memory: every CTA of an M
+  // tile reads the same few KB per step, so they stay in L1 and need no staging.
+  auto compute_step = [&](int step) {
+    const int64_t chunk = step / planes;
+    const int kh = active[step % planes];
+    const int first = plane_first[kh], count = plane_count[kh];
+    const float* conv = smem + (step & 1) * p.conv_floats + t * kBW;
+    for (int jj = 0; jj < count; ++jj) {
+      const float* aj =
+          a_lane + (tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * mt_total * 32 * kAW;
+      const float* bj = conv + (tap_col[first + jj] + (wn + g) * b_step) * 4 * kBW;
 #pragma unroll
-      for (int k8 = 0; k8 < Cfg::kChunk; k8 += 8) {
+      for (int kb = 0; kb < Cfg::kKb; ++kb) {
         Frag<4, kSplit> a[Cfg::kTilesM];
         Frag<2, kSplit> bf[Cfg::kTilesN];
 #pragma unroll
         for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
-          const float* ap = aj + (k8 + t) * Cfg::kAPitch + wm + mt * 16 + g;
-          a[mt].set(0, ap[0]);
-          a[mt].set(1, ap[8]);
-          a[mt].set(2, ap[4 * Cfg::kAPitch]);
-          a[mt].set(3, ap[4 * Cfg::kAPitch + 8]);
+          const float* ap = aj + (kb * mt_total + mt) * 32 * kAW;
+          const uint4 big = __ldg(reinterpret_cast<const uint4*>(ap));
+          a[mt].big[0] = big.x, a[mt].big[1] = big.y, a[mt].big[2] = big.z, a[mt].big[3] = big.w;
+          if constexpr (kSplit) {
+            const uint4 small = __ldg(reinterpret_cast<const uint4*>(ap + 4));
+            a[mt].small[0] = small.x, a[mt].small[1] = small.y;
+            a[mt].small[2] = small.z, a[mt].small[3] = small.w;
+          }
         }
 #pragma unroll
         for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
-          const float* bp = bj + (k8 + t) * p.win_pitch + (wn + nt * 8 + g) * s_in;
-          bf[nt].set(0, bp[0]);
-          bf[nt].set(1, bp[4 * p.win_pitch]);
+          const float* bp = bj + (kb * p.win_cols + nt * 8 * b_step) * 4 * kBW;
+          if constexpr (kSplit) {
+            const uint4 v = *reinterpret_cast<const uint4*>(bp);
+            bf[nt].big[0] = v.x, bf[nt].small[0] = v.y, bf[nt].big[1] = v.z, bf[nt].small[1] = v.w;
+          } else {
+            const uint2 v = *reinterpret_cast<const uint2*>(bp);
+            bf[nt].big[0] = v.x, bf[nt].big[1] = v.y;
+          }
         }
-#pragma unroll
-        for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
-#pragma unroll
-          for (int nt = 0; nt < Cfg::kTilesN; ++nt)
-            mma_frag<kSplit>(acc[mt][nt], a[mt], bf[nt]);
+        mma_tile<kSplit>(acc, a, bf);
+        // "highest": chains of 16 channels (two k8 blocks) of one tap.
+        if constexpr (kSplit) {
+          if (kb % 2 == 1 || kb + 1 == Cfg::kKb) flush_into(sum, acc);
         }
       }
-      if constexpr (kSplit) flush_into(sum, acc);
     }
   };
 
-  // Two-stage cp.async pipeline over channel chunks: load chunk i+1 while chunk i multiplies.
-  const int64_t chunks = taps > 0 ? p.c_pad / Cfg::kChunk : 0;
-  if (chunks > 0) {
-    load_chunk(0, 0);
+  // Pipeline, one barrier per step; the raw windows of the next raw_stages - 1 steps are in
+  // flight while step s multiplies (one commit group per step, empty ones included):
+  //   wait (own copies of s landed) -> convert own values of s into conv[s & 1] -> barrier
+  //   (publishes conv[s & 1]; everyone is past step s-1, so conv[(s+1) & 1] is free next
+  //   step) -> issue the copies of s + raw_stages - 1 into the raw buffer that s - 1 used
+  //   (converted by this same thread before the barrier) -> multiply s.
+  const int steps = planes * static_cast<int>(p.c_pad / Cfg::kChunk);  // the planner bounds it
+  const int ahead = p.raw_stages - 1;
+  for (int step = 0; step < ahead; ++step) {
+    if (step < steps) load_window(step);
     cp_async_commit();
   }
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    if (chunk + 1 < chunks) load_chunk(chunk + 1, static_cast<int>((chunk + 1) & 1));
+  for (int step = 0; step < steps; ++step) {
+    if (ahead == 3) {
+      cp_async_wait<2>();
+    } else if (ahead == 2) {
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    convert_window(step);
+    __syncthreads();
+    if (step + ahead < steps) load_window(step + ahead);
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    compute_chunk(static_cast<int>(chunk & 1));
-    __syncthreads();
+    compute_step(step);
   }
 
   const int64_t q_count = r < p.Wo ? (p.Wo - r + p.s_out - 1) / p.s_out : 0;
+  // Two neighbouring positions per store where they are adjacent and 8-byte aligned in out.
+  const bool pairs = p.s_out == 1 && p.Wo % 2 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 7) == 0;
 #pragma unroll
   for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int64_t m = m0 + wm + mt * 16 + g + half * 8;
+      const int64_t m = m0 + (wmt + mt) * 16 + g + half * 8;
       if (m >= p.M) continue;
       const float bias = p.bias ? p.bias[m] : 0.0f;
       float* out_row = p.out + ((n * p.M + m) * p.Ho + oh) * p.Wo;
 #pragma unroll
       for (int nt = 0; nt < Cfg::kTilesN; ++nt) {
+        float v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int64_t q = q0 + wn + nt * 8 + 2 * t + e;
-          float v;
           if constexpr (kSplit) {
-            v = sum[mt][nt][half * 2 + e];
+            v[e] = sum[mt][nt][half * 2 + e] + bias;
           } else {
-            v = acc[mt][nt][half * 2 + e];
+            v[e] = acc[mt][nt][half * 2 + e] + bias;
           }
-          if (q < q_count) out_row[q * p.s_out + r] = v + bias;
+        }
+        const int64_t q = q0 + wn + nt * 8 + 2 * t;  // even
+        if (pairs && q + 1 < q_count) {
+          *reinterpret_cast<float2*>(out_row + q) = make_float2(v[0], v[1]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (q + e < q_count) out_row[(q + e) * p.s_out + r] = v[e];
+          }
         }
       }
     }
@@ -221,19 +334,45 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 }
 
 // Fills p's tiling fields for Cfg; false when the geometry does not fit this kernel.
-template <class Cfg>
+template <class Cfg, bool kSplit>
 bool igemm_plan(IgemmProblem& p) {
-  const int64_t taps = p.kH * p.kW;
-  if (taps > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
-  const int64_t span = p.gather ? (p.kW - 1) * p.dW / p.sW : (p.kW - 1) * p.dW;
-  const int64_t win_cols = (Cfg::kBN - 1) * p.s_in + span + 1;
+  if (p.kH * p.kW > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
+  // The kernel lists taps in 32-bit arithmetic.
+  constexpr int64_t kSmall = int64_t{1} << 30;
+  if (p.Hs >= kSmall || p.Ho * p.sH >= kSmall || p.kH * p.dH + p.pH >= kSmall ||
+      p.kW * p.dW + p.pW >= kSmall || p.sW >= kSmall)
+    return false;
+  // Column span of the taps of one row, in window columns.
+  int64_t span;
+  if (p.gather) {
+    p.win_step = 1, p.b_step = 1;
+    span = (p.kW - 1) * p.dW / p.sW;
+  } else if (p.dW % p.sW == 0) {
+    p.win_step = static_cast<int>(p.sW), p.b_step = 1;
+    span = (p.kW - 1) * p.dW / p.sW;
+  } else {
+    p.win_step = 1, p.b_step = static_cast<int>(p.s_in);
+    span = (p.kW - 1) * p.dW;
+  }
+  const int64_t win_cols = (Cfg::kBN - 1) * int64_t{p.b_step} + span + 1;
   if (win_cols > 4096) return false;
   p.win_cols = static_cast<int>(win_cols);
-  p.win_pitch = static_cast<int>(ceil_div(win_cols, 32) * 32 + 8);
-  p.a_floats = static_cast<int>(taps * Cfg::kChunk * Cfg::kAPitch);
-  p.stage_floats = p.a_floats + static_cast<int>(p.kH * Cfg::kChunk * p.win_pitch);
-  if (2 * int64_t{p.stage_floats} * 4 > 200 * 1024) return false;
+  p.raw_pitch = static_cast<int>(ceil_div(win_cols, 32) * 32 + 8);  // == 8 mod 32: no conflicts
+  p.conv_floats = Cfg::kKb * p.win_cols * 4 * kBWords<kSplit>;
+  // 227 KB is the most one CTA may have; kMinBlocks CTAs share an SM's 228 KB (1 KB each is
+  // reserved, and the kernel's static arrays take about 0.5 KB). Up to 4 raw stages (3 steps
+  // of copies in flight: one step's multiply is shorter than a DRAM round trip), at least 2.
+  const int64_t limit = 227 * 1024 / Cfg::kMinBlocks - 2048;
+  p.raw_stages = 4;
+  int64_t bytes = 0;
+  for (; p.raw_stages >= 2; --p.raw_stages) {
+    bytes = (2 * int64_t{p.conv_floats} + p.raw_stages * Cfg::kChunk * int64_t{p.raw_pitch}) * 4;
+    if (bytes <= limit) break;
+  }
+  if (p.raw_stages < 2) return false;
+  p.smem_bytes = static_cast<int>(bytes);
   p.c_pad = ceil_div(p.C, Cfg::kChunk) * Cfg::kChunk;
+  if (p.c_pad / Cfg::kChunk * p.kH >= kSmall) return false;  // steps counted in 32 bits
   p.m_tiles = ceil_div(p.M, Cfg::kBM);
   p.m_pad = p.m_tiles * Cfg::kBM;
   const int64_t q_max = ceil_div(p.Wo, p.s_out);
@@ -244,24 +383,25 @@ bool igemm_plan(IgemmProblem& p) {
 
 template <class Cfg, bool kSplit>
 void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
+  const int64_t values = p.kH * p.kW * p.c_pad * p.m_pad;
   std::shared_ptr<void> packed =
-      alloc.allocate(p.kH * p.kW * p.c_pad * p.m_pad * int64_t{sizeof(float)}, device);
+      alloc.allocate(values * (kSplit ? 2 : 1) * int64_t{sizeof(float)}, device);
   p.wp = static_cast<const float*>(packed.get());
-  igemm_pack_weights_kernel<<<grid_for(p.kH * p.kW * p.c_pad * p.m_pad), kThreads>>>(
-      w, static_cast<float*>(packed.get()), p);
+  igemm_pack_weights_kernel<kSplit>
+      <<<grid_for(values), kThreads>>>(w, static_cast<float*>(packed.get()), p);
   TGRAD_CUDA_CHECK_LAUNCH("igemm_pack_weights_kernel");
   const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
-  const int smem = 2 * p.stage_floats * static_cast<int>(sizeof(float));
   auto kernel = conv_igemm_kernel<Cfg, kSplit>;
-  TGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<blocks, Cfg::kThreads, smem>>>(p);
+  TGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes));
+  kernel<<<blocks, Cfg::kThreads, p.smem_bytes>>>(p);
   TGRAD_CUDA_CHECK_LAUNCH("conv_igemm_kernel");
 }
 
 // Plans p for Cfg and launches it; false (nothing launched) when the geometry does not fit.
 template <class Cfg, bool kSplit>
 bool igemm_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
-  if (!igemm_plan<Cfg>(p)) return false;
+  if (!igemm_plan<Cfg, kSplit>(p)) return false;
   igemm_launch<Cfg, kSplit>(alloc, p, w, device);
   return true;
 }
@@ -270,26 +410,41 @@ bool igemm_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int dev
 
 bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device) {
-  using Big = IgemmConfig<2, 4, 4, 4, 16>;   // 128 x 128, warp tile 64 x 32
-  using Mid = IgemmConfig<2, 4, 2, 8, 16>;   // 64 x 256, warp tile 32 x 64
-  using Small = IgemmConfig<1, 8, 2, 4, 8>;  // 32 x 256, warp tile 32 x 32
+  // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
+  // barrier and the window conversion, are paid half as often), then with fewer where shared
+  // memory does not allow it.
   if (precision == Precision::highest) {
-    // 3xTF32 keeps the tensor-core chain and the FADD sum: ~225 registers at 64x32 / 32x64 warp
-    // tiles (one CTA per SM; smaller warp tiles at two CTAs measured 8-11% slower on S3), 124
-    // at 32x32, where two CTAs per SM fit. The small tile takes 16 channels per chunk (half the
-    // barriers) when two stages fit in shared memory, else 8 (S5's 21 taps).
-    using BigSplit = IgemmConfig<2, 4, 4, 4, 16, 1>;
-    using MidSplit = IgemmConfig<2, 4, 2, 8, 16, 1>;
-    using SmallSplit16 = IgemmConfig<1, 8, 2, 4, 16, 2>;
+    // 3xTF32 keeps the tensor-core chain and the FADD sum: one CTA per SM at 64x32 / 32x64
+    // warp tiles, two at 32x32.
+    using BigSplit = IgemmConfig<2, 4, 4, 4, 32, 1>;      // 128 x 128, warp tile 64 x 32
+    using MidSplit = IgemmConfig<2, 4, 2, 8, 32, 1>;      // 64 x 256, warp tile 32 x 64
+    using SmallSplit16 = IgemmConfig<1, 8, 2, 4, 16, 2>;  // 32 x 256, warp tile 32 x 32
+    using BigSplit16 = IgemmConfig<2, 4, 4, 4, 16, 1>;
+    using MidSplit16 = IgemmConfig<2, 4, 2, 8, 16, 1>;
     using SmallSplit8 = IgemmConfig<1, 8, 2, 4, 8, 2>;
-    if (p.M > 64) return igemm_try<BigSplit, true>(alloc, p, w, device);
-    if (p.M > 32) return igemm_try<MidSplit, true>(alloc, p, w, device);
+    if (p.M > 64)
+      return igemm_try<BigSplit, true>(alloc, p, w, device) ||
+             igemm_try<BigSplit16, true>(alloc, p, w, device);
+    if (p.M > 32)
+      return igemm_try<MidSplit, true>(alloc, p, w, device) ||
+             igemm_try<MidSplit16, true>(alloc, p, w, device);
     return igemm_try<SmallSplit16, true>(alloc, p, w, device) ||
            igemm_try<SmallSplit8, true>(alloc, p, w, device);
   }
-  if (p.M > 64) return igemm_try<Big, false>(alloc, p, w, device);
-  if (p.M > 32) return igemm_try<Mid, false>(alloc, p, w, device);
-  return igemm_try<Small, false>(alloc, p, w, device);
+  using Big32 = IgemmConfig<2, 4, 4, 4, 32>;    // 128 x 128, warp tile 64 x 32
+  using Mid32 = IgemmConfig<2, 4, 2, 8, 32>;    // 64 x 256, warp tile 32 x 64
+  using Small16 = IgemmConfig<1, 8, 2, 4, 16>;  // 32 x 256, warp tile 32 x 32
+  using Big16 = IgemmConfig<2, 4, 4, 4, 16>;
+  using Mid16 = IgemmConfig<2, 4, 2, 8, 16>;
+  using Small8 = IgemmConfig<1, 8, 2, 4, 8>;
+  if (p.M > 64)
+    return igemm_try<Big32, false>(alloc, p, w, device) ||
+           igemm_try<Big16, false>(alloc, p, w, device);
+  if (p.M > 32)
+    return igemm_try<Mid32, false>(alloc, p, w, device) ||
+           igemm_try<Mid16, false>(alloc, p, w, device);
+  return igemm_try<Small16, false>(alloc, p, w, device) ||
+         igemm_try<Small8, false>(alloc, p, w, device);
 }
 
 }  // namespace tgrad::cuda

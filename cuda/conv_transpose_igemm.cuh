@@ -24,9 +24,16 @@ struct IgemmProblem {
   int64_t phases;  // forward: sW; dgrad: 1
   int64_t s_in;    // window columns per position: forward 1, dgrad sW
   int64_t s_out;   // output columns per position: forward sW, dgrad 1
+  // Tiling, filled by the planner. Window column j holds src column col0 + j*win_step; position
+  // q of a tap reads window column q*b_step + (the tap's offset). dgrad with dW % sW == 0 loads
+  // only the columns its taps read (win_step = sW); otherwise win_step = 1, b_step = s_in.
   int64_t q_tiles, m_tiles;
-  int win_cols, win_pitch;  // window columns loaded / floats per window row
-  int a_floats, stage_floats;
+  int win_step, b_step;
+  int win_cols;     // window columns staged per channel
+  int raw_pitch;    // floats per channel row of the raw (as loaded) window
+  int conv_floats;  // converted window of one stage
+  int raw_stages;   // raw windows in flight, 2 to 4
+  int smem_bytes;   // two converted stages and the raw ones
 };
 
 // Runs the tensor-core implicit GEMM for p (geometry fields set; the tiling fields are filled
