@@ -359,12 +359,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks > 1 ? kMinBlocks : 
           bf[nt].big[1] = bp[b_k4];
         }
       }
-#pragma unroll
-      for (int mt = 0; mt < kTilesM; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < kTilesN; ++nt)
-          mma_frag<kSplit>(acc[mt][nt], a[mt], bf[nt]);
-      }
+      mma_tile<kSplit>(acc, a, bf);
       if constexpr (kSplit) {
         if ((kb + 1) * 8 % kFlushEvery == 0) flush_into(sum, acc);
       }

@@ -73,8 +73,9 @@ __device__ inline void split_tf32(float x, uint32_t& big, uint32_t& small) {
 // Fragments (g = lane/4, t = lane%4): a = {A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]},
 // b = {B[t][g], B[t+4][g]}, d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}.
 __device__ inline void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+  // Not volatile: the outputs carry every dependency, so the compiler may schedule loads of the
+  // next fragments between mmas.
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -96,22 +97,32 @@ struct Frag {
   }
 };
 
-// d += a * b: one mma for 1xTF32; three for 3xTF32, small products first so they are not
-// absorbed by a large partial sum before the big product lands.
-template <bool kSplit>
-__device__ inline void mma_frag(float (&d)[4], const Frag<4, kSplit>& a, const Frag<2, kSplit>& b) {
+// d[m][n] += a[m] * b[n] over a warp's tile of m16n8 blocks: one mma per block for 1xTF32;
+// three for 3xTF32, small products first so they are not absorbed by a large partial sum before
+// the big product lands. The three products go in three passes over the tile, so consecutive
+// mmas write different accumulators and none waits for the result of the one before.
+template <bool kSplit, int kM, int kN>
+__device__ inline void mma_tile(float (&d)[kM][kN][4], const Frag<4, kSplit> (&a)[kM],
+                                const Frag<2, kSplit> (&b)[kN]) {
   if constexpr (kSplit) {
-    const uint32_t as[4] = {a.small[0], a.small[1], a.small[2], a.small[3]};
-    const uint32_t ab[4] = {a.big[0], a.big[1], a.big[2], a.big[3]};
-    const uint32_t bs[2] = {b.small[0], b.small[1]};
-    const uint32_t bb[2] = {b.big[0], b.big[1]};
-    mma_tf32(d, as, bb);
-    mma_tf32(d, ab, bs);
-    mma_tf32(d, ab, bb);
-  } else {
-    const uint32_t ab[4] = {a.big[0], a.big[1], a.big[2], a.big[3]};
-    const uint32_t bb[2] = {b.big[0], b.big[1]};
-    mma_tf32(d, ab, bb);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+        mma_tf32(d[m][n], a[m].small, b[n].big);
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+        mma_tf32(d[m][n], a[m].big, b[n].small);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+      mma_tf32(d[m][n], a[m].big, b[n].big);
   }
 }
 
