@@ -411,8 +411,8 @@ bool igemm_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int dev
 bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device) {
   // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
-  // barrier and the window conversion, are paid half as often), then with fewer where shared
-  // memory does not allow it.
+  // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
+  // does not allow it (wide dilations).
   if (precision == Precision::highest) {
     // 3xTF32 keeps the tensor-core chain and the FADD sum: one CTA per SM at 64x32 / 32x64
     // warp tiles, two at 32x32.
@@ -421,13 +421,17 @@ bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
     using SmallSplit16 = IgemmConfig<1, 8, 2, 4, 16, 2>;  // 32 x 256, warp tile 32 x 32
     using BigSplit16 = IgemmConfig<2, 4, 4, 4, 16, 1>;
     using MidSplit16 = IgemmConfig<2, 4, 2, 8, 16, 1>;
+    using BigSplit8 = IgemmConfig<2, 4, 4, 4, 8, 1>;
+    using MidSplit8 = IgemmConfig<2, 4, 2, 8, 8, 1>;
     using SmallSplit8 = IgemmConfig<1, 8, 2, 4, 8, 2>;
     if (p.M > 64)
       return igemm_try<BigSplit, true>(alloc, p, w, device) ||
-             igemm_try<BigSplit16, true>(alloc, p, w, device);
+             igemm_try<BigSplit16, true>(alloc, p, w, device) ||
+             igemm_try<BigSplit8, true>(alloc, p, w, device);
     if (p.M > 32)
       return igemm_try<MidSplit, true>(alloc, p, w, device) ||
-             igemm_try<MidSplit16, true>(alloc, p, w, device);
+             igemm_try<MidSplit16, true>(alloc, p, w, device) ||
+             igemm_try<MidSplit8, true>(alloc, p, w, device);
     return igemm_try<SmallSplit16, true>(alloc, p, w, device) ||
            igemm_try<SmallSplit8, true>(alloc, p, w, device);
   }
@@ -436,13 +440,17 @@ bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
   using Small16 = IgemmConfig<1, 8, 2, 4, 16>;  // 32 x 256, warp tile 32 x 32
   using Big16 = IgemmConfig<2, 4, 4, 4, 16>;
   using Mid16 = IgemmConfig<2, 4, 2, 8, 16>;
+  using Big8 = IgemmConfig<2, 4, 4, 4, 8>;
+  using Mid8 = IgemmConfig<2, 4, 2, 8, 8>;
   using Small8 = IgemmConfig<1, 8, 2, 4, 8>;
   if (p.M > 64)
     return igemm_try<Big32, false>(alloc, p, w, device) ||
-           igemm_try<Big16, false>(alloc, p, w, device);
+           igemm_try<Big16, false>(alloc, p, w, device) ||
+           igemm_try<Big8, false>(alloc, p, w, device);
   if (p.M > 32)
     return igemm_try<Mid32, false>(alloc, p, w, device) ||
-           igemm_try<Mid16, false>(alloc, p, w, device);
+           igemm_try<Mid16, false>(alloc, p, w, device) ||
+           igemm_try<Mid8, false>(alloc, p, w, device);
   return igemm_try<Small16, false>(alloc, p, w, device) ||
          igemm_try<Small8, false>(alloc, p, w, device);
 }

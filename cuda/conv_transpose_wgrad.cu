@@ -180,9 +180,10 @@ struct WgradPlan {
 // out[(z*Ci + ci)*Co*taps + co*taps + tap] = sum over split z's segments of x * dy at this tap.
 // kMinBlocks 2 (1xTF32) caps registers at 80 so two CTAs share an SM: measured 1.15-1.3x faster
 // on S2-S4 than one CTA at 106 registers; 3xTF32 takes 168 (two sums and split fragments per
-// warp tile), so two of its CTAs share an SM only up to 6 warps each.
-template <bool kSplit, int kMinBlocks>
-__global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks > 1 ? kMinBlocks : 0)
+// warp tile), so two of its CTAs share an SM only up to 6 warps each; a 7-warp instance
+// (S5: one warp per tap of 7) capped at 128 registers keeps two.
+template <bool kSplit, int kMinBlocks, int kMaxThreads = kMaxWarps * 32>
+__global__ void __launch_bounds__(kMaxThreads, kMinBlocks > 1 ? kMinBlocks : 0)
     wgrad_tc_kernel(const float* __restrict__ x, const float* __restrict__ dy,
                     float* __restrict__ out, ConvParams p, WgradPlan s) {
   constexpr int kWords = kSplit ? 2 : 1;  // words per converted value
@@ -451,20 +452,31 @@ bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precisio
   s.warps_m = p.Ci > kWarpM ? 2 : 1;
   s.warps_n = p.Co > kWarpN ? 2 : 1;
   const int per_tap = s.warps_m * s.warps_n;
-  s.kw_groups = ceil_div(p.kW, int64_t{kMaxWarps / per_tap});
-  s.taps_per_cta = static_cast<int>(ceil_div(p.kW, s.kw_groups));
-  const int64_t span = (kSegment - 1) * p.sW + (s.taps_per_cta - 1) * p.dW + 1 + 3;
-  if (span > 4096) return false;
-  s.win_cols = static_cast<int>(ceil_div(span, int64_t{4}) * 4);
-  s.win_pitch = s.win_cols % 8 == 0 ? s.win_cols + 4 : s.win_cols;  // == 4 mod 8
-  s.col_step = p.dW % p.sW == 0 ? static_cast<int>(p.sW) : 1;
-  s.u_step = static_cast<int>(p.sW) / s.col_step;
-  s.conv_cols = (s.win_cols + s.col_step - 1) / s.col_step;
   const int bm = s.warps_m * kWarpM, bn = s.warps_n * kWarpN;
-  s.dy_pitch = conv_dy_pitch(bn, s.u_step, split);
   const int words = split ? 2 : 1;
-  const int raw_bytes = (bm * kXPitch + bn * s.win_pitch) * static_cast<int>(sizeof(float));
-  const int conv_bytes = words * (bm * kSegment + s.conv_cols * s.dy_pitch) * 4;
+  int raw_bytes = 0, conv_bytes = 0;
+  // Taps per CTA: as many as the warps allow, fewer where one stage of their dy window would
+  // pass kGroupBytes (wide dilations; the five workloads need at most ~105 KB). A constant,
+  // not the device's limit, so that the split of K (and so the bits) depends on the shape
+  // alone.
+  constexpr int kGroupBytes = 160 * 1024;
+  for (s.kw_groups = ceil_div(p.kW, int64_t{kMaxWarps / per_tap}); s.kw_groups <= p.kW;
+       ++s.kw_groups) {
+    s.taps_per_cta = static_cast<int>(ceil_div(p.kW, s.kw_groups));
+    const int64_t span = (kSegment - 1) * p.sW + (s.taps_per_cta - 1) * p.dW + 1 + 3;
+    if (span > 4096) continue;
+    s.win_cols = static_cast<int>(ceil_div(span, int64_t{4}) * 4);
+    s.win_pitch = s.win_cols % 8 == 0 ? s.win_cols + 4 : s.win_cols;  // == 4 mod 8
+    s.col_step = p.dW % p.sW == 0 ? static_cast<int>(p.sW) : 1;
+    s.u_step = static_cast<int>(p.sW) / s.col_step;
+    s.conv_cols = (s.win_cols + s.col_step - 1) / s.col_step;
+    s.dy_pitch = conv_dy_pitch(bn, s.u_step, split);
+    raw_bytes = (bm * kXPitch + bn * s.win_pitch) * static_cast<int>(sizeof(float));
+    conv_bytes = words * (bm * kSegment + s.conv_cols * s.dy_pitch) * 4;
+    if (raw_bytes + conv_bytes <= kGroupBytes) break;
+  }
+  if (s.kw_groups > p.kW) return false;
+  s.kw_groups = ceil_div(p.kW, int64_t{s.taps_per_cta});  // no group without a tap
   // Which shapes decline depends on the GPU only through its shared memory limit; the split of K
   // (and so the bits) depends on the shape alone.
   const int device = dw.device().index();
@@ -475,11 +487,14 @@ bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precisio
       cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   TGRAD_CUDA_CHECK(
       cudaDeviceGetAttribute(&regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device));
-  void (*const kernel)(const float*, const float*, float*, ConvParams, WgradPlan) =
-      split ? wgrad_tc_kernel<true, 1> : wgrad_tc_kernel<false, 2>;
+  const int threads = per_tap * s.taps_per_cta * 32;
+  void (*kernel)(const float*, const float*, float*, ConvParams, WgradPlan) =
+      wgrad_tc_kernel<false, 2>;
+  if (split) {
+    kernel = threads == 7 * 32 ? wgrad_tc_kernel<true, 2, 7 * 32> : wgrad_tc_kernel<true, 1>;
+  }
   cudaFuncAttributes attr{};
   TGRAD_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  const int threads = per_tap * s.taps_per_cta * 32;
   // Two raw stages keep a segment's copies in flight for a whole step, but not at the cost of
   // the second CTA per SM that the registers allow (S1 needs 136-column windows): one SM with
   // a single CTA of few warps idles at every barrier. The runtime reserves 1 KB per CTA.
