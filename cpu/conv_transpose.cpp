@@ -34,11 +34,13 @@ constexpr int64_t kMaxForwardRows = 512;  // forward splits (co, kh, kw) rows in
 constexpr int64_t kMaxWgradSlices = 8;    // wgrad's reduction is cut into at most this many parts
 constexpr int64_t kMaxWgradPartialBytes = int64_t{64} << 20;
 
-int64_t floor_div(int64_t a, int64_t b) {
-  return a >= 0 ? a / b : -((-a + b - 1) / b);
-}
+__extension__ typedef __int128 int128;  // GCC and Clang; only for overflow-free index bounds
+
+// Ceiling of a / b for b > 0, exact for every int64 a and b (no a + b - 1 that could overflow:
+// the fuzzer found strides near INT64_MAX that the geometry accepts).
 int64_t ceil_div(int64_t a, int64_t b) {
-  return floor_div(a + b - 1, b);
+  const int64_t q = a / b;
+  return (a % b != 0 && a > 0) ? q + 1 : q;
 }
 
 // Per axis and kernel tap k: the input indices i in [lo, hi) whose output
@@ -52,7 +54,11 @@ TapRanges tap_ranges(int64_t in, int64_t out, int64_t kernel, int64_t stride, in
   for (int64_t k = 0; k < kernel; ++k) {
     const int64_t shift = padding - k * dilation;  // o = i*stride - shift
     const int64_t lo = std::max<int64_t>(0, ceil_div(shift, stride));
-    const int64_t hi = std::min<int64_t>(in, floor_div(out - 1 + shift, stride) + 1);
+    // out - 1 + shift can pass INT64_MAX (empty tensors accept huge sizes): 128-bit sum.
+    const int128 last = int128{out} - 1 + shift;
+    int128 q = last / stride;
+    if (last % stride != 0 && last < 0) --q;
+    const int64_t hi = q + 1 >= in ? in : static_cast<int64_t>(q + 1);
     r.lo.push_back(lo);
     r.hi.push_back(std::max(lo, hi));
   }

@@ -424,5 +424,26 @@ TEST(BadInput, FuzzConvOutputSizeFormulaOverflow) {
   }
 }
 
+// fuzz_conv_transpose: a valid geometry with stride INT64_MAX (one input position, so the
+// stride never multiplies anything) overflowed ceil_div(shift, stride) = floor((shift + stride
+// - 1) / stride) in the CPU backend's tap ranges. Out = -2*2 + 2*(3-1) + 1 = 1 position, which
+// only tap k = 1 reaches (o = 0*s - 2 + k*2), so y = x * w[1] + b.
+TEST(BadInput, FuzzConvHugeStrideTapRanges) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  const Tensor x = from_vector<double>({3.0, -1.0}, {2, 1, 1});
+  const Tensor w = from_vector<double>({10.0, 2.0, 100.0}, {1, 1, 3});
+  const Tensor b = from_vector<double>({0.5}, {1});
+  const auto o = ConvTranspose1dFuncOptions().stride(max).padding(2).dilation(2);
+  const Tensor y = conv_transpose1d(x, w, b, o);
+  ASSERT_EQ(y.shape(), (Shape{2, 1, 1}));
+  EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{3.0 * 2.0 + 0.5, -1.0 * 2.0 + 0.5}));
+  // The same with an empty batch and a huge padding on a long input: nothing to compute, and
+  // the tap ranges must not overflow either.
+  const Tensor x0 = zeros({0, 1, max / 4}, TensorOptions(kFloat64));
+  const auto o0 = ConvTranspose1dFuncOptions().stride(2).padding(max / 4 - 1);
+  EXPECT_EQ(conv_transpose1d(x0, ones({1, 1, 1}, TensorOptions(kFloat64)), Tensor(), o0).numel(),
+            0);
+}
+
 }  // namespace
 }  // namespace tgrad
