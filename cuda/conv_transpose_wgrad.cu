@@ -140,32 +140,6 @@ constexpr int kMaxWarps = 12;          // 384 threads: up to 168 registers each 
 constexpr int64_t kTargetCtas = 1024;  // per launch, from the shape only (bits are GPU-free)
 constexpr int64_t kMaxPartialBytes = int64_t{256} << 20;
 
-// Copies 8 bytes (both addresses 8-byte aligned).
-__device__ inline void cp_async8(float* dst, const float* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-
-// Copies row[col .. col+4) to dst (16-byte aligned), zero outside [0, limit) or when !row_ok:
-// one 16-byte copy, two 8-byte ones for a row that starts 8 bytes off (S2/S3's dy rows are
-// 65538 floats long, so every other one does), else per float.
-__device__ inline void copy_vec4(float* dst, const float* row, int64_t col, int64_t limit,
-                                 bool row_ok, const float* dummy) {
-  if (row_ok && col >= 0 && col + 3 < limit) {
-    const float* src = row + col;
-    const auto addr = reinterpret_cast<uintptr_t>(src);
-    if ((addr & 15) == 0) {
-      cp_async16(dst, src);
-      return;
-    }
-    if ((addr & 7) == 0) {
-      cp_async8(dst, src);
-      cp_async8(dst + 2, src + 2);
-      return;
-    }
-  }
-  load_vec4(dst, row, col, limit, row_ok, dummy);
-}
-
 // A CTA owns warps_m*32 ci x warps_n*32 co x taps_per_cta consecutive taps kw of one kh, and one
 // split of the K segments. Warp w computes tap w / per_tap.
 struct WgradPlan {
@@ -240,7 +214,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks > 1 ? kMinBlocks : 0)
 #pragma unroll 1
     for (int r = x_r0; r < bm; r += x_dr) {
       const bool ok = r < x_rows;
-      copy_vec4(x_dst, ok ? x_row : x, i0 + x_k, p.Wi, ok, x);
+      load_vec4(x_dst, ok ? x_row : x, i0 + x_k, p.Wi, ok, x);
       x_row += x_dr * x_plane;
       x_dst += x_dr * kXPitch;
     }
@@ -251,7 +225,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks > 1 ? kMinBlocks : 0)
 #pragma unroll 1
     for (int v = tid; v < dy_vecs; v += threads) {
       const bool ok = oh_ok && r < dy_rows;
-      copy_vec4(dy_dst + 4 * k, ok ? dy_row : dy, start + 4 * k, p.Wo, ok, dy);
+      load_vec4(dy_dst + 4 * k, ok ? dy_row : dy, start + 4 * k, p.Wo, ok, dy);
       r += dy_dr;
       k += dy_dk;
       dy_row += dy_dr * y_plane;

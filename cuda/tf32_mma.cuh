@@ -23,19 +23,34 @@ __device__ inline void cp_async4(float* dst, const float* src, bool valid) {
                "r"(bytes));
 }
 
+// Copies 8 bytes (both addresses 8-byte aligned).
+__device__ inline void cp_async8(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+
 // Copies 16 bytes (both addresses 16-byte aligned).
 __device__ inline void cp_async16(float* dst, const float* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 
-// Copies src[first .. first+4) of a row of `limit` floats, zero outside; one 16-byte copy when
-// all four are in range and aligned.
+// Copies base[first .. first+4) of a row of `limit` floats to dst (16-byte aligned), zero
+// outside the row or when !row_ok: one 16-byte copy when all four are in range and aligned, two
+// 8-byte ones when they start 8 bytes off (S2/S3's dy rows are 65538 floats long, so every other
+// row does), else per float.
 __device__ inline void load_vec4(float* dst, const float* base, int64_t first, int64_t limit,
                                  bool row_ok, const float* dummy) {
-  if (row_ok && first >= 0 && first + 3 < limit &&
-      (reinterpret_cast<uintptr_t>(base + first) & 15) == 0) {
-    cp_async16(dst, base + first);
-    return;
+  if (row_ok && first >= 0 && first + 3 < limit) {
+    const float* src = base + first;
+    const auto addr = reinterpret_cast<uintptr_t>(src);
+    if ((addr & 15) == 0) {
+      cp_async16(dst, src);
+      return;
+    }
+    if ((addr & 7) == 0) {
+      cp_async8(dst, src);
+      cp_async8(dst + 2, src + 2);
+      return;
+    }
   }
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
