@@ -242,13 +242,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
         for (int mt = 0; mt < Cfg::kTilesM; ++mt) {
           const float* ap = aj + (kb * mt_total + mt) * 32 * kAW;
-          const uint4 big = __ldg(reinterpret_cast<const uint4*>(ap));
-          a[mt].big[0] = big.x, a[mt].big[1] = big.y, a[mt].big[2] = big.z, a[mt].big[3] = big.w;
-          if constexpr (kSplit) {
-            const uint4 small = __ldg(reinterpret_cast<const uint4*>(ap + 4));
-            a[mt].small[0] = small.x, a[mt].small[1] = small.y;
-            a[mt].small[2] = small.z, a[mt].small[3] = small.w;
-          }
+          set_words(a[mt].big, __ldg(reinterpret_cast<const uint4*>(ap)));
+          if constexpr (kSplit)
+            set_words(a[mt].small, __ldg(reinterpret_cast<const uint4*>(ap + 4)));
         }
 #pragma unroll
         for (int nt = 0; nt < Cfg::kTilesN; ++nt) {

@@ -313,13 +313,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks > 1 ? kMinBlocks : 0)
 #pragma unroll
       for (int mt = 0; mt < kTilesM; ++mt) {
         const uint32_t* ap = a_frags + (mt * 8 + kb) * 128 * kWords;
-        const uint4 big = *reinterpret_cast<const uint4*>(ap);
-        a[mt].big[0] = big.x, a[mt].big[1] = big.y, a[mt].big[2] = big.z, a[mt].big[3] = big.w;
-        if constexpr (kSplit) {
-          const uint4 small = *reinterpret_cast<const uint4*>(ap + 128);
-          a[mt].small[0] = small.x, a[mt].small[1] = small.y;
-          a[mt].small[2] = small.z, a[mt].small[3] = small.w;
-        }
+        set_words(a[mt].big, *reinterpret_cast<const uint4*>(ap));
+        if constexpr (kSplit) set_words(a[mt].small, *reinterpret_cast<const uint4*>(ap + 128));
       }
 #pragma unroll
       for (int nt = 0; nt < kTilesN; ++nt) {

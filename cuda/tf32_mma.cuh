@@ -97,20 +97,18 @@ __device__ inline void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uin
 }
 
 // An operand fragment in the form the chosen precision multiplies: kSplit (3xTF32) keeps the
-// TF32 residual beside the TF32 value; otherwise only the rounded value.
+// TF32 residual beside the TF32 value; otherwise only the rounded value. The kernels stage
+// operands already converted, so fragments are filled with loaded words, not converted here.
 template <int kRegs, bool kSplit>
 struct Frag {
   uint32_t big[kRegs];
   uint32_t small[kSplit ? kRegs : 1];
-
-  __device__ inline void set(int i, float v) {
-    if constexpr (kSplit) {
-      split_tf32(v, big[i], small[i]);
-    } else {
-      big[i] = to_tf32(v);
-    }
-  }
 };
+
+// r = the four words of one 128-bit load (an A fragment's values or residuals).
+__device__ inline void set_words(uint32_t (&r)[4], uint4 v) {
+  r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+}
 
 // d[m][n] += a[m] * b[n] over a warp's tile of m16n8 blocks: one mma per block for 1xTF32;
 // three for 3xTF32, small products first so they are not absorbed by a large partial sum before
