@@ -402,6 +402,12 @@ bool igemm_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int dev
   return true;
 }
 
+// Launches the first of Cfgs whose plan fits; false (nothing launched) when none does.
+template <bool kSplit, class... Cfgs>
+bool igemm_first_fit(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
+  return (igemm_try<Cfgs, kSplit>(alloc, p, w, device) || ...);
+}
+
 }  // namespace
 
 bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
@@ -412,43 +418,27 @@ bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
   if (precision == Precision::highest) {
     // 3xTF32 keeps the tensor-core chain and the FADD sum: one CTA per SM at 64x32 / 32x64
     // warp tiles, two at 32x32.
-    using BigSplit = IgemmConfig<2, 4, 4, 4, 32, 1>;      // 128 x 128, warp tile 64 x 32
-    using MidSplit = IgemmConfig<2, 4, 2, 8, 32, 1>;      // 64 x 256, warp tile 32 x 64
-    using SmallSplit16 = IgemmConfig<1, 8, 2, 4, 16, 2>;  // 32 x 256, warp tile 32 x 32
-    using BigSplit16 = IgemmConfig<2, 4, 4, 4, 16, 1>;
-    using MidSplit16 = IgemmConfig<2, 4, 2, 8, 16, 1>;
-    using BigSplit8 = IgemmConfig<2, 4, 4, 4, 8, 1>;
-    using MidSplit8 = IgemmConfig<2, 4, 2, 8, 8, 1>;
-    using SmallSplit8 = IgemmConfig<1, 8, 2, 4, 8, 2>;
+    using Big = IgemmConfig<2, 4, 4, 4, 32, 1>;    // 128 x 128, warp tile 64 x 32
+    using Mid = IgemmConfig<2, 4, 2, 8, 32, 1>;    // 64 x 256, warp tile 32 x 64
+    using Small = IgemmConfig<1, 8, 2, 4, 16, 2>;  // 32 x 256, warp tile 32 x 32
     if (p.M > 64)
-      return igemm_try<BigSplit, true>(alloc, p, w, device) ||
-             igemm_try<BigSplit16, true>(alloc, p, w, device) ||
-             igemm_try<BigSplit8, true>(alloc, p, w, device);
+      return igemm_first_fit<true, Big, IgemmConfig<2, 4, 4, 4, 16, 1>,
+                             IgemmConfig<2, 4, 4, 4, 8, 1>>(alloc, p, w, device);
     if (p.M > 32)
-      return igemm_try<MidSplit, true>(alloc, p, w, device) ||
-             igemm_try<MidSplit16, true>(alloc, p, w, device) ||
-             igemm_try<MidSplit8, true>(alloc, p, w, device);
-    return igemm_try<SmallSplit16, true>(alloc, p, w, device) ||
-           igemm_try<SmallSplit8, true>(alloc, p, w, device);
+      return igemm_first_fit<true, Mid, IgemmConfig<2, 4, 2, 8, 16, 1>,
+                             IgemmConfig<2, 4, 2, 8, 8, 1>>(alloc, p, w, device);
+    return igemm_first_fit<true, Small, IgemmConfig<1, 8, 2, 4, 8, 2>>(alloc, p, w, device);
   }
-  using Big32 = IgemmConfig<2, 4, 4, 4, 32>;    // 128 x 128, warp tile 64 x 32
-  using Mid32 = IgemmConfig<2, 4, 2, 8, 32>;    // 64 x 256, warp tile 32 x 64
-  using Small16 = IgemmConfig<1, 8, 2, 4, 16>;  // 32 x 256, warp tile 32 x 32
-  using Big16 = IgemmConfig<2, 4, 4, 4, 16>;
-  using Mid16 = IgemmConfig<2, 4, 2, 8, 16>;
-  using Big8 = IgemmConfig<2, 4, 4, 4, 8>;
-  using Mid8 = IgemmConfig<2, 4, 2, 8, 8>;
-  using Small8 = IgemmConfig<1, 8, 2, 4, 8>;
+  using Big = IgemmConfig<2, 4, 4, 4, 32>;    // 128 x 128, warp tile 64 x 32
+  using Mid = IgemmConfig<2, 4, 2, 8, 32>;    // 64 x 256, warp tile 32 x 64
+  using Small = IgemmConfig<1, 8, 2, 4, 16>;  // 32 x 256, warp tile 32 x 32
   if (p.M > 64)
-    return igemm_try<Big32, false>(alloc, p, w, device) ||
-           igemm_try<Big16, false>(alloc, p, w, device) ||
-           igemm_try<Big8, false>(alloc, p, w, device);
+    return igemm_first_fit<false, Big, IgemmConfig<2, 4, 4, 4, 16>, IgemmConfig<2, 4, 4, 4, 8>>(
+        alloc, p, w, device);
   if (p.M > 32)
-    return igemm_try<Mid32, false>(alloc, p, w, device) ||
-           igemm_try<Mid16, false>(alloc, p, w, device) ||
-           igemm_try<Mid8, false>(alloc, p, w, device);
-  return igemm_try<Small16, false>(alloc, p, w, device) ||
-         igemm_try<Small8, false>(alloc, p, w, device);
+    return igemm_first_fit<false, Mid, IgemmConfig<2, 4, 2, 8, 16>, IgemmConfig<2, 4, 2, 8, 8>>(
+        alloc, p, w, device);
+  return igemm_first_fit<false, Small, IgemmConfig<1, 8, 2, 4, 8>>(alloc, p, w, device);
 }
 
 }  // namespace tgrad::cuda
