@@ -1,5 +1,7 @@
-// Linked instead of cuda/ in a build without CUDA: there is no CUDA backend to register.
+// Linked instead of cuda/ in a build without CUDA: there is no CUDA backend to register, and no
+// CUDA kernel ever runs.
 #include "core/backend.h"
+#include "cuda/kernel_stats.h"
 
 namespace tgrad {
 
@@ -7,4 +9,15 @@ Backend* cuda_backend() {
   return nullptr;
 }
 
+namespace cuda {
+
+bool wgmma_supported(int /*device*/) {
+  return false;
+}
+
+int64_t conv_wgmma_launches() {
+  return 0;
+}
+
+}  // namespace cuda
 }  // namespace tgrad

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_util.h"
+#include "cuda/igemm_device.cuh"
 #include "cuda/tf32_mma.cuh"
 
 namespace tgrad::cuda {
@@ -38,9 +39,6 @@ struct IgemmConfig {
   static constexpr int kKb = kChunk / 8;          // k8 blocks per step
   static constexpr int kMinBlocks = kMinBlocks_;  // CTAs per SM the registers and smem must allow
 };
-
-inline constexpr int kIgemmMaxTaps = 32;
-inline constexpr int kIgemmMaxKh = 8;
 
 // Floats per lane of one A fragment (4 values; "highest" also their 4 residuals), and per
 // window column and t of the B fragment (rows t and t+4; "highest" each with its residual).
@@ -86,15 +84,8 @@ template <class Cfg, bool kSplit>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     conv_igemm_kernel(IgemmProblem p) {
   constexpr int kAW = kAWords<kSplit>, kBW = kBWords<kSplit>;
-  constexpr int kColsPerPass = Cfg::kThreads / 4;  // window columns one pass of the CTA covers
   extern __shared__ __align__(16) float smem[];
-  __shared__ int tap_w[kIgemmMaxTaps];    // kh*kW + kw of each valid tap, grouped by kh
-  __shared__ int tap_col[kIgemmMaxTaps];  // its window column at position 0
-  __shared__ int plane_first[kIgemmMaxKh], plane_count[kIgemmMaxKh];
-  __shared__ int plane_row[kIgemmMaxKh];  // src row of each kh
-  __shared__ int active[kIgemmMaxKh];     // the kh with taps, in order
-  __shared__ int s_planes;
-  __shared__ int64_t s_col0;
+  __shared__ IgemmTaps taps;
 
   // Phases fastest: the CTAs that write interleaved columns of one output row run together,
   // so L2 sees whole sectors; then M tiles, which read the same src window.
@@ -108,87 +99,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int oh = static_cast<int>(b % p.Ho);
   const int64_t n = b / p.Ho;
 
-  // The taps that land on src for this (oh, phase): few, so one thread lists them (in 32-bit
-  // arithmetic: the planner bounds every size used here).
-  if (threadIdx.x == 0) {
-    const int kH = static_cast<int>(p.kH), kW = static_cast<int>(p.kW);
-    const int sH = static_cast<int>(p.sH), sW = static_cast<int>(p.sW);
-    int count = 0, planes = 0, min_off = INT32_MAX;
-    int offs[kIgemmMaxTaps];
-    for (int kh = 0; kh < kH; ++kh) {
-      int row;
-      if (p.gather) {
-        const int t = oh + static_cast<int>(p.pH - kh * p.dH);
-        row = (t >= 0 && t % sH == 0 && t / sH < p.Hs) ? t / sH : -1;
-      } else {
-        row = oh * sH + static_cast<int>(kh * p.dH - p.pH);
-        if (row >= p.Hs) row = -1;
-      }
-      plane_row[kh] = row;
-      plane_first[kh] = count;
-      for (int kw = 0; row >= 0 && kw < kW; ++kw) {
-        int off;  // src column read at position 0
-        if (p.gather) {
-          const int t = r + static_cast<int>(p.pW - kw * p.dW);
-          if (((t % sW) + sW) % sW != 0) continue;
-          off = t / sW;  // exact
-        } else {
-          off = static_cast<int>(kw * p.dW - p.pW);
-        }
-        tap_w[count] = kh * kW + kw;
-        offs[count++] = off;
-        min_off = off < min_off ? off : min_off;
-      }
-      plane_count[kh] = count - plane_first[kh];
-      if (plane_count[kh] > 0) active[planes++] = kh;
-    }
-    for (int j = 0; j < count; ++j)
-      tap_col[j] = (offs[j] - min_off) / p.win_step;  // exact
-    s_planes = planes;
-    s_col0 = q0 * p.s_in + (count > 0 ? min_off : 0);
-  }
+  if (threadIdx.x == 0) igemm_list_taps(p, oh, r, q0, taps);
   __syncthreads();
-  const int planes = s_planes;
-  const int64_t col0 = s_col0;
-  const int64_t plane_stride = p.Hs * p.Ws;  // floats between channels of src
+  const int planes = taps.planes;
 
   // Shared memory: the converted window [2 stages], then the raw window [raw_stages].
   float* const raw_base = smem + 2 * p.conv_floats;
   const int raw_floats = Cfg::kChunk * p.raw_pitch;
-
-  // The window items of this thread: (k8 block kb, t, column j) for channels kb*8 + t and
-  // kb*8 + t + 4, visited in the same order by the copy and by the conversion, so each thread
-  // converts exactly what it copied. t is fixed per thread; j advances by kColsPerPass.
-  const int my_t = threadIdx.x % 4, my_j = threadIdx.x / 4;
-  auto for_each_item = [&](auto&& body) {
-    int j = my_j, kb = 0;
-    while (j >= p.win_cols)
-      j -= p.win_cols, ++kb;
-    for (; kb < Cfg::kKb;) {
-      body(kb, j);
-      j += kColsPerPass;
-      while (j >= p.win_cols)
-        j -= p.win_cols, ++kb;
-    }
-  };
-
-  // Copies step's raw src window (one src row, kChunk channels) with zero fill outside src.
   auto load_window = [&](int step) {
-    float* raw = raw_base + (step % p.raw_stages) * raw_floats;
-    const int64_t chunk = step / planes;
-    const int row = plane_row[active[step % planes]];
-    const int c_left = static_cast<int>(min_i64(p.C - chunk * Cfg::kChunk, Cfg::kChunk));
-    const float* base = p.src + ((n * p.C + chunk * Cfg::kChunk) * p.Hs + row) * p.Ws;
-    for_each_item([&](int kb, int j) {
-      const int64_t col = col0 + int64_t{j} * p.win_step;
-      const bool col_ok = col >= 0 && col < p.Ws;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int cl = kb * 8 + my_t + 4 * h;
-        const bool ok = col_ok && cl < c_left;
-        cp_async4(raw + cl * p.raw_pitch + j, ok ? base + cl * plane_stride + col : p.src, ok);
-      }
-    });
+    igemm_load_window<Cfg::kChunk, Cfg::kThreads>(
+        p, taps, raw_base + (step % p.raw_stages) * raw_floats, step, n);
   };
 
   // raw -> converted window in B-fragment order: conv[((kb*win_cols + j)*4 + t)*kBW + ...] =
@@ -196,7 +116,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   auto convert_window = [&](int step) {
     const float* raw = raw_base + (step % p.raw_stages) * raw_floats;
     float* conv = smem + (step & 1) * p.conv_floats;
-    for_each_item([&](int kb, int j) {
+    const int my_t = threadIdx.x % 4;
+    igemm_for_each_item<Cfg::kKb, Cfg::kThreads>(p.win_cols, [&](int kb, int j) {
       const float x0 = raw[(kb * 8 + my_t) * p.raw_pitch + j];
       const float x1 = raw[(kb * 8 + my_t + 4) * p.raw_pitch + j];
       float* dst = conv + ((kb * p.win_cols + j) * 4 + my_t) * kBW;
@@ -228,13 +149,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // tile reads the same few KB per step, so they stay in L1 and need no staging.
   auto compute_step = [&](int step) {
     const int64_t chunk = step / planes;
-    const int kh = active[step % planes];
-    const int first = plane_first[kh], count = plane_count[kh];
+    const int kh = taps.active[step % planes];
+    const int first = taps.plane_first[kh], count = taps.plane_count[kh];
     const float* conv = smem + (step & 1) * p.conv_floats + t * kBW;
     for (int jj = 0; jj < count; ++jj) {
       const float* aj =
-          a_lane + (tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * mt_total * 32 * kAW;
-      const float* bj = conv + (tap_col[first + jj] + (wn + g) * b_step) * 4 * kBW;
+          a_lane + (taps.tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * mt_total * 32 * kAW;
+      const float* bj = conv + (taps.tap_col[first + jj] + (wn + g) * b_step) * 4 * kBW;
 #pragma unroll
       for (int kb = 0; kb < Cfg::kKb; ++kb) {
         Frag<4, kSplit> a[Cfg::kTilesM];
@@ -332,60 +253,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // Fills p's tiling fields for Cfg; false when the geometry does not fit this kernel.
 template <class Cfg, bool kSplit>
 bool igemm_plan(IgemmProblem& p) {
-  if (p.kH * p.kW > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
-  // The kernel lists taps in 32-bit arithmetic.
-  constexpr int64_t kSmall = int64_t{1} << 30;
-  if (p.Hs >= kSmall || p.Ho * p.sH >= kSmall || p.kH * p.dH + p.pH >= kSmall ||
-      p.kW * p.dW + p.pW >= kSmall || p.sW >= kSmall)
-    return false;
-  // Column span of the taps of one row, in window columns.
-  int64_t span;
-  if (p.gather) {
-    p.win_step = 1, p.b_step = 1;
-    span = (p.kW - 1) * p.dW / p.sW;
-  } else if (p.dW % p.sW == 0) {
-    p.win_step = static_cast<int>(p.sW), p.b_step = 1;
-    span = (p.kW - 1) * p.dW / p.sW;
-  } else {
-    p.win_step = 1, p.b_step = static_cast<int>(p.s_in);
-    span = (p.kW - 1) * p.dW;
-  }
-  const int64_t win_cols = (Cfg::kBN - 1) * int64_t{p.b_step} + span + 1;
-  if (win_cols > 4096) return false;
-  p.win_cols = static_cast<int>(win_cols);
-  p.raw_pitch = static_cast<int>(ceil_div(win_cols, 32) * 32 + 8);  // == 8 mod 32: no conflicts
-  p.conv_floats = Cfg::kKb * p.win_cols * 4 * kBWords<kSplit>;
-  // 227 KB is the most one CTA may have; kMinBlocks CTAs share an SM's 228 KB (1 KB each is
-  // reserved, and the kernel's static arrays take about 0.5 KB). Up to 4 raw stages (3 steps
-  // of copies in flight: one step's multiply is shorter than a DRAM round trip), at least 2.
-  const int64_t limit = 227 * 1024 / Cfg::kMinBlocks - 2048;
-  p.raw_stages = 4;
-  int64_t bytes = 0;
-  for (; p.raw_stages >= 2; --p.raw_stages) {
-    bytes = (2 * int64_t{p.conv_floats} + p.raw_stages * Cfg::kChunk * int64_t{p.raw_pitch}) * 4;
-    if (bytes <= limit) break;
-  }
-  if (p.raw_stages < 2) return false;
-  p.smem_bytes = static_cast<int>(bytes);
-  p.c_pad = ceil_div(p.C, Cfg::kChunk) * Cfg::kChunk;
-  if (p.c_pad / Cfg::kChunk * p.kH >= kSmall) return false;  // steps counted in 32 bits
-  p.m_tiles = ceil_div(p.M, Cfg::kBM);
-  p.m_pad = p.m_tiles * Cfg::kBM;
-  const int64_t q_max = ceil_div(p.Wo, p.s_out);
-  p.q_tiles = ceil_div(q_max, Cfg::kBN);
-  const int64_t blocks = p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N;
-  return blocks > 0 && blocks < (int64_t{1} << 31);
+  return igemm_plan_tiles(p, {Cfg::kBM, Cfg::kBN, Cfg::kChunk, Cfg::kMinBlocks, kSplit});
 }
 
 template <class Cfg, bool kSplit>
 void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
-  const int64_t values = p.kH * p.kW * p.c_pad * p.m_pad;
-  std::shared_ptr<void> packed =
-      alloc.allocate(values * (kSplit ? 2 : 1) * int64_t{sizeof(float)}, device);
+  std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, kSplit, device);
   p.wp = static_cast<const float*>(packed.get());
-  igemm_pack_weights_kernel<kSplit>
-      <<<grid_for(values), kThreads>>>(w, static_cast<float*>(packed.get()), p);
-  TGRAD_CUDA_CHECK_LAUNCH("igemm_pack_weights_kernel");
   const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
   auto kernel = conv_igemm_kernel<Cfg, kSplit>;
   TGRAD_CUDA_CHECK(
@@ -410,11 +284,75 @@ bool igemm_first_fit(CachingAllocator& alloc, IgemmProblem& p, const float* w, i
 
 }  // namespace
 
+bool igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t) {
+  if (p.kH * p.kW > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
+  // The kernels list taps in 32-bit arithmetic.
+  constexpr int64_t kSmall = int64_t{1} << 30;
+  if (p.Hs >= kSmall || p.Ho * p.sH >= kSmall || p.kH * p.dH + p.pH >= kSmall ||
+      p.kW * p.dW + p.pW >= kSmall || p.sW >= kSmall)
+    return false;
+  // Column span of the taps of one row, in window columns.
+  int64_t span;
+  if (p.gather) {
+    p.win_step = 1, p.b_step = 1;
+    span = (p.kW - 1) * p.dW / p.sW;
+  } else if (p.dW % p.sW == 0) {
+    p.win_step = static_cast<int>(p.sW), p.b_step = 1;
+    span = (p.kW - 1) * p.dW / p.sW;
+  } else {
+    p.win_step = 1, p.b_step = static_cast<int>(p.s_in);
+    span = (p.kW - 1) * p.dW;
+  }
+  const int64_t win_cols = (t.bn - 1) * int64_t{p.b_step} + span + 1;
+  if (win_cols > 4096) return false;
+  p.win_cols = static_cast<int>(win_cols);
+  p.raw_pitch = static_cast<int>(ceil_div(win_cols, 32) * 32 + 8);  // == 8 mod 32: no conflicts
+  // The converted window of one stage: every value once, twice (value, residual) for 3xTF32.
+  p.conv_floats = t.chunk * p.win_cols * (t.split ? 2 : 1);
+  // 227 KB is the most one CTA may have; min_blocks CTAs share an SM's 228 KB (1 KB each is
+  // reserved, and the kernels' static arrays take about 0.5 KB). Up to 4 raw stages (3 steps
+  // of copies in flight: one step's multiply is shorter than a DRAM round trip), at least 2.
+  const int64_t limit = 227 * 1024 / t.min_blocks - 2048;
+  p.raw_stages = 4;
+  int64_t bytes = 0;
+  for (; p.raw_stages >= 2; --p.raw_stages) {
+    bytes = (2 * int64_t{p.conv_floats} + p.raw_stages * t.chunk * int64_t{p.raw_pitch}) * 4;
+    if (bytes <= limit) break;
+  }
+  if (p.raw_stages < 2) return false;
+  p.smem_bytes = static_cast<int>(bytes);
+  p.c_pad = ceil_div(p.C, t.chunk) * t.chunk;
+  if (p.c_pad / t.chunk * p.kH >= kSmall) return false;  // steps counted in 32 bits
+  p.m_tiles = ceil_div(p.M, t.bm);
+  p.m_pad = p.m_tiles * t.bm;
+  const int64_t q_max = ceil_div(p.Wo, p.s_out);
+  p.q_tiles = ceil_div(q_max, t.bn);
+  const int64_t blocks = p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N;
+  return blocks > 0 && blocks < (int64_t{1} << 31);
+}
+
+std::shared_ptr<void> igemm_pack_weights(CachingAllocator& alloc, const IgemmProblem& p,
+                                         const float* w, bool split, int device) {
+  const int64_t values = p.kH * p.kW * p.c_pad * p.m_pad;
+  std::shared_ptr<void> packed =
+      alloc.allocate(values * (split ? 2 : 1) * int64_t{sizeof(float)}, device);
+  auto* dst = static_cast<float*>(packed.get());
+  if (split) {
+    igemm_pack_weights_kernel<true><<<grid_for(values), kThreads>>>(w, dst, p);
+  } else {
+    igemm_pack_weights_kernel<false><<<grid_for(values), kThreads>>>(w, dst, p);
+  }
+  TGRAD_CUDA_CHECK_LAUNCH("igemm_pack_weights_kernel");
+  return packed;
+}
+
 bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device) {
   // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
   // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
   // does not allow it (wide dilations).
+  // "high": the wgmma kernel where the device and the geometry allow it.
+  if (precision == Precision::high && conv_wgmma(alloc, p, w, device)) return true;
   if (precision == Precision::highest) {
     // 3xTF32 keeps the tensor-core chain and the FADD sum: one CTA per SM at 64x32 / 32x64
     // warp tiles, two at 32x32.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/conv_geometry.h"
 #include "cuda/allocator.h"
@@ -35,6 +36,29 @@ struct IgemmProblem {
   int raw_stages;   // raw windows in flight, 2 to 4
   int smem_bytes;   // two converted stages and the raw ones
 };
+
+// A tile shape as the planner sees it: bm x bn outputs per CTA, chunk channels per step.
+struct IgemmTiling {
+  int bm, bn, chunk, min_blocks;  // min_blocks: CTAs per SM that shared memory must allow
+  bool split;                     // 3xTF32: each staged value with its residual
+};
+
+// Fills p's tiling fields (everything below "Tiling") for t; false when the geometry does not
+// fit: too many taps, a window wider than 4096 columns, more shared memory than min_blocks CTAs
+// per SM may have, or sizes past the kernels' 32-bit tap arithmetic.
+bool igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t);
+
+// Packs w ((C_in, C_out, kH, kW)) for p (tiling fields set) into mma A-fragment order,
+// converted to TF32 (split: value and residual), zero padded to c_pad x m_pad; returns the
+// workspace. Both implicit-GEMM kernels read A this way (wgmma's register A fragment of one warp
+// is the m16n8k8 one).
+std::shared_ptr<void> igemm_pack_weights(CachingAllocator& alloc, const IgemmProblem& p,
+                                         const float* w, bool split, int device);
+
+// The wgmma (sm_90a) kernel for "high", in conv_transpose_wgmma.cu: launches and returns true
+// when the device is sm_90 and the geometry fits (M > 32, at most 3 taps in a src row, taps a
+// whole window column apart); false, having launched nothing, otherwise.
+bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, int device);
 
 // Runs the tensor-core implicit GEMM for p (geometry fields set; the tiling fields are filled
 // here) when it fits one of the tile shapes; returns false, having launched nothing, when the

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "core/conv_geometry.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "cuda/kernel_stats.h"
 #include "tests/conv_cases.h"
 #include "tests/reference/conv_transpose_reference.h"
 #include "tests/test_util.h"
@@ -226,6 +228,80 @@ TEST(CudaFastPaths, Deterministic) {
     EXPECT_TRUE(equal(a.dx, b.dx)) << g.str() << " dgrad";
     EXPECT_TRUE(equal(a.dw, b.dw)) << g.str() << " wgrad";
   }
+}
+
+// ---- the wgmma kernel (sm_90a, "high", M > 32) -------------------------------------------------
+// It shares the mma.sync kernel's decomposition, so the cases above run through it too; these aim
+// at what is its own: two warpgroups along M (M > 64) or along N (M <= 64) and their partial
+// tiles, 16-channel steps with 1 to 3 taps (one straight-line wgmma sequence per tap count),
+// descriptors shifted by each tap's column, 16-byte window copies from a 4-aligned column (odd
+// padding puts the first column anywhere), and the declines (more than 3 taps in a row, dgrad
+// whose taps step by a fraction of a window column, M <= 32). Each case also asserts which
+// kernel ran, through the launch counter.
+struct WgmmaCase {
+  Case c;
+  bool forward, dgrad;  // expected to run on the wgmma kernel
+};
+
+void check_wgmma_case(const WgmmaCase& w, uint64_t seed) {
+  const ConvGeometry g = geometry(w.c, Precision::high);
+  const ConvGeometry g64 = geometry(w.c, Precision::highest);
+  const Operands o = random_operands(g, seed);
+  const Operands o64 = to_float64(o);
+  Backend& be = backend(Device(kCUDA));
+  const std::string config = std::string(w.c.what) + " " + g.str() + " high";
+  auto opt = [](const Tensor& like) { return TensorOptions().dtype(like.dtype()).device(Device(kCUDA)); };
+  // NaN-filled outputs: every element must be written.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor y = full(y_shape(g), nan, opt(o.x)), y64 = empty(y_shape(g), opt(o64.x));
+  Tensor dx = full(x_shape(g), nan, opt(o.x)), dx64 = empty(x_shape(g), opt(o64.x));
+  be.conv_transpose_forward(g64, o64.x, o64.w, &o64.b, y64);
+  be.conv_transpose_dgrad(g64, o64.dy, o64.w, dx64);
+
+  const int64_t before = cuda::conv_wgmma_launches();
+  be.conv_transpose_forward(g, o.x, o.w, &o.b, y);
+  const int64_t after_forward = cuda::conv_wgmma_launches();
+  be.conv_transpose_dgrad(g, o.dy, o.w, dx);
+  const int64_t after_dgrad = cuda::conv_wgmma_launches();
+  EXPECT_EQ(after_forward - before, w.forward ? 1 : 0) << config << " forward: wgmma launches";
+  EXPECT_EQ(after_dgrad - after_forward, w.dgrad ? 1 : 0) << config << " dgrad: wgmma launches";
+
+  for (auto [out, ref, name] : {std::tuple{&y, &y64, " forward"}, std::tuple{&dx, &dx64, " dgrad"}}) {
+    const testing::CompareResult r = testing::compare(*out, *ref, kHigh, config + name);
+    EXPECT_TRUE(r.ok) << r.report;
+    EXPECT_GT(r.rel_l2, 1e-5) << config << name << ": tensor-core path not taken?";
+  }
+}
+
+TEST(CudaFastPathsWgmma, TilesTapsAndDeclines) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  if (!cuda::wgmma_supported(0)) GTEST_SKIP() << "the wgmma kernel needs compute capability 9.0";
+  const std::vector<WgmmaCase> cases = {
+      // M = 64 both ways: one warpgroup row, two along N (256 positions); C = 40 leaves a
+      // partial second chunk of 32; L = 600: three position tiles, the last one partial.
+      {{"M 64", 1, 2, 64, 64, 1, {1, 600}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}}, true, true},
+      {{"C 40", 1, 2, 40, 64, 1, {1, 600}, {1, 3}, {1, 1}, {0, 1}, {1, 1}, {0, 0}}, true, true},
+      // M = 128 and M = 80 (two warpgroups along M, the second one partly past M); batch 1.
+      {{"M 128", 1, 1, 128, 128, 1, {1, 300}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}}, true, true},
+      {{"M 80", 1, 2, 48, 80, 1, {1, 257}, {1, 3}, {1, 1}, {0, 2}, {1, 1}, {0, 0}}, true, true},
+      // C 72 and 40: partial last 16-channel step; padding 3 shifts the window start off the
+      // 4-column grid; L 531 odd.
+      {{"C 72", 1, 2, 72, 40, 1, {1, 531}, {1, 3}, {1, 1}, {0, 3}, {1, 2}, {0, 0}}, true, true},
+      // S1's geometry: forward phase 0 has no taps, phase 1 three; dgrad stages every other dy
+      // column (dilation a multiple of the stride).
+      {{"S1-like", 1, 2, 48, 64, 1, {1, 401}, {1, 3}, {1, 2}, {0, 1}, {1, 2}, {0, 0}}, true, true},
+      // 2-D, 3x3 with padding: several kh planes per output row, edge rows with fewer.
+      {{"2-D 3x3", 2, 2, 48, 64, 1, {5, 70}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}}, true, true},
+      // Declines. 5 taps in a row (S4's): more than the instance holds (mma.sync runs both).
+      {{"5 taps", 1, 2, 48, 72, 1, {1, 531}, {1, 5}, {1, 1}, {0, 0}, {1, 3}, {0, 0}}, false, false},
+      // Stride 2, dilation 1: forward runs (phases), dgrad's taps step by half a window column.
+      {{"stride 2", 1, 2, 48, 64, 1, {1, 300}, {1, 3}, {1, 2}, {0, 1}, {1, 1}, {0, 1}}, true, false},
+      // M = 32 in dgrad (C_in 32): a 64-row warpgroup would be half empty; forward M = 64 runs.
+      {{"C_in 32", 1, 2, 32, 64, 1, {1, 300}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}}, true, false},
+  };
+  uint64_t seed = 1100;
+  for (const WgmmaCase& w : cases)
+    check_wgmma_case(w, ++seed);
 }
 
 // ---- wgrad fast path against the CPU float64 reference loops -----------------------------------

@@ -1,0 +1,360 @@
+// The wgmma (sm_90a) implicit GEMM of conv_transpose forward and dgrad for "high" (1xTF32);
+// index formula and problem fields in conv_transpose_igemm.cuh.
+//
+// Same decomposition as the mma.sync kernel (conv_transpose_igemm.cu): a CTA owns kBM rows m x
+// kBN positions q of one (n, oh, phase) output row; its K loop runs over steps (kChunk channels
+// of one src row kh); each step stages one src window in shared memory that every tap of the row
+// reads at a shifted column. What changes is who multiplies: a warpgroup (4 warps, 128 threads)
+// issues one asynchronous wgmma per (tap, k8 block) for its whole 64 x kN tile, instead of each
+// warp issuing kTilesM x kTilesN m16n8k8 mmas and loading every B fragment into registers.
+//
+//   - A (weights) from registers: the A fragment of wgmma m64nNk8 for one warp is the m16n8k8
+//     fragment of its 16 rows, so the packed weights of the mma.sync kernel serve unchanged
+//     (igemm_pack_weights), read from L1 with one 128-bit load per (tap, k8 block).
+//   - B (the window) from shared memory through a matrix descriptor. wgmma wants TF32 B K-major
+//     in "core matrices" of 8 columns x 4 channels (16 bytes a column). The converted window is
+//     stored as [channel group c/4][column j][c % 4], so one core matrix is 128 contiguous bytes,
+//     core matrices along N are 128 bytes apart (SBO) and along K win_cols*16 bytes (LBO). A
+//     tap's shift by one column is a 16-byte move of the descriptor's start address: the window
+//     is staged once per step and never copied per tap.
+//
+//   - Copies: 16 bytes per cp.async where window columns are consecutive src columns (stride 1
+//     dgrad, every forward), from the 4-aligned column at or before the window's first; the
+//     conversion then reads four channels of one column (copied by other threads) and writes
+//     them with one 16-byte store. Against one-float copies this was S2 dgrad 2.58 -> 2.20 ms.
+//
+// Pipeline, two barriers per step, two converted windows and up to four raw ones:
+//   issue the wgmmas of step s on conv[s & 1] -> issue the copies of step s + raw_stages - 1 ->
+//   wait for this thread's copies of step s + 1, barrier (everyone's have landed) -> convert
+//   them into conv[(s + 1) & 1] (read by step s - 1, which every warpgroup finished before the
+//   last barrier) -> fence the generic writes for the async proxy -> wait for this warpgroup's
+//   wgmmas -> barrier.
+// The conversion and the copies of the next step run while the tensor cores multiply this one,
+// and two CTAs per SM fill each other's gaps. Measured against the mma.sync kernel in
+// docs/performance.md.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
+#include "cuda/conv_transpose_igemm.cuh"
+#include "cuda/cuda_util.h"
+#include "cuda/igemm_device.cuh"
+#include "cuda/kernel_stats.h"
+#include "cuda/tf32_mma.cuh"
+
+namespace tgrad::cuda {
+
+namespace {
+
+std::atomic<int64_t> g_launches{0};
+
+template <int kWgM_, int kWgN_, int kN_, int kChunk_, int kMaxTaps_, int kMinBlocks_ = 1>
+struct WgmmaConfig {
+  static constexpr int kMinBlocks = kMinBlocks_;  // CTAs per SM registers and smem must allow
+  static constexpr int kWgM = kWgM_, kWgN = kWgN_;  // warpgroups along M and N
+  static constexpr int kN = kN_;                    // wgmma N: positions of one warpgroup
+  static constexpr int kThreads = kWgM * kWgN * 128;
+  static constexpr int kBM = 64 * kWgM;
+  static constexpr int kBN = kN * kWgN;
+  static constexpr int kChunk = kChunk_;  // channels per step, a multiple of 8
+  static constexpr int kKb = kChunk / 8;
+  static constexpr int kMaxTaps = kMaxTaps_;  // taps of one src row; their A fragments are
+                                              // loaded into registers before the step's wgmmas
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Shared-memory matrix descriptor, no swizzle: start address, LBO (bytes between core matrices
+// along K) and SBO (along M/N), each in 16-byte units.
+__device__ inline uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | (uint64_t{lbo >> 4} << 16) | (uint64_t{sbo >> 4} << 32);
+}
+
+__device__ inline void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ inline void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ inline void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Makes this thread's st.shared visible to the async proxy that wgmma reads through.
+__device__ inline void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// d (m64 x n128, 64 floats a thread) += A (4 TF32 words: the m16n8k8 A fragment of this warp's
+// 16 rows) * B (k8 x n128 in shared memory, described by desc).
+__device__ inline void wgmma_tf32_n128(float (&d)[64], const uint4& a, uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc));
+}
+
+template <int kN>
+__device__ inline void wgmma_tf32(float (&d)[kN / 2], const uint4& a, uint64_t desc) {
+  static_assert(kN == 128, "add an m64nNk8 wrapper for another N");
+  wgmma_tf32_n128(d, a, desc);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// f(std::integral_constant<int, count>{}) for a runtime count in 1..kMax.
+template <int kMax, class F>
+__device__ inline void with_count(int count, F&& f) {
+  if constexpr (kMax > 1) {
+    if (count < kMax) {
+      with_count<kMax - 1>(count, f);
+      return;
+    }
+  }
+  f(std::integral_constant<int, kMax>{});
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_kernel(IgemmProblem p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) float smem[];
+  __shared__ IgemmTaps taps;
+
+  // Block order as in the mma.sync kernel: phases fastest, then M tiles.
+  int64_t b = blockIdx.x;
+  const int r = static_cast<int>(b % p.phases);
+  b /= p.phases;
+  const int64_t m0 = (b % p.m_tiles) * Cfg::kBM;
+  b /= p.m_tiles;
+  const int64_t q0 = (b % p.q_tiles) * Cfg::kBN;
+  b /= p.q_tiles;
+  const int oh = static_cast<int>(b % p.Ho);
+  const int64_t n = b / p.Ho;
+
+  if (threadIdx.x == 0) igemm_list_taps(p, oh, r, q0, taps);
+  __syncthreads();
+  const int planes = taps.planes;
+  const int steps = planes * static_cast<int>(p.c_pad / Cfg::kChunk);
+
+  // Shared memory: the converted window [2 stages], then the raw window [raw_stages].
+  float* const raw_base = smem + 2 * p.conv_floats;
+  const int raw_floats = Cfg::kChunk * p.raw_pitch;
+  // Copies: when window columns are consecutive src columns (win_step 1), 16 bytes a copy from
+  // the 4-aligned column at or before col0 (raw column j + lead holds window column j), else
+  // one float a copy (igemm_load_window). Either way the conversion reads values other threads
+  // copied, so a barrier separates the two.
+  const bool vec = p.win_step == 1;
+  const int64_t col_al = taps.col0 - (((taps.col0 % 4) + 4) % 4);
+  const int lead = vec ? static_cast<int>(taps.col0 - col_al) : 0;
+  const int groups = (lead + p.win_cols + 3) / 4;  // 16-byte column groups per channel
+  auto load_window = [&](int step) {
+    float* raw = raw_base + (step % p.raw_stages) * raw_floats;
+    if (!vec) {
+      igemm_load_window<Cfg::kChunk, Cfg::kThreads>(p, taps, raw, step, n);
+      return;
+    }
+    const int64_t chunk = step / planes;
+    const int row = taps.plane_row[taps.active[step % planes]];
+    const int c_left = static_cast<int>(min_i64(p.C - chunk * Cfg::kChunk, Cfg::kChunk));
+    const float* base = p.src + ((n * p.C + chunk * Cfg::kChunk) * p.Hs + row) * p.Ws;
+    const int64_t plane_stride = p.Hs * p.Ws;
+    for (int i = threadIdx.x; i < Cfg::kChunk * groups; i += Cfg::kThreads) {
+      const int c = i / groups, grp = i - c * groups;
+      load_vec4(raw + c * p.raw_pitch + 4 * grp, base + c * plane_stride, col_al + 4 * grp, p.Ws,
+                c < c_left, p.src);
+    }
+  };
+  // raw -> conv[(c/4)*win_cols + j][c % 4], rounded to TF32: four channels of one column a
+  // thread, one 16-byte store.
+  auto convert_window = [&](int step) {
+    const float* raw = raw_base + (step % p.raw_stages) * raw_floats + lead;
+    float* conv = smem + (step & 1) * p.conv_floats;
+    int j = threadIdx.x, c4 = 0;
+    while (j >= p.win_cols)
+      j -= p.win_cols, ++c4;
+    for (; c4 < Cfg::kChunk / 4;) {
+      const float* r = raw + 4 * c4 * p.raw_pitch + j;
+      *reinterpret_cast<uint4*>(conv + (c4 * p.win_cols + j) * 4) =
+          make_uint4(to_tf32(r[0]), to_tf32(r[p.raw_pitch]), to_tf32(r[2 * p.raw_pitch]),
+                     to_tf32(r[3 * p.raw_pitch]));
+      j += Cfg::kThreads;
+      while (j >= p.win_cols)
+        j -= p.win_cols, ++c4;
+    }
+  };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4, wq = warp % 4;  // warpgroup, warp within it
+  const int wgm = wg / Cfg::kWgN, wgn = wg % Cfg::kWgN;
+  const int64_t kb_total = p.c_pad / 8, mt_total = p.m_pad / 16;
+  // This warp's A fragments (its 16 rows): + (tap*kb_total + kb)*mt_total*32 fragments.
+  const uint4* const a_lane =
+      reinterpret_cast<const uint4*>(p.wp) + (m0 / 16 + wgm * 4 + wq) * 32 + lane;
+  // Descriptor pieces: this warpgroup's first column in conv[0], LBO, SBO.
+  const uint32_t conv_addr = smem_addr(smem) + static_cast<uint32_t>(wgn * Cfg::kN * 16);
+  const uint32_t lbo = static_cast<uint32_t>(p.win_cols) * 16;
+  float acc[Cfg::kN / 2] = {};
+
+  const int ahead = p.raw_stages - 1;
+  for (int step = 0; step < ahead; ++step) {
+    if (step < steps) load_window(step);
+    cp_async_commit();
+  }
+  // Waits until this thread's copies of the oldest step still outstanding have landed.
+  auto wait_oldest = [&] {
+    if (ahead == 3) {
+      cp_async_wait<2>();
+    } else if (ahead == 2) {
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+  };
+  if (steps > 0) {
+    wait_oldest();
+    __syncthreads();
+    convert_window(0);
+  }
+  fence_proxy_async();
+  __syncthreads();
+
+  for (int step = 0; step < steps; ++step) {
+    const int64_t chunk = step / planes;
+    const int kh = taps.active[step % planes];
+    const int first = taps.plane_first[kh], count = taps.plane_count[kh];
+    const uint32_t conv_step = conv_addr + static_cast<uint32_t>((step & 1) * p.conv_floats * 4);
+    // The step's kTaps x kKb wgmmas as straight-line code (one instance per tap count): the A
+    // registers are all written before the fence, so ptxas need not fence each wgmma itself.
+    auto issue = [&](auto taps_c) {
+      constexpr int kTaps = decltype(taps_c)::value;
+      uint4 a[kTaps][Cfg::kKb];
+#pragma unroll
+      for (int jj = 0; jj < kTaps; ++jj) {
+        const uint4* aj =
+            a_lane + (taps.tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * mt_total * 32;
+#pragma unroll
+        for (int kb = 0; kb < Cfg::kKb; ++kb)
+          a[jj][kb] = __ldg(aj + kb * mt_total * 32);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int jj = 0; jj < kTaps; ++jj) {
+        const uint32_t tap_addr = conv_step + static_cast<uint32_t>(taps.tap_col[first + jj] * 16);
+#pragma unroll
+        for (int kb = 0; kb < Cfg::kKb; ++kb)
+          wgmma_tf32<Cfg::kN>(acc, a[jj][kb], wgmma_desc(tap_addr + 2 * kb * lbo, lbo, 128));
+      }
+      wgmma_commit();
+    };
+    with_count<Cfg::kMaxTaps>(count, issue);
+    if (step + ahead < steps) load_window(step + ahead);
+    cp_async_commit();
+    if (step + 1 < steps) {
+      wait_oldest();
+      __syncthreads();  // every thread's copies of step + 1 have landed
+      convert_window(step + 1);
+    }
+    fence_proxy_async();
+    wgmma_wait_all();
+    __syncthreads();
+  }
+
+  // acc[nt*4 + i] holds row g + 8*(i / 2), column nt*8 + 2t + i % 2 of this warp's 16 x kN.
+  const int g = lane / 4, t = lane % 4;
+  const int64_t q_count = r < p.Wo ? (p.Wo - r + p.s_out - 1) / p.s_out : 0;
+  const bool pairs = p.s_out == 1 && p.Wo % 2 == 0 && (reinterpret_cast<uintptr_t>(p.out) & 7) == 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t m = m0 + wgm * 64 + wq * 16 + g + half * 8;
+    if (m >= p.M) continue;
+    const float bias = p.bias ? p.bias[m] : 0.0f;
+    float* out_row = p.out + ((n * p.M + m) * p.Ho + oh) * p.Wo;
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kN / 8; ++nt) {
+      const float v0 = acc[nt * 4 + half * 2] + bias, v1 = acc[nt * 4 + half * 2 + 1] + bias;
+      const int64_t q = q0 + wgn * Cfg::kN + nt * 8 + 2 * t;  // even
+      if (pairs && q + 1 < q_count) {
+        *reinterpret_cast<float2*>(out_row + q) = make_float2(v0, v1);
+      } else {
+        if (q < q_count) out_row[q * p.s_out + r] = v0;
+        if (q + 1 < q_count) out_row[(q + 1) * p.s_out + r] = v1;
+      }
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// The most taps one src row of p contributes to an output row (over the phases).
+int64_t taps_per_row(const IgemmProblem& p) {
+  if (!p.gather) return p.kW;
+  int64_t most = 0;
+  for (int64_t r = 0; r < p.phases; ++r) {
+    int64_t count = 0;
+    for (int64_t kw = 0; kw < p.kW; ++kw) {
+      const int64_t t = r + p.pW - kw * p.dW;
+      count += ((t % p.sW) + p.sW) % p.sW == 0;
+    }
+    most = std::max(most, count);
+  }
+  return most;
+}
+
+template <class Cfg>
+bool wgmma_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
+  if (taps_per_row(p) > Cfg::kMaxTaps) return false;
+  if (!igemm_plan_tiles(p, {Cfg::kBM, Cfg::kBN, Cfg::kChunk, Cfg::kMinBlocks, false})) return false;
+  if (p.b_step != 1) return false;  // a tap's shift must be whole columns of the window
+  std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, false, device);
+  p.wp = static_cast<const float*>(packed.get());
+  const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
+  auto kernel = conv_wgmma_kernel<Cfg>;
+  TGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes));
+  kernel<<<blocks, Cfg::kThreads, p.smem_bytes>>>(p);
+  TGRAD_CUDA_CHECK_LAUNCH("conv_wgmma_kernel");
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace
+
+// The kernel is built for sm_90a alone (cuda/CMakeLists.txt), which runs on compute
+// capability 9.0 only.
+bool wgmma_supported(int device) {
+  int major = 0, minor = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+             cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) ==
+             cudaSuccess &&
+         major == 9 && minor == 0;
+}
+
+int64_t conv_wgmma_launches() {
+  return g_launches.load(std::memory_order_relaxed);
+}
+
+bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
+  if (p.M <= 32 || !wgmma_supported(device)) return false;
+  // M > 64: two warpgroups along M share the window; otherwise two along N. Two CTAs per SM
+  // (one CTA's copies, conversion and stores overlap the other's wgmmas); 16 channels a step
+  // keep the A fragments of a step's three taps in 24 registers. Rows with more than three taps
+  // (S4, S5) stay on the mma.sync kernel, which ran them faster in the same run.
+  if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 128, 16, 3, 2>>(alloc, p, w, device);
+  return wgmma_try<WgmmaConfig<1, 2, 128, 16, 3, 2>>(alloc, p, w, device);
+}
+
+}  // namespace tgrad::cuda

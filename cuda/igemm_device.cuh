@@ -1,0 +1,112 @@
+// Device-side pieces shared by the two implicit-GEMM kernels of conv_transpose forward/dgrad
+// (conv_transpose_igemm.cu: mma.sync, any sm_80+; conv_transpose_wgmma.cu: wgmma, sm_90a): the
+// table of taps that land on src for one output row and phase, and the cp.async copy of one
+// step's raw src window. Index formula in conv_transpose_igemm.cuh. Private to cuda/.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/conv_transpose_igemm.cuh"
+#include "cuda/cuda_util.h"
+#include "cuda/tf32_mma.cuh"
+
+namespace tgrad::cuda {
+
+inline constexpr int kIgemmMaxTaps = 32;
+inline constexpr int kIgemmMaxKh = 8;
+
+// The taps of one (n, oh, phase) output row, in shared memory. A "plane" is one kh whose src row
+// exists; a step is (channel chunk, active plane).
+struct IgemmTaps {
+  int tap_w[kIgemmMaxTaps];    // kh*kW + kw of each valid tap, grouped by kh
+  int tap_col[kIgemmMaxTaps];  // its window column at position 0
+  int plane_first[kIgemmMaxKh], plane_count[kIgemmMaxKh];
+  int plane_row[kIgemmMaxKh];  // src row of each kh
+  int active[kIgemmMaxKh];     // the kh with taps, in order
+  int planes;
+  int64_t col0;  // src column of window column 0
+};
+
+// Fills s for output row oh, phase r and first position q0. Run by one thread: the taps are few.
+// 32-bit arithmetic: the planners bound every size used here.
+__device__ inline void igemm_list_taps(const IgemmProblem& p, int oh, int r, int64_t q0,
+                                       IgemmTaps& s) {
+  const int kH = static_cast<int>(p.kH), kW = static_cast<int>(p.kW);
+  const int sH = static_cast<int>(p.sH), sW = static_cast<int>(p.sW);
+  int count = 0, planes = 0, min_off = INT32_MAX;
+  int offs[kIgemmMaxTaps];
+  for (int kh = 0; kh < kH; ++kh) {
+    int row;
+    if (p.gather) {
+      const int t = oh + static_cast<int>(p.pH - kh * p.dH);
+      row = (t >= 0 && t % sH == 0 && t / sH < p.Hs) ? t / sH : -1;
+    } else {
+      row = oh * sH + static_cast<int>(kh * p.dH - p.pH);
+      if (row >= p.Hs) row = -1;
+    }
+    s.plane_row[kh] = row;
+    s.plane_first[kh] = count;
+    for (int kw = 0; row >= 0 && kw < kW; ++kw) {
+      int off;  // src column read at position 0
+      if (p.gather) {
+        const int t = r + static_cast<int>(p.pW - kw * p.dW);
+        if (((t % sW) + sW) % sW != 0) continue;
+        off = t / sW;  // exact
+      } else {
+        off = static_cast<int>(kw * p.dW - p.pW);
+      }
+      s.tap_w[count] = kh * kW + kw;
+      offs[count++] = off;
+      min_off = off < min_off ? off : min_off;
+    }
+    s.plane_count[kh] = count - s.plane_first[kh];
+    if (s.plane_count[kh] > 0) s.active[planes++] = kh;
+  }
+  for (int j = 0; j < count; ++j)
+    s.tap_col[j] = (offs[j] - min_off) / p.win_step;  // exact
+  s.planes = planes;
+  s.col0 = q0 * p.s_in + (count > 0 ? min_off : 0);
+}
+
+// The window items of one thread: (k8 block kb, column j) for channels kb*8 + t and kb*8 + t + 4
+// with t = threadIdx.x % 4 fixed and j advancing by kThreads / 4. The copy and the conversion
+// visit them in the same order, so each thread converts exactly what it copied and needs only
+// its own cp.async.wait, no barrier, between the two.
+template <int kKb, int kThreads, class Body>
+__device__ inline void igemm_for_each_item(int win_cols, Body&& body) {
+  constexpr int kColsPerPass = kThreads / 4;
+  int j = static_cast<int>(threadIdx.x) / 4, kb = 0;
+  while (j >= win_cols)
+    j -= win_cols, ++kb;
+  for (; kb < kKb;) {
+    body(kb, j);
+    j += kColsPerPass;
+    while (j >= win_cols)
+      j -= win_cols, ++kb;
+  }
+}
+
+// Copies step's raw src window (kChunk channels of one src row, win_cols columns, rows raw_pitch
+// apart) of image n into raw, with zero fill outside src.
+template <int kChunk, int kThreads>
+__device__ inline void igemm_load_window(const IgemmProblem& p, const IgemmTaps& s, float* raw,
+                                         int step, int64_t n) {
+  const int64_t chunk = step / s.planes;
+  const int row = s.plane_row[s.active[step % s.planes]];
+  const int c_left = static_cast<int>(min_i64(p.C - chunk * kChunk, kChunk));
+  const int64_t plane_stride = p.Hs * p.Ws;  // floats between channels of src
+  const float* base = p.src + ((n * p.C + chunk * kChunk) * p.Hs + row) * p.Ws;
+  const int t = static_cast<int>(threadIdx.x) % 4;
+  igemm_for_each_item<kChunk / 8, kThreads>(p.win_cols, [&](int kb, int j) {
+    const int64_t col = s.col0 + int64_t{j} * p.win_step;
+    const bool col_ok = col >= 0 && col < p.Ws;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int cl = kb * 8 + t + 4 * h;
+      const bool ok = col_ok && cl < c_left;
+      cp_async4(raw + cl * p.raw_pitch + j, ok ? base + cl * plane_stride + col : p.src, ok);
+    }
+  });
+}
+
+}  // namespace tgrad::cuda
