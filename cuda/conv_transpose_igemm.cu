@@ -351,8 +351,8 @@ bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
   // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
   // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
   // does not allow it (wide dilations).
-  // "high": the wgmma kernel where the device and the geometry allow it.
-  if (precision == Precision::high && conv_wgmma(alloc, p, w, device)) return true;
+  // The wgmma kernel where the device and the geometry allow it.
+  if (conv_wgmma(alloc, p, w, precision, device)) return true;
   if (precision == Precision::highest) {
     // 3xTF32 keeps the tensor-core chain and the FADD sum: one CTA per SM at 64x32 / 32x64
     // warp tiles, two at 32x32.

@@ -55,10 +55,12 @@ bool igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t);
 std::shared_ptr<void> igemm_pack_weights(CachingAllocator& alloc, const IgemmProblem& p,
                                          const float* w, bool split, int device);
 
-// The wgmma (sm_90a) kernel for "high", in conv_transpose_wgmma.cu: launches and returns true
-// when the device is sm_90 and the geometry fits (M > 32, at most 3 taps in a src row, taps a
-// whole window column apart); false, having launched nothing, otherwise.
-bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, int device);
+// The wgmma (sm_90a) kernel, in conv_transpose_wgmma.cu ("highest": 3xTF32, "high": 1xTF32):
+// launches and returns true when the device is sm_90 and the geometry fits (M > 32, at most 3
+// taps in a src row, taps a whole window column apart); false, having launched nothing,
+// otherwise.
+bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
+                int device);
 
 // Runs the tensor-core implicit GEMM for p (geometry fields set; the tiling fields are filled
 // here) when it fits one of the tile shapes; returns false, having launched nothing, when the

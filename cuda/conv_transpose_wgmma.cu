@@ -36,6 +36,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 
 #include "cuda/conv_transpose_igemm.cuh"
@@ -50,8 +52,10 @@ namespace {
 
 std::atomic<int64_t> g_launches{0};
 
-template <int kWgM_, int kWgN_, int kN_, int kChunk_, int kMaxTaps_, int kMinBlocks_ = 1>
+template <int kWgM_, int kWgN_, int kN_, int kChunk_, int kMaxTaps_, int kMinBlocks_,
+          bool kSplit_>
 struct WgmmaConfig {
+  static constexpr bool kSplit = kSplit_;  // 3xTF32 ("highest") instead of 1xTF32 ("high")
   static constexpr int kMinBlocks = kMinBlocks_;  // CTAs per SM registers and smem must allow
   static constexpr int kWgM = kWgM_, kWgN = kWgN_;  // warpgroups along M and N
   static constexpr int kN = kN_;                    // wgmma N: positions of one warpgroup
@@ -86,11 +90,29 @@ __device__ inline void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// d (m64 x n128, 64 floats a thread) += A (4 TF32 words: the m16n8k8 A fragment of this warp's
-// 16 rows) * B (k8 x n128 in shared memory, described by desc).
-__device__ inline void wgmma_tf32_n128(float (&d)[64], const uint4& a, uint64_t desc) {
+// d (m64 x n64, 32 floats a thread) = A * B + (scale_d ? d : 0), A: 4 TF32 words (the
+// m16n8k8 A fragment of this warp's 16 rows), B: k8 x n64 in shared memory (desc).
+__device__ inline void wgmma_tf32_n64(float (&d)[32], const uint4& a, uint64_t desc,
+                                       int scale_d) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(scale_d));
+}
+
+// d (m64 x n128, 64 floats a thread) = A * B + (scale_d ? d : 0), A: 4 TF32 words (the
+// m16n8k8 A fragment of this warp's 16 rows), B: k8 x n128 in shared memory (desc).
+__device__ inline void wgmma_tf32_n128(float (&d)[64], const uint4& a, uint64_t desc,
+                                       int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -105,13 +127,18 @@ __device__ inline void wgmma_tf32_n128(float (&d)[64], const uint4& a, uint64_t 
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc));
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(scale_d));
 }
 
 template <int kN>
-__device__ inline void wgmma_tf32(float (&d)[kN / 2], const uint4& a, uint64_t desc) {
-  static_assert(kN == 128, "add an m64nNk8 wrapper for another N");
-  wgmma_tf32_n128(d, a, desc);
+__device__ inline void wgmma_tf32(float (&d)[kN / 2], const uint4& a, uint64_t desc,
+                                  int scale_d = 1) {
+  if constexpr (kN == 64) {
+    wgmma_tf32_n64(d, a, desc, scale_d);
+  } else {
+    static_assert(kN == 128, "add an m64nNk8 wrapper for another N");
+    wgmma_tf32_n128(d, a, desc, scale_d);
+  }
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -179,7 +206,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_ker
     }
   };
   // raw -> conv[(c/4)*win_cols + j][c % 4], rounded to TF32: four channels of one column a
-  // thread, one 16-byte store.
+  // thread, one 16-byte store. 3xTF32: the residuals in a second plane kChunk*win_cols floats on.
   auto convert_window = [&](int step) {
     const float* raw = raw_base + (step % p.raw_stages) * raw_floats + lead;
     float* conv = smem + (step & 1) * p.conv_floats;
@@ -188,9 +215,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_ker
       j -= p.win_cols, ++c4;
     for (; c4 < Cfg::kChunk / 4;) {
       const float* r = raw + 4 * c4 * p.raw_pitch + j;
-      *reinterpret_cast<uint4*>(conv + (c4 * p.win_cols + j) * 4) =
-          make_uint4(to_tf32(r[0]), to_tf32(r[p.raw_pitch]), to_tf32(r[2 * p.raw_pitch]),
-                     to_tf32(r[3 * p.raw_pitch]));
+      float* dst = conv + (c4 * p.win_cols + j) * 4;
+      if constexpr (Cfg::kSplit) {
+        uint4 big, small;
+        split_tf32(r[0], big.x, small.x);
+        split_tf32(r[p.raw_pitch], big.y, small.y);
+        split_tf32(r[2 * p.raw_pitch], big.z, small.z);
+        split_tf32(r[3 * p.raw_pitch], big.w, small.w);
+        *reinterpret_cast<uint4*>(dst) = big;
+        *reinterpret_cast<uint4*>(dst + Cfg::kChunk * p.win_cols) = small;
+      } else {
+        *reinterpret_cast<uint4*>(dst) =
+            make_uint4(to_tf32(r[0]), to_tf32(r[p.raw_pitch]), to_tf32(r[2 * p.raw_pitch]),
+                       to_tf32(r[3 * p.raw_pitch]));
+      }
       j += Cfg::kThreads;
       while (j >= p.win_cols)
         j -= p.win_cols, ++c4;
@@ -201,13 +239,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_ker
   const int wg = warp / 4, wq = warp % 4;  // warpgroup, warp within it
   const int wgm = wg / Cfg::kWgN, wgn = wg % Cfg::kWgN;
   const int64_t kb_total = p.c_pad / 8, mt_total = p.m_pad / 16;
-  // This warp's A fragments (its 16 rows): + (tap*kb_total + kb)*mt_total*32 fragments.
+  // This warp's A fragments (its 16 rows): + (tap*kb_total + kb)*a_frag_stride. A fragment is
+  // one uint4 per lane; 3xTF32 two (value, residual).
+  constexpr int kAU = Cfg::kSplit ? 2 : 1;
+  const int64_t a_frag_stride = mt_total * 32 * kAU;
   const uint4* const a_lane =
-      reinterpret_cast<const uint4*>(p.wp) + (m0 / 16 + wgm * 4 + wq) * 32 + lane;
+      reinterpret_cast<const uint4*>(p.wp) + ((m0 / 16 + wgm * 4 + wq) * 32 + lane) * kAU;
   // Descriptor pieces: this warpgroup's first column in conv[0], LBO, SBO.
   const uint32_t conv_addr = smem_addr(smem) + static_cast<uint32_t>(wgn * Cfg::kN * 16);
   const uint32_t lbo = static_cast<uint32_t>(p.win_cols) * 16;
   float acc[Cfg::kN / 2] = {};
+  // 3xTF32: each tap's chain (16 channels, three products each) is added into sum with
+  // round-to-nearest FADDs, as in the mma.sync kernel (tf32_mma.cuh, flush_into).
+  float sum[Cfg::kSplit ? Cfg::kN / 2 : 1] = {};
 
   const int ahead = p.raw_stages - 1;
   for (int step = 0; step < ahead; ++step) {
@@ -260,7 +304,46 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_ker
       }
       wgmma_commit();
     };
-    with_count<Cfg::kMaxTaps>(count, issue);
+    // 3xTF32, one tap: small products first, then the big one; the chain starts from zero
+    // (scale_d 0), so the flushed accumulators need no clearing.
+    auto issue_split = [&](int jj) {
+      const uint4* aj = a_lane + (taps.tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * a_frag_stride;
+      uint4 a_big[Cfg::kKb], a_small[Cfg::kKb];
+#pragma unroll
+      for (int kb = 0; kb < Cfg::kKb; ++kb) {
+        a_big[kb] = __ldg(aj + kb * a_frag_stride);
+        a_small[kb] = __ldg(aj + kb * a_frag_stride + 1);
+      }
+      const uint32_t big = conv_step + static_cast<uint32_t>(taps.tap_col[first + jj] * 16);
+      const uint32_t small = big + static_cast<uint32_t>(Cfg::kChunk * p.win_cols * 4);
+      wgmma_fence();
+#pragma unroll
+      for (int kb = 0; kb < Cfg::kKb; ++kb)
+        wgmma_tf32<Cfg::kN>(acc, a_small[kb], wgmma_desc(big + 2 * kb * lbo, lbo, 128), kb > 0);
+#pragma unroll
+      for (int kb = 0; kb < Cfg::kKb; ++kb)
+        wgmma_tf32<Cfg::kN>(acc, a_big[kb], wgmma_desc(small + 2 * kb * lbo, lbo, 128));
+#pragma unroll
+      for (int kb = 0; kb < Cfg::kKb; ++kb)
+        wgmma_tf32<Cfg::kN>(acc, a_big[kb], wgmma_desc(big + 2 * kb * lbo, lbo, 128));
+      wgmma_commit();
+    };
+    auto flush = [&] {
+#pragma unroll
+      for (int i = 0; i < Cfg::kN / 2; ++i)
+        sum[i] += acc[i];
+    };
+    if constexpr (Cfg::kSplit) {
+      for (int jj = 0; jj < count; ++jj) {
+        if (jj > 0) {
+          wgmma_wait_all();
+          flush();
+        }
+        issue_split(jj);
+      }
+    } else {
+      with_count<Cfg::kMaxTaps>(count, issue);
+    }
     if (step + ahead < steps) load_window(step + ahead);
     cp_async_commit();
     if (step + 1 < steps) {
@@ -270,9 +353,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_ker
     }
     fence_proxy_async();
     wgmma_wait_all();
+    if constexpr (Cfg::kSplit) flush();
     __syncthreads();
   }
 
+  auto result = [&](int i) {
+    if constexpr (Cfg::kSplit) {
+      return sum[i];
+    } else {
+      return acc[i];
+    }
+  };
   // acc[nt*4 + i] holds row g + 8*(i / 2), column nt*8 + 2t + i % 2 of this warp's 16 x kN.
   const int g = lane / 4, t = lane % 4;
   const int64_t q_count = r < p.Wo ? (p.Wo - r + p.s_out - 1) / p.s_out : 0;
@@ -285,7 +376,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_ker
     float* out_row = p.out + ((n * p.M + m) * p.Ho + oh) * p.Wo;
 #pragma unroll
     for (int nt = 0; nt < Cfg::kN / 8; ++nt) {
-      const float v0 = acc[nt * 4 + half * 2] + bias, v1 = acc[nt * 4 + half * 2 + 1] + bias;
+      const float v0 = result(nt * 4 + half * 2) + bias, v1 = result(nt * 4 + half * 2 + 1) + bias;
       const int64_t q = q0 + wgn * Cfg::kN + nt * 8 + 2 * t;  // even
       if (pairs && q + 1 < q_count) {
         *reinterpret_cast<float2*>(out_row + q) = make_float2(v0, v1);
@@ -316,9 +407,10 @@ int64_t taps_per_row(const IgemmProblem& p) {
 template <class Cfg>
 bool wgmma_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
   if (taps_per_row(p) > Cfg::kMaxTaps) return false;
-  if (!igemm_plan_tiles(p, {Cfg::kBM, Cfg::kBN, Cfg::kChunk, Cfg::kMinBlocks, false})) return false;
+  if (!igemm_plan_tiles(p, {Cfg::kBM, Cfg::kBN, Cfg::kChunk, Cfg::kMinBlocks, Cfg::kSplit}))
+    return false;
   if (p.b_step != 1) return false;  // a tap's shift must be whole columns of the window
-  std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, false, device);
+  std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, Cfg::kSplit, device);
   p.wp = static_cast<const float*>(packed.get());
   const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
   auto kernel = conv_wgmma_kernel<Cfg>;
@@ -347,14 +439,26 @@ int64_t conv_wgmma_launches() {
   return g_launches.load(std::memory_order_relaxed);
 }
 
-bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
+bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
+                int device) {
   if (p.M <= 32 || !wgmma_supported(device)) return false;
+  static const char* experiment = std::getenv("TGRAD_WGMMA_EXPERIMENT");  // TEMPORARY
+  const std::string_view ex = experiment ? experiment : "";
+  if (precision == Precision::highest) {
+    if (ex == "h-off") return false;
+    if (ex == "h64") {
+      if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 64, 16, 3, 2, true>>(alloc, p, w, device);
+      return wgmma_try<WgmmaConfig<1, 2, 64, 16, 3, 2, true>>(alloc, p, w, device);
+    }
+    if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 128, 16, 3, 1, true>>(alloc, p, w, device);
+    return wgmma_try<WgmmaConfig<1, 2, 128, 16, 3, 1, true>>(alloc, p, w, device);
+  }
   // M > 64: two warpgroups along M share the window; otherwise two along N. Two CTAs per SM
   // (one CTA's copies, conversion and stores overlap the other's wgmmas); 16 channels a step
   // keep the A fragments of a step's three taps in 24 registers. Rows with more than three taps
   // (S4, S5) stay on the mma.sync kernel, which ran them faster in the same run.
-  if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 128, 16, 3, 2>>(alloc, p, w, device);
-  return wgmma_try<WgmmaConfig<1, 2, 128, 16, 3, 2>>(alloc, p, w, device);
+  if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 128, 16, 3, 2, false>>(alloc, p, w, device);
+  return wgmma_try<WgmmaConfig<1, 2, 128, 16, 3, 2, false>>(alloc, p, w, device);
 }
 
 }  // namespace tgrad::cuda

@@ -230,7 +230,7 @@ TEST(CudaFastPaths, Deterministic) {
   }
 }
 
-// ---- the wgmma kernel (sm_90a, "high", M > 32) -------------------------------------------------
+// ---- the wgmma kernel (sm_90a, M > 32; 1xTF32 "high", 3xTF32 "highest") ------------------------
 // It shares the mma.sync kernel's decomposition, so the cases above run through it too; these aim
 // at what is its own: two warpgroups along M (M > 64) or along N (M <= 64) and their partial
 // tiles, 16-channel steps with 1 to 3 taps (one straight-line wgmma sequence per tap count),
@@ -243,33 +243,41 @@ struct WgmmaCase {
   bool forward, dgrad;  // expected to run on the wgmma kernel
 };
 
+// Forward and dgrad of w at both precisions against float64, asserting which kernel ran.
 void check_wgmma_case(const WgmmaCase& w, uint64_t seed) {
-  const ConvGeometry g = geometry(w.c, Precision::high);
   const ConvGeometry g64 = geometry(w.c, Precision::highest);
-  const Operands o = random_operands(g, seed);
+  const Operands o = random_operands(g64, seed);
   const Operands o64 = to_float64(o);
   Backend& be = backend(Device(kCUDA));
-  const std::string config = std::string(w.c.what) + " " + g.str() + " high";
-  auto opt = [](const Tensor& like) { return TensorOptions().dtype(like.dtype()).device(Device(kCUDA)); };
-  // NaN-filled outputs: every element must be written.
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  Tensor y = full(y_shape(g), nan, opt(o.x)), y64 = empty(y_shape(g), opt(o64.x));
-  Tensor dx = full(x_shape(g), nan, opt(o.x)), dx64 = empty(x_shape(g), opt(o64.x));
+  auto opt = [](const Tensor& like) {
+    return TensorOptions().dtype(like.dtype()).device(Device(kCUDA));
+  };
+  Tensor y64 = empty(y_shape(g64), opt(o64.x)), dx64 = empty(x_shape(g64), opt(o64.x));
   be.conv_transpose_forward(g64, o64.x, o64.w, &o64.b, y64);
   be.conv_transpose_dgrad(g64, o64.dy, o64.w, dx64);
-
-  const int64_t before = cuda::conv_wgmma_launches();
-  be.conv_transpose_forward(g, o.x, o.w, &o.b, y);
-  const int64_t after_forward = cuda::conv_wgmma_launches();
-  be.conv_transpose_dgrad(g, o.dy, o.w, dx);
-  const int64_t after_dgrad = cuda::conv_wgmma_launches();
-  EXPECT_EQ(after_forward - before, w.forward ? 1 : 0) << config << " forward: wgmma launches";
-  EXPECT_EQ(after_dgrad - after_forward, w.dgrad ? 1 : 0) << config << " dgrad: wgmma launches";
-
-  for (auto [out, ref, name] : {std::tuple{&y, &y64, " forward"}, std::tuple{&dx, &dx64, " dgrad"}}) {
-    const testing::CompareResult r = testing::compare(*out, *ref, kHigh, config + name);
-    EXPECT_TRUE(r.ok) << r.report;
-    EXPECT_GT(r.rel_l2, 1e-5) << config << name << ": tensor-core path not taken?";
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    const ConvGeometry g = geometry(w.c, precision);
+    const bool high = precision == Precision::high;
+    const std::string config = std::string(w.c.what) + " " + g.str() + (high ? " high" : " highest");
+    // NaN-filled outputs: every element must be written.
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    Tensor y = full(y_shape(g), nan, opt(o.x)), dx = full(x_shape(g), nan, opt(o.x));
+    const int64_t before = cuda::conv_wgmma_launches();
+    be.conv_transpose_forward(g, o.x, o.w, &o.b, y);
+    const int64_t after_forward = cuda::conv_wgmma_launches();
+    be.conv_transpose_dgrad(g, o.dy, o.w, dx);
+    const int64_t after_dgrad = cuda::conv_wgmma_launches();
+    EXPECT_EQ(after_forward - before, w.forward ? 1 : 0) << config << " forward: wgmma launches";
+    EXPECT_EQ(after_dgrad - after_forward, w.dgrad ? 1 : 0) << config << " dgrad: wgmma launches";
+    for (auto [out, ref, name] :
+         {std::tuple{&y, &y64, " forward"}, std::tuple{&dx, &dx64, " dgrad"}}) {
+      const testing::CompareResult r =
+          testing::compare(*out, *ref, high ? kHigh : kHighest, config + name);
+      EXPECT_TRUE(r.ok) << r.report;
+      if (high) {
+        EXPECT_GT(r.rel_l2, 1e-5) << config << name << ": tensor-core path not taken?";
+      }
+    }
   }
 }
 
