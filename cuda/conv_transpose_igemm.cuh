@@ -56,9 +56,9 @@ std::shared_ptr<void> igemm_pack_weights(CachingAllocator& alloc, const IgemmPro
                                          const float* w, bool split, int device);
 
 // The wgmma (sm_90a) kernel, in conv_transpose_wgmma.cu ("highest": 3xTF32, "high": 1xTF32):
-// launches and returns true when the device is sm_90 and the geometry fits (M > 32, at most 3
-// taps in a src row, taps a whole window column apart); false, having launched nothing,
-// otherwise.
+// launches and returns true when the device is sm_90 and the geometry is one it runs faster
+// than the mma.sync kernel (taps a whole window column apart; "highest": M > 32; "high": at
+// most 3 taps in a src row); false, having launched nothing, otherwise.
 bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device);
 

@@ -36,8 +36,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "cuda/conv_transpose_igemm.cuh"
@@ -52,11 +50,10 @@ namespace {
 
 std::atomic<int64_t> g_launches{0};
 
-template <int kWgM_, int kWgN_, int kN_, int kChunk_, int kMaxTaps_, int kMinBlocks_,
-          bool kSplit_>
+template <int kWgM_, int kWgN_, int kN_, int kChunk_, int kMaxTaps_, int kMinBlocks_, bool kSplit_>
 struct WgmmaConfig {
-  static constexpr bool kSplit = kSplit_;  // 3xTF32 ("highest") instead of 1xTF32 ("high")
-  static constexpr int kMinBlocks = kMinBlocks_;  // CTAs per SM registers and smem must allow
+  static constexpr bool kSplit = kSplit_;           // 3xTF32 ("highest") instead of 1xTF32 ("high")
+  static constexpr int kMinBlocks = kMinBlocks_;    // CTAs per SM registers and smem must allow
   static constexpr int kWgM = kWgM_, kWgN = kWgN_;  // warpgroups along M and N
   static constexpr int kN = kN_;                    // wgmma N: positions of one warpgroup
   static constexpr int kThreads = kWgM * kWgN * 128;
@@ -64,8 +61,9 @@ struct WgmmaConfig {
   static constexpr int kBN = kN * kWgN;
   static constexpr int kChunk = kChunk_;  // channels per step, a multiple of 8
   static constexpr int kKb = kChunk / 8;
-  static constexpr int kMaxTaps = kMaxTaps_;  // taps of one src row; their A fragments are
-                                              // loaded into registers before the step's wgmmas
+  // 1xTF32: the most taps of one src row; the A fragments of all of them are loaded into
+  // registers before the step's wgmmas. (3xTF32 waits after each tap, so any count runs.)
+  static constexpr int kMaxTaps = kMaxTaps_;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -92,25 +90,24 @@ __device__ inline void fence_proxy_async() {
 
 // d (m64 x n64, 32 floats a thread) = A * B + (scale_d ? d : 0), A: 4 TF32 words (the
 // m16n8k8 A fragment of this warp's 16 rows), B: k8 x n64 in shared memory (desc).
-__device__ inline void wgmma_tf32_n64(float (&d)[32], const uint4& a, uint64_t desc,
-                                       int scale_d) {
+__device__ inline void wgmma_tf32_n64(float (&d)[32], const uint4& a, uint64_t desc, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
       "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(scale_d));
 }
 
 // d (m64 x n128, 64 floats a thread) = A * B + (scale_d ? d : 0), A: 4 TF32 words (the
 // m16n8k8 A fragment of this warp's 16 rows), B: k8 x n128 in shared memory (desc).
-__device__ inline void wgmma_tf32_n128(float (&d)[64], const uint4& a, uint64_t desc,
-                                       int scale_d) {
+__device__ inline void wgmma_tf32_n128(float (&d)[64], const uint4& a, uint64_t desc, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
@@ -119,14 +116,16 @@ __device__ inline void wgmma_tf32_n128(float (&d)[64], const uint4& a, uint64_t 
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
       "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(scale_d));
 }
 
@@ -156,7 +155,8 @@ __device__ inline void with_count(int count, F&& f) {
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_kernel(IgemmProblem p) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    conv_wgmma_kernel(IgemmProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) float smem[];
   __shared__ IgemmTaps taps;
@@ -307,7 +307,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_wgmma_ker
     // 3xTF32, one tap: small products first, then the big one; the chain starts from zero
     // (scale_d 0), so the flushed accumulators need no clearing.
     auto issue_split = [&](int jj) {
-      const uint4* aj = a_lane + (taps.tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * a_frag_stride;
+      const uint4* aj =
+          a_lane + (taps.tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * a_frag_stride;
       uint4 a_big[Cfg::kKb], a_small[Cfg::kKb];
 #pragma unroll
       for (int kb = 0; kb < Cfg::kKb; ++kb) {
@@ -406,7 +407,7 @@ int64_t taps_per_row(const IgemmProblem& p) {
 
 template <class Cfg>
 bool wgmma_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
-  if (taps_per_row(p) > Cfg::kMaxTaps) return false;
+  if (!Cfg::kSplit && taps_per_row(p) > Cfg::kMaxTaps) return false;
   if (!igemm_plan_tiles(p, {Cfg::kBM, Cfg::kBN, Cfg::kChunk, Cfg::kMinBlocks, Cfg::kSplit}))
     return false;
   if (p.b_step != 1) return false;  // a tap's shift must be whole columns of the window
@@ -428,10 +429,8 @@ bool wgmma_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int dev
 // capability 9.0 only.
 bool wgmma_supported(int device) {
   int major = 0, minor = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
-             cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) ==
-             cudaSuccess &&
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
          major == 9 && minor == 0;
 }
 
@@ -441,22 +440,21 @@ int64_t conv_wgmma_launches() {
 
 bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device) {
-  if (p.M <= 32 || !wgmma_supported(device)) return false;
-  static const char* experiment = std::getenv("TGRAD_WGMMA_EXPERIMENT");  // TEMPORARY
-  const std::string_view ex = experiment ? experiment : "";
+  if (!wgmma_supported(device)) return false;
+  // Which shapes go here is measured (same-run A/B against the mma.sync kernel on the H200,
+  // docs/performance.md): M <= 32 leaves half of each 64-row warpgroup tile empty, which 1xTF32
+  // with three taps (S1 dgrad) still wins and 3xTF32 does not; rows of more than three taps (S4,
+  // S5) win with 3xTF32, whose per-tap waits keep one tap's A fragments in registers, and lose
+  // with 1xTF32, whose A fragments for a whole row would not fit two CTAs per SM.
+  // M > 64: two warpgroups along M share the window; otherwise two along N. Two CTAs per SM:
+  // one CTA's copies, conversion and stores overlap the other's wgmmas.
   if (precision == Precision::highest) {
-    if (ex == "h-off") return false;
-    if (ex == "h64") {
-      if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 64, 16, 3, 2, true>>(alloc, p, w, device);
-      return wgmma_try<WgmmaConfig<1, 2, 64, 16, 3, 2, true>>(alloc, p, w, device);
-    }
-    if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 128, 16, 3, 1, true>>(alloc, p, w, device);
-    return wgmma_try<WgmmaConfig<1, 2, 128, 16, 3, 1, true>>(alloc, p, w, device);
+    if (p.M <= 32) return false;
+    // N = 64 a warpgroup: the chain and its float32 sum take 64 registers, so two CTAs fit.
+    if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 64, 16, 3, 2, true>>(alloc, p, w, device);
+    return wgmma_try<WgmmaConfig<1, 2, 64, 16, 3, 2, true>>(alloc, p, w, device);
   }
-  // M > 64: two warpgroups along M share the window; otherwise two along N. Two CTAs per SM
-  // (one CTA's copies, conversion and stores overlap the other's wgmmas); 16 channels a step
-  // keep the A fragments of a step's three taps in 24 registers. Rows with more than three taps
-  // (S4, S5) stay on the mma.sync kernel, which ran them faster in the same run.
+  // 16 channels a step keep the A fragments of a step's three taps in 24 registers.
   if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 128, 16, 3, 2, false>>(alloc, p, w, device);
   return wgmma_try<WgmmaConfig<1, 2, 128, 16, 3, 2, false>>(alloc, p, w, device);
 }

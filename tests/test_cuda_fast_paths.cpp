@@ -230,17 +230,21 @@ TEST(CudaFastPaths, Deterministic) {
   }
 }
 
-// ---- the wgmma kernel (sm_90a, M > 32; 1xTF32 "high", 3xTF32 "highest") ------------------------
+// ---- the wgmma kernel (sm_90a; 1xTF32 "high", 3xTF32 "highest") -----------------------------
 // It shares the mma.sync kernel's decomposition, so the cases above run through it too; these aim
 // at what is its own: two warpgroups along M (M > 64) or along N (M <= 64) and their partial
-// tiles, 16-channel steps with 1 to 3 taps (one straight-line wgmma sequence per tap count),
+// tiles (M = 20 fills a third of a warpgroup), 16-channel steps with 1 to 3 taps (one
+// straight-line wgmma sequence per tap count) or, in 3xTF32, any number (one chain per tap),
 // descriptors shifted by each tap's column, 16-byte window copies from a 4-aligned column (odd
-// padding puts the first column anywhere), and the declines (more than 3 taps in a row, dgrad
-// whose taps step by a fraction of a window column, M <= 32). Each case also asserts which
-// kernel ran, through the launch counter.
+// padding puts the first column anywhere), and the declines: "high" with more than 3 taps in a
+// row, "highest" with M <= 32, dgrad whose taps step by a fraction of a window column. Each case
+// asserts which kernel ran, through the launch counter.
+struct WgmmaRuns {
+  bool forward, dgrad;  // expected to run on the wgmma kernel
+};
 struct WgmmaCase {
   Case c;
-  bool forward, dgrad;  // expected to run on the wgmma kernel
+  WgmmaRuns highest, high;
 };
 
 // Forward and dgrad of w at both precisions against float64, asserting which kernel ran.
@@ -258,7 +262,8 @@ void check_wgmma_case(const WgmmaCase& w, uint64_t seed) {
   for (Precision precision : {Precision::highest, Precision::high}) {
     const ConvGeometry g = geometry(w.c, precision);
     const bool high = precision == Precision::high;
-    const std::string config = std::string(w.c.what) + " " + g.str() + (high ? " high" : " highest");
+    const std::string config =
+        std::string(w.c.what) + " " + g.str() + (high ? " high" : " highest");
     // NaN-filled outputs: every element must be written.
     const double nan = std::numeric_limits<double>::quiet_NaN();
     Tensor y = full(y_shape(g), nan, opt(o.x)), dx = full(x_shape(g), nan, opt(o.x));
@@ -267,8 +272,10 @@ void check_wgmma_case(const WgmmaCase& w, uint64_t seed) {
     const int64_t after_forward = cuda::conv_wgmma_launches();
     be.conv_transpose_dgrad(g, o.dy, o.w, dx);
     const int64_t after_dgrad = cuda::conv_wgmma_launches();
-    EXPECT_EQ(after_forward - before, w.forward ? 1 : 0) << config << " forward: wgmma launches";
-    EXPECT_EQ(after_dgrad - after_forward, w.dgrad ? 1 : 0) << config << " dgrad: wgmma launches";
+    const WgmmaRuns& runs = high ? w.high : w.highest;
+    EXPECT_EQ(after_forward - before, runs.forward ? 1 : 0) << config << " forward: wgmma launches";
+    EXPECT_EQ(after_dgrad - after_forward, runs.dgrad ? 1 : 0)
+        << config << " dgrad: wgmma launches";
     for (auto [out, ref, name] :
          {std::tuple{&y, &y64, " forward"}, std::tuple{&dx, &dx64, " dgrad"}}) {
       const testing::CompareResult r =
@@ -284,28 +291,46 @@ void check_wgmma_case(const WgmmaCase& w, uint64_t seed) {
 TEST(CudaFastPathsWgmma, TilesTapsAndDeclines) {
   TGRAD_SKIP_WITHOUT_CUDA();
   if (!cuda::wgmma_supported(0)) GTEST_SKIP() << "the wgmma kernel needs compute capability 9.0";
+  constexpr WgmmaRuns kBoth{true, true}, kNeither{false, false}, kForward{true, false};
   const std::vector<WgmmaCase> cases = {
-      // M = 64 both ways: one warpgroup row, two along N (256 positions); C = 40 leaves a
-      // partial second chunk of 32; L = 600: three position tiles, the last one partial.
-      {{"M 64", 1, 2, 64, 64, 1, {1, 600}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}}, true, true},
-      {{"C 40", 1, 2, 40, 64, 1, {1, 600}, {1, 3}, {1, 1}, {0, 1}, {1, 1}, {0, 0}}, true, true},
+      // M = 64 both ways: one warpgroup row, two along N; L = 600: several position tiles, the
+      // last one partial.
+      {{"M 64", 1, 2, 64, 64, 1, {1, 600}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}}, kBoth, kBoth},
       // M = 128 and M = 80 (two warpgroups along M, the second one partly past M); batch 1.
-      {{"M 128", 1, 1, 128, 128, 1, {1, 300}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}}, true, true},
-      {{"M 80", 1, 2, 48, 80, 1, {1, 257}, {1, 3}, {1, 1}, {0, 2}, {1, 1}, {0, 0}}, true, true},
-      // C 72 and 40: partial last 16-channel step; padding 3 shifts the window start off the
-      // 4-column grid; L 531 odd.
-      {{"C 72", 1, 2, 72, 40, 1, {1, 531}, {1, 3}, {1, 1}, {0, 3}, {1, 2}, {0, 0}}, true, true},
+      {{"M 128", 1, 1, 128, 128, 1, {1, 300}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}},
+       kBoth,
+       kBoth},
+      {{"M 80", 1, 2, 48, 80, 1, {1, 257}, {1, 3}, {1, 1}, {0, 2}, {1, 1}, {0, 0}}, kBoth, kBoth},
+      // C 72 and 40: a partial last 16-channel step; padding 3 shifts the window start off the
+      // 4-column grid; dilation 2; L 531 odd.
+      {{"C 72", 1, 2, 72, 40, 1, {1, 531}, {1, 3}, {1, 1}, {0, 3}, {1, 2}, {0, 0}}, kBoth, kBoth},
       // S1's geometry: forward phase 0 has no taps, phase 1 three; dgrad stages every other dy
       // column (dilation a multiple of the stride).
-      {{"S1-like", 1, 2, 48, 64, 1, {1, 401}, {1, 3}, {1, 2}, {0, 1}, {1, 2}, {0, 0}}, true, true},
+      {{"S1-like", 1, 2, 48, 64, 1, {1, 401}, {1, 3}, {1, 2}, {0, 1}, {1, 2}, {0, 0}},
+       kBoth,
+       kBoth},
       // 2-D, 3x3 with padding: several kh planes per output row, edge rows with fewer.
-      {{"2-D 3x3", 2, 2, 48, 64, 1, {5, 70}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}}, true, true},
-      // Declines. 5 taps in a row (S4's): more than the instance holds (mma.sync runs both).
-      {{"5 taps", 1, 2, 48, 72, 1, {1, 531}, {1, 5}, {1, 1}, {0, 0}, {1, 3}, {0, 0}}, false, false},
+      {{"2-D 3x3", 2, 2, 48, 64, 1, {5, 70}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}}, kBoth, kBoth},
+      // 5 taps in a row (S4's): 3xTF32 runs them one chain each; 1xTF32 declines.
+      {{"5 taps", 1, 2, 48, 72, 1, {1, 531}, {1, 5}, {1, 1}, {0, 0}, {1, 3}, {0, 0}},
+       kBoth,
+       kNeither},
+      // 2-D 3x7 (S5's kernel, 7 taps a row) with M = 40: 3xTF32 only.
+      {{"2-D 3x7", 2, 1, 40, 40, 1, {4, 90}, {3, 7}, {1, 1}, {1, 3}, {1, 1}, {0, 0}},
+       kBoth,
+       kNeither},
+      // M = 32 and 20 in dgrad (C_in): "high" runs them in a partly empty 64-row tile, "highest"
+      // declines; forward (M = 64 and 48) runs at both.
+      {{"C_in 32", 1, 2, 32, 64, 1, {1, 300}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}},
+       kForward,
+       kBoth},
+      {{"C_in 20", 1, 2, 20, 48, 1, {1, 333}, {1, 2}, {1, 1}, {0, 1}, {1, 1}, {0, 0}},
+       kForward,
+       kBoth},
       // Stride 2, dilation 1: forward runs (phases), dgrad's taps step by half a window column.
-      {{"stride 2", 1, 2, 48, 64, 1, {1, 300}, {1, 3}, {1, 2}, {0, 1}, {1, 1}, {0, 1}}, true, false},
-      // M = 32 in dgrad (C_in 32): a 64-row warpgroup would be half empty; forward M = 64 runs.
-      {{"C_in 32", 1, 2, 32, 64, 1, {1, 300}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}}, true, false},
+      {{"stride 2", 1, 2, 48, 64, 1, {1, 300}, {1, 3}, {1, 2}, {0, 1}, {1, 1}, {0, 1}},
+       kForward,
+       kForward},
   };
   uint64_t seed = 1100;
   for (const WgmmaCase& w : cases)
