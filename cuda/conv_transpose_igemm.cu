@@ -80,7 +80,9 @@ __global__ void igemm_pack_weights_kernel(const float* __restrict__ w, float* __
   }
 }
 
-template <class Cfg, bool kSplit>
+// kFill: p.fill's epilogue (and phase0), in an instantiation of its own so that the other
+// problems run the code they ran before fill mode, register allocation included.
+template <class Cfg, bool kSplit, bool kFill>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     conv_igemm_kernel(IgemmProblem p) {
   constexpr int kAW = kAWords<kSplit>, kBW = kBWords<kSplit>;
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Phases fastest: the CTAs that write interleaved columns of one output row run together,
   // so L2 sees whole sectors; then M tiles, which read the same src window.
   int64_t b = blockIdx.x;
-  const int r = static_cast<int>(b % p.phases);
+  const int r = (kFill ? p.phase0 : 0) + static_cast<int>(b % p.phases);
   b /= p.phases;
   const int64_t m0 = (b % p.m_tiles) * Cfg::kBM;
   b /= p.m_tiles;
@@ -237,7 +239,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           }
         }
         const int64_t q = q0 + wn + nt * 8 + 2 * t;  // even
-        if (pairs && q + 1 < q_count) {
+        if constexpr (kFill) {
+          igemm_store_filled(p, out_row, r, q, v[0], v[1], bias);
+        } else if (pairs && q + 1 < q_count) {
           *reinterpret_cast<float2*>(out_row + q) = make_float2(v[0], v[1]);
         } else {
 #pragma unroll
@@ -261,7 +265,8 @@ void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int d
   std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, kSplit, device);
   p.wp = static_cast<const float*>(packed.get());
   const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
-  auto kernel = conv_igemm_kernel<Cfg, kSplit>;
+  auto kernel =
+      p.fill ? conv_igemm_kernel<Cfg, kSplit, true> : conv_igemm_kernel<Cfg, kSplit, false>;
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes));
   kernel<<<blocks, Cfg::kThreads, p.smem_bytes>>>(p);
@@ -286,6 +291,19 @@ bool igemm_first_fit(CachingAllocator& alloc, IgemmProblem& p, const float* w, i
 
 bool igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t) {
   if (p.kH * p.kW > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
+  // Fill mode when exactly one phase of the output columns gets taps.
+  if (p.gather && p.phases > 1 && !p.fill) {
+    int with_taps = 0, which = 0;
+    for (int64_t r = 0; r < p.phases; ++r) {
+      for (int64_t kw = 0; kw < p.kW; ++kw) {
+        if ((((r + p.pW - kw * p.dW) % p.sW) + p.sW) % p.sW == 0) {
+          ++with_taps, which = static_cast<int>(r);
+          break;
+        }
+      }
+    }
+    if (with_taps == 1) p.fill = true, p.phase0 = which, p.phases = 1;
+  }
   // The kernels list taps in 32-bit arithmetic.
   constexpr int64_t kSmall = int64_t{1} << 30;
   if (p.Hs >= kSmall || p.Ho * p.sH >= kSmall || p.kH * p.dH + p.pH >= kSmall ||

@@ -22,9 +22,13 @@ struct IgemmProblem {
   int64_t N, C, M, Hs, Ws, Ho, Wo, c_pad, m_pad;
   int64_t kH, kW, sH, pH, dH, sW, pW, dW;
   bool gather;     // forward's index map (divide by the stride) instead of dgrad's
-  int64_t phases;  // forward: sW; dgrad: 1
-  int64_t s_in;    // window columns per position: forward 1, dgrad sW
-  int64_t s_out;   // output columns per position: forward sW, dgrad 1
+  int64_t phases;  // forward: sW; dgrad: 1 (the planner may set 1, see fill)
+  int phase0 = 0;  // phase of the CTAs with phase index 0
+  // Forward where only phase phase0 of the output columns gets taps (S1: stride 2, dilation 2):
+  // one CTA per position tile writes that phase's results and the bias of the other phases.
+  bool fill = false;
+  int64_t s_in;   // window columns per position: forward 1, dgrad sW
+  int64_t s_out;  // output columns per position: forward sW, dgrad 1
   // Tiling, filled by the planner. Window column j holds src column col0 + j*win_step; position
   // q of a tap reads window column q*b_step + (the tap's offset). dgrad with dW % sW == 0 loads
   // only the columns its taps read (win_step = sW); otherwise win_step = 1, b_step = s_in.

@@ -62,7 +62,9 @@ struct WgmmaConfig {
   static constexpr int kChunk = kChunk_;  // channels per step, a multiple of 8
   static constexpr int kKb = kChunk / 8;
   // 1xTF32: the most taps of one src row; the A fragments of all of them are loaded into
-  // registers before the step's wgmmas. (3xTF32 waits after each tap, so any count runs.)
+  // registers before the step's wgmmas. 0: any count, two taps' A fragments in flight (a tap's
+  // registers are reloaded once the wgmmas of the tap two before it have completed). (3xTF32
+  // waits after each tap, so any count runs.)
   static constexpr int kMaxTaps = kMaxTaps_;
 };
 
@@ -82,6 +84,10 @@ __device__ inline void wgmma_commit() {
 }
 __device__ inline void wgmma_wait_all() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Waits until at most one committed group of this warpgroup is still running.
+__device__ inline void wgmma_wait_one() {
+  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
 // Makes this thread's st.shared visible to the async proxy that wgmma reads through.
 __device__ inline void fence_proxy_async() {
@@ -154,7 +160,10 @@ __device__ inline void with_count(int count, F&& f) {
   f(std::integral_constant<int, kMax>{});
 }
 
-template <class Cfg>
+// kFill: p.fill's epilogue (and phase0), in an instantiation of its own: the "high"
+// configurations run at the register cap, and the fill branch in the shared kernel cost the
+// other problems up to 40% (S2 dgrad high 2.03 -> 2.89 ms, run 18a).
+template <class Cfg, bool kFill>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     conv_wgmma_kernel(IgemmProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -163,7 +172,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // Block order as in the mma.sync kernel: phases fastest, then M tiles.
   int64_t b = blockIdx.x;
-  const int r = static_cast<int>(b % p.phases);
+  const int r = (kFill ? p.phase0 : 0) + static_cast<int>(b % p.phases);
   b /= p.phases;
   const int64_t m0 = (b % p.m_tiles) * Cfg::kBM;
   b /= p.m_tiles;
@@ -304,6 +313,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
       wgmma_commit();
     };
+    // 1xTF32, any tap count: one commit group a tap, A fragments double-buffered.
+    auto issue_pipelined = [&] {
+      uint4 a[2][Cfg::kKb];
+      auto tap = [&](auto buf_c, int jj) {
+        constexpr int kBuf = decltype(buf_c)::value;
+        if (jj >= 2) wgmma_wait_one();  // the tap two before, which read a[kBuf], is done
+        const uint4* aj =
+            a_lane + (taps.tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * mt_total * 32;
+#pragma unroll
+        for (int kb = 0; kb < Cfg::kKb; ++kb)
+          a[kBuf][kb] = __ldg(aj + kb * mt_total * 32);
+        const uint32_t tap_addr = conv_step + static_cast<uint32_t>(taps.tap_col[first + jj] * 16);
+        wgmma_fence();
+#pragma unroll
+        for (int kb = 0; kb < Cfg::kKb; ++kb)
+          wgmma_tf32<Cfg::kN>(acc, a[kBuf][kb], wgmma_desc(tap_addr + 2 * kb * lbo, lbo, 128));
+        wgmma_commit();
+      };
+      for (int jj = 0; jj < count; jj += 2) {
+        tap(std::integral_constant<int, 0>{}, jj);
+        if (jj + 1 < count) tap(std::integral_constant<int, 1>{}, jj + 1);
+      }
+    };
     // 3xTF32, one tap: small products first, then the big one; the chain starts from zero
     // (scale_d 0), so the flushed accumulators need no clearing.
     auto issue_split = [&](int jj) {
@@ -342,6 +374,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
         issue_split(jj);
       }
+    } else if constexpr (Cfg::kMaxTaps == 0) {
+      issue_pipelined();
     } else {
       with_count<Cfg::kMaxTaps>(count, issue);
     }
@@ -379,7 +413,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int nt = 0; nt < Cfg::kN / 8; ++nt) {
       const float v0 = result(nt * 4 + half * 2) + bias, v1 = result(nt * 4 + half * 2 + 1) + bias;
       const int64_t q = q0 + wgn * Cfg::kN + nt * 8 + 2 * t;  // even
-      if (pairs && q + 1 < q_count) {
+      if constexpr (kFill) {
+        igemm_store_filled(p, out_row, r, q, v0, v1, bias);
+      } else if (pairs && q + 1 < q_count) {
         *reinterpret_cast<float2*>(out_row + q) = make_float2(v0, v1);
       } else {
         if (q < q_count) out_row[q * p.s_out + r] = v0;
@@ -394,7 +430,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 int64_t taps_per_row(const IgemmProblem& p) {
   if (!p.gather) return p.kW;
   int64_t most = 0;
-  for (int64_t r = 0; r < p.phases; ++r) {
+  for (int64_t r = p.phase0; r < p.phase0 + p.phases; ++r) {
     int64_t count = 0;
     for (int64_t kw = 0; kw < p.kW; ++kw) {
       const int64_t t = r + p.pW - kw * p.dW;
@@ -407,14 +443,14 @@ int64_t taps_per_row(const IgemmProblem& p) {
 
 template <class Cfg>
 bool wgmma_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
-  if (!Cfg::kSplit && taps_per_row(p) > Cfg::kMaxTaps) return false;
+  if (!Cfg::kSplit && Cfg::kMaxTaps > 0 && taps_per_row(p) > Cfg::kMaxTaps) return false;
   if (!igemm_plan_tiles(p, {Cfg::kBM, Cfg::kBN, Cfg::kChunk, Cfg::kMinBlocks, Cfg::kSplit}))
     return false;
   if (p.b_step != 1) return false;  // a tap's shift must be whole columns of the window
   std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, Cfg::kSplit, device);
   p.wp = static_cast<const float*>(packed.get());
   const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
-  auto kernel = conv_wgmma_kernel<Cfg>;
+  auto kernel = p.fill ? conv_wgmma_kernel<Cfg, true> : conv_wgmma_kernel<Cfg, false>;
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes));
   kernel<<<blocks, Cfg::kThreads, p.smem_bytes>>>(p);
@@ -444,8 +480,8 @@ bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
   // Which shapes go here is measured (same-run A/B against the mma.sync kernel on the H200,
   // docs/performance.md): M <= 32 leaves half of each 64-row warpgroup tile empty, which 1xTF32
   // with three taps (S1 dgrad) still wins and 3xTF32 does not; rows of more than three taps (S4,
-  // S5) win with 3xTF32, whose per-tap waits keep one tap's A fragments in registers, and lose
-  // with 1xTF32, whose A fragments for a whole row would not fit two CTAs per SM.
+  // S5) run with one tap's A fragments (3xTF32, a wait after each tap) or two (1xTF32) in
+  // registers, since a whole row's would not fit two CTAs per SM.
   // M > 64: two warpgroups along M share the window; otherwise two along N. Two CTAs per SM:
   // one CTA's copies, conversion and stores overlap the other's wgmmas.
   if (precision == Precision::highest) {
@@ -454,6 +490,12 @@ bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
     if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 64, 16, 3, 2, true>>(alloc, p, w, device);
     return wgmma_try<WgmmaConfig<1, 2, 64, 16, 3, 2, true>>(alloc, p, w, device);
   }
+  // More than three taps a row (S4, S5): two taps' A fragments in flight, whatever the count.
+  // Against the mma.sync kernel (run 18c): S4 fwd 1.29 -> 1.07 ms, S4 dgrad 1.62 -> 1.43, S5
+  // fwd 2.96 -> 2.78, S5 dgrad 2.75 -> 2.54. For three or fewer taps the straight-line
+  // sequence stays ahead (S3 dgrad 3.46 against 4.36 ms pipelined).
+  if (taps_per_row(p) > 3)
+    return wgmma_try<WgmmaConfig<1, 2, 128, 16, 0, 2, false>>(alloc, p, w, device);
   // 16 channels a step keep the A fragments of a step's three taps in 24 registers.
   if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 128, 16, 3, 2, false>>(alloc, p, w, device);
   return wgmma_try<WgmmaConfig<1, 2, 128, 16, 3, 2, false>>(alloc, p, w, device);

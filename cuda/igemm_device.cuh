@@ -109,4 +109,32 @@ __device__ inline void igemm_load_window(const IgemmProblem& p, const IgemmTaps&
   });
 }
 
+// Fill mode (IgemmProblem::fill): stores v0, v1 (results with bias) at positions q, q + 1 of
+// phase r of one output row and the bias at the other phases' columns of those positions, which
+// have no taps, so a lane writes 2*s_out contiguous columns (one 16-byte store where aligned, for
+// s_out = 2). Columns past the row are dropped.
+__device__ inline void igemm_store_filled(const IgemmProblem& p, float* out_row, int r, int64_t q,
+                                          float v0, float v1, float bias) {
+  const int64_t s = p.s_out, wo = p.Wo;
+  float* dst = out_row + q * s;
+  if (s == 2 && q * s + 3 < wo) {
+    const float4 v = r == 0 ? make_float4(v0, bias, v1, bias) : make_float4(bias, v0, bias, v1);
+    const auto addr = reinterpret_cast<uintptr_t>(dst);
+    if ((addr & 15) == 0) {
+      *reinterpret_cast<float4*>(dst) = v;
+    } else if ((addr & 7) == 0) {
+      reinterpret_cast<float2*>(dst)[0] = make_float2(v.x, v.y);
+      reinterpret_cast<float2*>(dst)[1] = make_float2(v.z, v.w);
+    } else {
+      dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+    }
+    return;
+  }
+  for (int e = 0; e < 2; ++e) {
+    for (int64_t rr = 0; rr < s; ++rr) {
+      if ((q + e) * s + rr < wo) dst[e * s + rr] = rr == r ? (e == 0 ? v0 : v1) : bias;
+    }
+  }
+}
+
 }  // namespace tgrad::cuda

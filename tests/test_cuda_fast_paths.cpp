@@ -169,8 +169,13 @@ TEST(CudaFastPaths, OneDimStrideOne) {
 TEST(CudaFastPaths, OneDimStridedDilatedPadded) {
   TGRAD_SKIP_WITHOUT_CUDA();
   const std::vector<Case> cases = {
-      // S1's geometry (stride 2, dilation 2, padding 1: half the outputs get no taps).
+      // S1's geometry (stride 2, dilation 2, padding 1: the even output columns get no taps, so
+      // forward runs one CTA per position tile that also writes their bias).
       {"S1-like", 1, 2, 32, 64, 1, {1, 257}, {1, 3}, {1, 2}, {0, 1}, {1, 2}, {0, 0}},
+      // The same with M = 24 (the mma.sync kernel at both precisions on sm_90) and an odd
+      // output row (601 columns), so rows start at every 4-byte offset mod 16: each of the
+      // 16-byte, 8-byte and 4-byte stores of the filled runs is taken.
+      {"S1-like M 24", 1, 3, 16, 24, 1, {1, 300}, {1, 3}, {1, 2}, {0, 1}, {1, 2}, {0, 0}},
       // stride 3, dilation 2, padding 2, output_padding 1: three phases with 1 or 2 taps.
       {"stride 3", 1, 2, 24, 40, 1, {1, 199}, {1, 4}, {1, 3}, {0, 2}, {1, 2}, {0, 1}},
       // stride 2 with no dilation and a large M, 17 channels.
@@ -236,9 +241,10 @@ TEST(CudaFastPaths, Deterministic) {
 // tiles (M = 20 fills a third of a warpgroup), 16-channel steps with 1 to 3 taps (one
 // straight-line wgmma sequence per tap count) or, in 3xTF32, any number (one chain per tap),
 // descriptors shifted by each tap's column, 16-byte window copies from a 4-aligned column (odd
-// padding puts the first column anywhere), and the declines: "high" with more than 3 taps in a
-// row, "highest" with M <= 32, dgrad whose taps step by a fraction of a window column. Each case
-// asserts which kernel ran, through the launch counter.
+// padding puts the first column anywhere), "high" rows of more than 3 taps (two taps' A
+// fragments in flight: odd and even counts, counts that differ between phases), and the
+// declines: "highest" with M <= 32, dgrad whose taps step by a fraction of a window column. Each
+// case asserts which kernel ran, through the launch counter.
 struct WgmmaRuns {
   bool forward, dgrad;  // expected to run on the wgmma kernel
 };
@@ -291,7 +297,7 @@ void check_wgmma_case(const WgmmaCase& w, uint64_t seed) {
 TEST(CudaFastPathsWgmma, TilesTapsAndDeclines) {
   TGRAD_SKIP_WITHOUT_CUDA();
   if (!cuda::wgmma_supported(0)) GTEST_SKIP() << "the wgmma kernel needs compute capability 9.0";
-  constexpr WgmmaRuns kBoth{true, true}, kNeither{false, false}, kForward{true, false};
+  constexpr WgmmaRuns kBoth{true, true}, kForward{true, false};
   const std::vector<WgmmaCase> cases = {
       // M = 64 both ways: one warpgroup row, two along N; L = 600: several position tiles, the
       // last one partial.
@@ -311,14 +317,19 @@ TEST(CudaFastPathsWgmma, TilesTapsAndDeclines) {
        kBoth},
       // 2-D, 3x3 with padding: several kh planes per output row, edge rows with fewer.
       {{"2-D 3x3", 2, 2, 48, 64, 1, {5, 70}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}}, kBoth, kBoth},
-      // 5 taps in a row (S4's): 3xTF32 runs them one chain each; 1xTF32 declines.
-      {{"5 taps", 1, 2, 48, 72, 1, {1, 531}, {1, 5}, {1, 1}, {0, 0}, {1, 3}, {0, 0}},
+      // 5 taps in a row (S4's): 3xTF32 runs them one chain each, 1xTF32 two taps in flight.
+      {{"5 taps", 1, 2, 48, 72, 1, {1, 531}, {1, 5}, {1, 1}, {0, 0}, {1, 3}, {0, 0}}, kBoth, kBoth},
+      // 2-D 3x7 (S5's kernel, 7 taps a row) with M = 40.
+      {{"2-D 3x7", 2, 1, 40, 40, 1, {4, 90}, {3, 7}, {1, 1}, {1, 3}, {1, 1}, {0, 0}}, kBoth, kBoth},
+      // 4 taps (an even count) with M = 100: two M tiles, the second partial.
+      {{"4 taps M 100", 1, 1, 48, 100, 1, {1, 200}, {1, 4}, {1, 1}, {0, 1}, {1, 2}, {0, 0}},
        kBoth,
-       kNeither},
-      // 2-D 3x7 (S5's kernel, 7 taps a row) with M = 40: 3xTF32 only.
-      {{"2-D 3x7", 2, 1, 40, 40, 1, {4, 90}, {3, 7}, {1, 1}, {1, 3}, {1, 1}, {0, 0}},
-       kBoth,
-       kNeither},
+       kBoth},
+      // Stride 2 with 7 taps: the forward's phases get 4 and 3 taps (one kernel, both counts);
+      // dgrad's taps step by half a window column and decline.
+      {{"stride 2 7 taps", 1, 2, 48, 64, 1, {1, 300}, {1, 7}, {1, 2}, {0, 3}, {1, 1}, {0, 1}},
+       kForward,
+       kForward},
       // M = 32 and 20 in dgrad (C_in): "high" runs them in a partly empty 64-row tile, "highest"
       // declines; forward (M = 64 and 48) runs at both.
       {{"C_in 32", 1, 2, 32, 64, 1, {1, 300}, {1, 3}, {1, 1}, {0, 0}, {1, 1}, {0, 0}},
