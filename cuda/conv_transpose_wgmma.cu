@@ -162,7 +162,7 @@ __device__ inline void with_count(int count, F&& f) {
 
 // kFill: p.fill's epilogue (and phase0), in an instantiation of its own: the "high"
 // configurations run at the register cap, and the fill branch in the shared kernel cost the
-// other problems up to 40% (S2 dgrad high 2.03 -> 2.89 ms, run 18a).
+// other problems up to 40% (S2 dgrad high 2.03 -> 2.89 ms).
 template <class Cfg, bool kFill>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     conv_wgmma_kernel(IgemmProblem p) {
