@@ -66,8 +66,19 @@ __global__ void igemm_pack_weights_kernel(const float* __restrict__ w, float* __
     const int64_t tap = frag / mt_total / (p.c_pad / 8);
     const int64_t m = mt * 16 + lane / 4 + 8 * (i & 1), c = kb * 8 + lane % 4 + 4 * (i >> 1);
     float v = 0.0f;
-    if (m < p.M && c < p.C)
-      v = p.gather ? w[(c * p.M + m) * taps + tap] : w[(m * p.C + c) * taps + tap];
+    // Row fold: row m of half h is true row m - h*fold_m, and folded tap kh' the true kh = kh' - 1
+    // (forward, first half; dgrad, second half) or kh' (the others); zero past the true kH.
+    int64_t m_w = m, tap_w = tap, m_count = p.M, taps_w = taps;
+    bool ok = m < p.M && c < p.C;
+    if (p.fold_m > 0) {
+      const bool second = m >= p.fold_m;
+      const int64_t kh = tap / p.kW - (second != p.gather ? 1 : 0);
+      ok = ok && kh >= 0 && kh < p.kH - 1;
+      m_w = second ? m - p.fold_m : m, m_count = p.fold_m;
+      tap_w = kh * p.kW + tap % p.kW, taps_w = (p.kH - 1) * p.kW;
+    }
+    if (ok)
+      v = p.gather ? w[(c * m_count + m_w) * taps_w + tap_w] : w[(m_w * p.C + c) * taps_w + tap_w];
     float* dst = wp + (frag * 32 + lane) * kAWords<kSplit> + i;
     if constexpr (kSplit) {
       uint32_t big, small;
@@ -292,7 +303,7 @@ bool igemm_first_fit(CachingAllocator& alloc, IgemmProblem& p, const float* w, i
 bool igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t) {
   if (p.kH * p.kW > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
   // Fill mode when exactly one phase of the output columns gets taps.
-  if (p.gather && p.phases > 1 && !p.fill) {
+  if (p.gather && p.phases > 1 && !p.fill && p.fold_m == 0) {
     int with_taps = 0, which = 0;
     for (int64_t r = 0; r < p.phases; ++r) {
       for (int64_t kw = 0; kw < p.kW; ++kw) {

@@ -27,6 +27,12 @@ struct IgemmProblem {
   // Forward where only phase phase0 of the output columns gets taps (S1: stride 2, dilation 2):
   // one CTA per position tile writes that phase's results and the bias of the other phases.
   bool fill = false;
+  // Row fold (2-D with stride and dilation 1 along H, M <= 32; the wgmma kernel): GEMM rows
+  // [0, fold_m) compute output row 2*oh and rows [fold_m, 2*fold_m) row 2*oh + 1 from the same
+  // src rows, so a 64-row tile is full. M, Ho and kH are then the folded ones (2*fold_m,
+  // ceil(Ho / 2), kH + 1: tap kh' holds kh' - 1 and kh' of the two rows, in the order the index
+  // map needs); fold_m and fold_ho are the true M and Ho. fold_m == 0: no fold.
+  int64_t fold_m = 0, fold_ho = 0;
   int64_t s_in;   // window columns per position: forward 1, dgrad sW
   int64_t s_out;  // output columns per position: forward sW, dgrad 1
   // Tiling, filled by the planner. Window column j holds src column col0 + j*win_step; position
@@ -61,8 +67,8 @@ std::shared_ptr<void> igemm_pack_weights(CachingAllocator& alloc, const IgemmPro
 
 // The wgmma (sm_90a) kernel, in conv_transpose_wgmma.cu ("highest": 3xTF32, "high": 1xTF32):
 // launches and returns true when the device is sm_90 and the geometry is one it runs faster
-// than the mma.sync kernel (taps a whole window column apart; "highest": M > 32; "high": at
-// most 3 taps in a src row); false, having launched nothing, otherwise.
+// than the mma.sync kernel (taps a whole window column apart; "highest": M > 32, or M <= 32
+// folded over two output rows); false, having launched nothing, otherwise.
 bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device);
 

@@ -160,10 +160,16 @@ __device__ inline void with_count(int count, F&& f) {
   f(std::integral_constant<int, kMax>{});
 }
 
-// kFill: p.fill's epilogue (and phase0), in an instantiation of its own: the "high"
-// configurations run at the register cap, and the fill branch in the shared kernel cost the
-// other problems up to 40% (S2 dgrad high 2.03 -> 2.89 ms).
-template <class Cfg, bool kFill>
+// The epilogue and tap-table variants, each an instantiation of its own: the "high"
+// configurations run at the register cap, and a runtime fill branch in the shared kernel cost
+// the other problems up to 40% (S2 dgrad high 2.03 -> 2.89 ms).
+enum WgmmaMode : int {
+  kPlain = 0,
+  kFill = 1,  // p.fill: one phase has taps, the CTA also writes the others' bias
+  kFold = 2,  // p.fold_m > 0: GEMM rows fold_m.. compute the next output row
+};
+
+template <class Cfg, int kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     conv_wgmma_kernel(IgemmProblem p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -172,7 +178,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // Block order as in the mma.sync kernel: phases fastest, then M tiles.
   int64_t b = blockIdx.x;
-  const int r = (kFill ? p.phase0 : 0) + static_cast<int>(b % p.phases);
+  const int r = (kMode == kFill ? p.phase0 : 0) + static_cast<int>(b % p.phases);
   b /= p.phases;
   const int64_t m0 = (b % p.m_tiles) * Cfg::kBM;
   b /= p.m_tiles;
@@ -181,7 +187,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int oh = static_cast<int>(b % p.Ho);
   const int64_t n = b / p.Ho;
 
-  if (threadIdx.x == 0) igemm_list_taps(p, oh, r, q0, taps);
+  // Fold: the folded kh' reads src row 2*oh + 1 + pH - kh' (forward) or 2*oh - pH + kh'
+  // (dgrad), the rows the true kh of both output rows read (igemm_pack_weights_kernel).
+  const int oh_taps = kMode == kFold ? 2 * oh + (p.gather ? 1 : 0) : oh;
+  if (threadIdx.x == 0) igemm_list_taps(p, oh_taps, r, q0, taps);
   __syncthreads();
   const int planes = taps.planes;
   const int steps = planes * static_cast<int>(p.c_pad / Cfg::kChunk);
@@ -407,13 +416,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   for (int half = 0; half < 2; ++half) {
     const int64_t m = m0 + wgm * 64 + wq * 16 + g + half * 8;
     if (m >= p.M) continue;
-    const float bias = p.bias ? p.bias[m] : 0.0f;
-    float* out_row = p.out + ((n * p.M + m) * p.Ho + oh) * p.Wo;
+    int64_t m_out = m, oh_out = oh, m_total = p.M, ho_total = p.Ho;
+    if constexpr (kMode == kFold) {
+      const bool second = m >= p.fold_m;
+      m_out = second ? m - p.fold_m : m;
+      oh_out = 2 * oh + second;
+      m_total = p.fold_m, ho_total = p.fold_ho;
+      if (oh_out >= ho_total) continue;
+    }
+    const float bias = p.bias ? p.bias[m_out] : 0.0f;
+    float* out_row = p.out + ((n * m_total + m_out) * ho_total + oh_out) * p.Wo;
 #pragma unroll
     for (int nt = 0; nt < Cfg::kN / 8; ++nt) {
       const float v0 = result(nt * 4 + half * 2) + bias, v1 = result(nt * 4 + half * 2 + 1) + bias;
       const int64_t q = q0 + wgn * Cfg::kN + nt * 8 + 2 * t;  // even
-      if constexpr (kFill) {
+      if constexpr (kMode == kFill) {
         igemm_store_filled(p, out_row, r, q, v0, v1, bias);
       } else if (pairs && q + 1 < q_count) {
         *reinterpret_cast<float2*>(out_row + q) = make_float2(v0, v1);
@@ -450,7 +467,9 @@ bool wgmma_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int dev
   std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, Cfg::kSplit, device);
   p.wp = static_cast<const float*>(packed.get());
   const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
-  auto kernel = p.fill ? conv_wgmma_kernel<Cfg, true> : conv_wgmma_kernel<Cfg, false>;
+  auto kernel = p.fill         ? conv_wgmma_kernel<Cfg, kFill>
+                : p.fold_m > 0 ? conv_wgmma_kernel<Cfg, kFold>
+                               : conv_wgmma_kernel<Cfg, kPlain>;
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes));
   kernel<<<blocks, Cfg::kThreads, p.smem_bytes>>>(p);
@@ -477,13 +496,22 @@ int64_t conv_wgmma_launches() {
 bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device) {
   if (!wgmma_supported(device)) return false;
+  // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty.
+  // Against the unfolded tile (run 20a, S5): fwd high 2.78 -> 1.87 ms, dgrad high 2.55 -> 1.71;
+  // "highest" (which declines unfolded M <= 32) fwd 5.19 -> 4.13, dgrad 5.00 -> 3.81 against
+  // the mma.sync kernel.
+  if (p.M <= 32 && p.kH > 1 && p.kH < kIgemmMaxKh && (p.kH + 1) * p.kW <= kIgemmMaxTaps &&
+      p.sH == 1 && p.dH == 1 && p.Ho > 1) {
+    p.fold_m = p.M, p.fold_ho = p.Ho;
+    p.M *= 2, p.Ho = (p.Ho + 1) / 2, p.kH += 1;
+  }
   // Which shapes go here is measured (same-run A/B against the mma.sync kernel on the H200,
-  // docs/performance.md): M <= 32 leaves half of each 64-row warpgroup tile empty, which 1xTF32
-  // with three taps (S1 dgrad) still wins and 3xTF32 does not; rows of more than three taps (S4,
-  // S5) run with one tap's A fragments (3xTF32, a wait after each tap) or two (1xTF32) in
-  // registers, since a whole row's would not fit two CTAs per SM.
-  // M > 64: two warpgroups along M share the window; otherwise two along N. Two CTAs per SM:
-  // one CTA's copies, conversion and stores overlap the other's wgmmas.
+  // docs/performance.md): M <= 32 unfolded (1-D) leaves half of each 64-row warpgroup tile
+  // empty, which 1xTF32 with three taps (S1 dgrad) still wins and 3xTF32 does not; rows of more
+  // than three taps (S4, S5) run with one tap's A fragments (3xTF32, a wait after each tap) or two
+  // (1xTF32) in registers, since a whole row's would not fit two CTAs per SM. M > 64: two
+  // warpgroups along M share the window; otherwise two along N. Two CTAs per SM: one CTA's copies,
+  // conversion and stores overlap the other's wgmmas.
   if (precision == Precision::highest) {
     if (p.M <= 32) return false;
     // N = 64 a warpgroup: the chain and its float32 sum take 64 registers, so two CTAs fit.

@@ -242,9 +242,10 @@ TEST(CudaFastPaths, Deterministic) {
 // straight-line wgmma sequence per tap count) or, in 3xTF32, any number (one chain per tap),
 // descriptors shifted by each tap's column, 16-byte window copies from a 4-aligned column (odd
 // padding puts the first column anywhere), "high" rows of more than 3 taps (two taps' A
-// fragments in flight: odd and even counts, counts that differ between phases), and the
-// declines: "highest" with M <= 32, dgrad whose taps step by a fraction of a window column. Each
-// case asserts which kernel ran, through the launch counter.
+// fragments in flight: odd and even counts, counts that differ between phases), the row fold of
+// 2-D problems with M <= 32 (an odd number of output rows, phases), and the declines: "highest"
+// with M <= 32 and no fold, dgrad whose taps step by a fraction of a window column. Each case
+// asserts which kernel ran, through the launch counter.
 struct WgmmaRuns {
   bool forward, dgrad;  // expected to run on the wgmma kernel
 };
@@ -297,7 +298,7 @@ void check_wgmma_case(const WgmmaCase& w, uint64_t seed) {
 TEST(CudaFastPathsWgmma, TilesTapsAndDeclines) {
   TGRAD_SKIP_WITHOUT_CUDA();
   if (!cuda::wgmma_supported(0)) GTEST_SKIP() << "the wgmma kernel needs compute capability 9.0";
-  constexpr WgmmaRuns kBoth{true, true}, kForward{true, false};
+  constexpr WgmmaRuns kBoth{true, true}, kNeither{false, false}, kForward{true, false};
   const std::vector<WgmmaCase> cases = {
       // M = 64 both ways: one warpgroup row, two along N; L = 600: several position tiles, the
       // last one partial.
@@ -337,6 +338,20 @@ TEST(CudaFastPathsWgmma, TilesTapsAndDeclines) {
        kBoth},
       {{"C_in 20", 1, 2, 20, 48, 1, {1, 333}, {1, 2}, {1, 1}, {0, 1}, {1, 1}, {0, 0}},
        kForward,
+       kBoth},
+      // Row fold (2-D, M <= 32: GEMM rows 32.. compute the next output row): S5's 3x7 with
+      // M = 32 both ways and 9 output rows (the last pair has one); 3x3 with M = 24 / 20, a
+      // stride-2 W (forward phases; dgrad declines) and output padding.
+      {{"fold 3x7", 2, 2, 32, 32, 1, {9, 70}, {3, 7}, {1, 1}, {1, 3}, {1, 1}, {0, 0}},
+       kBoth,
+       kBoth},
+      {{"fold stride W 2", 2, 1, 20, 24, 1, {6, 50}, {3, 3}, {1, 2}, {1, 1}, {1, 1}, {0, 1}},
+       kForward,
+       kForward},
+      // Dilation 2 along H: no fold (the two output rows would read different src rows), so
+      // "highest" declines M = 24 / 32 and "high" runs the half-empty tile.
+      {{"no fold dH 2", 2, 1, 24, 32, 1, {7, 40}, {3, 3}, {1, 1}, {2, 1}, {2, 1}, {0, 0}},
+       kNeither,
        kBoth},
       // Stride 2, dilation 1: forward runs (phases), dgrad's taps step by half a window column.
       {{"stride 2", 1, 2, 48, 64, 1, {1, 300}, {1, 3}, {1, 2}, {0, 1}, {1, 1}, {0, 1}},
