@@ -1,5 +1,5 @@
-// The wgmma (sm_90a) implicit GEMM of conv_transpose forward and dgrad for "high" (1xTF32);
-// index formula and problem fields in conv_transpose_igemm.cuh.
+// The wgmma (sm_90a) implicit GEMM of conv_transpose forward and dgrad, "high" (1xTF32) and
+// "highest" (3xTF32); index formula and problem fields in conv_transpose_igemm.cuh.
 //
 // Same decomposition as the mma.sync kernel (conv_transpose_igemm.cu): a CTA owns kBM rows m x
 // kBN positions q of one (n, oh, phase) output row; its K loop runs over steps (kChunk channels
@@ -22,6 +22,14 @@
 //     dgrad, every forward), from the 4-aligned column at or before the window's first; the
 //     conversion then reads four channels of one column (copied by other threads) and writes
 //     them with one 16-byte store. Against one-float copies this was S2 dgrad 2.58 -> 2.20 ms.
+//
+//   - Taps: "high" loads the A fragments of a row's taps (up to 3) before its wgmmas; longer
+//     rows keep two taps' fragments in flight (WgmmaConfig::kMaxTaps 0). "highest" runs each
+//     tap's 16-channel chain (small x big, big x small, big x big) from zero, waits for it and
+//     adds it into a float32 sum, so any tap count fits.
+//   - Modes (WgmmaMode, one instantiation each): plain; fill (forward where one output phase
+//     has all the taps writes the other phases' bias too); fold (M <= 32 in 2-D: GEMM rows
+//     M.. compute the next output row, so the 64-row tile is full; IgemmProblem::fold_m).
 //
 // Pipeline, two barriers per step, two converted windows and up to four raw ones:
 //   issue the wgmmas of step s on conv[s & 1] -> issue the copies of step s + raw_stages - 1 ->
