@@ -10,7 +10,8 @@ namespace tgrad::cuda {
 // True when the wgmma conv kernel can run on `device` (compute capability 9.0).
 bool wgmma_supported(int device);
 
-// Launches of the wgmma conv kernel (forward and dgrad, "high") since the process started.
+// Launches of the wgmma conv kernel (forward and dgrad, either precision) since the process
+// started.
 int64_t conv_wgmma_launches();
 
 }  // namespace tgrad::cuda
