@@ -100,17 +100,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   extern __shared__ __align__(16) float smem[];
   __shared__ IgemmTaps taps;
 
-  // Phases fastest: the CTAs that write interleaved columns of one output row run together,
-  // so L2 sees whole sectors; then M tiles, which read the same src window.
-  int64_t b = blockIdx.x;
-  const int r = (kFill ? p.phase0 : 0) + static_cast<int>(b % p.phases);
-  b /= p.phases;
-  const int64_t m0 = (b % p.m_tiles) * Cfg::kBM;
-  b /= p.m_tiles;
-  const int64_t q0 = (b % p.q_tiles) * Cfg::kBN;
-  b /= p.q_tiles;
-  const int oh = static_cast<int>(b % p.Ho);
-  const int64_t n = b / p.Ho;
+  const IgemmBlock blk = igemm_block(p, kFill ? p.phase0 : 0, Cfg::kBM, Cfg::kBN);
+  const int r = blk.r, oh = blk.oh;
+  const int64_t m0 = blk.m0, q0 = blk.q0, n = blk.n;
 
   if (threadIdx.x == 0) igemm_list_taps(p, oh, r, q0, taps);
   __syncthreads();
@@ -213,13 +205,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     cp_async_commit();
   }
   for (int step = 0; step < steps; ++step) {
-    if (ahead == 3) {
-      cp_async_wait<2>();
-    } else if (ahead == 2) {
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    igemm_wait_oldest(ahead);
     convert_window(step);
     __syncthreads();
     if (step + ahead < steps) load_window(step + ahead);
@@ -300,18 +286,20 @@ bool igemm_first_fit(CachingAllocator& alloc, IgemmProblem& p, const float* w, i
 
 }  // namespace
 
+int64_t igemm_phase_taps(const IgemmProblem& p, int64_t r) {
+  int64_t count = 0;
+  for (int64_t kw = 0; kw < p.kW; ++kw)
+    count += (((r + p.pW - kw * p.dW) % p.sW) + p.sW) % p.sW == 0;
+  return count;
+}
+
 bool igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t) {
   if (p.kH * p.kW > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
   // Fill mode when exactly one phase of the output columns gets taps.
   if (p.gather && p.phases > 1 && !p.fill && p.fold_m == 0) {
     int with_taps = 0, which = 0;
     for (int64_t r = 0; r < p.phases; ++r) {
-      for (int64_t kw = 0; kw < p.kW; ++kw) {
-        if ((((r + p.pW - kw * p.dW) % p.sW) + p.sW) % p.sW == 0) {
-          ++with_taps, which = static_cast<int>(r);
-          break;
-        }
-      }
+      if (igemm_phase_taps(p, r) > 0) ++with_taps, which = static_cast<int>(r);
     }
     if (with_taps == 1) p.fill = true, p.phase0 = which, p.phases = 1;
   }

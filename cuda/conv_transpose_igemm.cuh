@@ -53,6 +53,10 @@ struct IgemmTiling {
   bool split;                     // 3xTF32: each staged value with its residual
 };
 
+// Forward (gather): how many of the kW taps land on src for output phase r, i.e. have
+// r + pW - kw*dW a multiple of sW (the device side's igemm_list_taps applies the same test).
+int64_t igemm_phase_taps(const IgemmProblem& p, int64_t r);
+
 // Fills p's tiling fields (everything below "Tiling") for t; false when the geometry does not
 // fit: too many taps, a window wider than 4096 columns, more shared memory than min_blocks CTAs
 // per SM may have, or sizes past the kernels' 32-bit tap arithmetic.

@@ -184,16 +184,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   extern __shared__ __align__(128) float smem[];
   __shared__ IgemmTaps taps;
 
-  // Block order as in the mma.sync kernel: phases fastest, then M tiles.
-  int64_t b = blockIdx.x;
-  const int r = (kMode == kFill ? p.phase0 : 0) + static_cast<int>(b % p.phases);
-  b /= p.phases;
-  const int64_t m0 = (b % p.m_tiles) * Cfg::kBM;
-  b /= p.m_tiles;
-  const int64_t q0 = (b % p.q_tiles) * Cfg::kBN;
-  b /= p.q_tiles;
-  const int oh = static_cast<int>(b % p.Ho);
-  const int64_t n = b / p.Ho;
+  const IgemmBlock blk = igemm_block(p, kMode == kFill ? p.phase0 : 0, Cfg::kBM, Cfg::kBN);
+  const int r = blk.r, oh = blk.oh;
+  const int64_t m0 = blk.m0, q0 = blk.q0, n = blk.n;
 
   // Fold: the folded kh' reads src row 2*oh + 1 + pH - kh' (forward) or 2*oh - pH + kh'
   // (dgrad), the rows the true kh of both output rows read (igemm_pack_weights_kernel).
@@ -284,18 +277,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (step < steps) load_window(step);
     cp_async_commit();
   }
-  // Waits until this thread's copies of the oldest step still outstanding have landed.
-  auto wait_oldest = [&] {
-    if (ahead == 3) {
-      cp_async_wait<2>();
-    } else if (ahead == 2) {
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-  };
   if (steps > 0) {
-    wait_oldest();
+    igemm_wait_oldest(ahead);
     __syncthreads();
     convert_window(0);
   }
@@ -399,7 +382,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (step + ahead < steps) load_window(step + ahead);
     cp_async_commit();
     if (step + 1 < steps) {
-      wait_oldest();
+      igemm_wait_oldest(ahead);
       __syncthreads();  // every thread's copies of step + 1 have landed
       convert_window(step + 1);
     }
@@ -455,14 +438,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 int64_t taps_per_row(const IgemmProblem& p) {
   if (!p.gather) return p.kW;
   int64_t most = 0;
-  for (int64_t r = p.phase0; r < p.phase0 + p.phases; ++r) {
-    int64_t count = 0;
-    for (int64_t kw = 0; kw < p.kW; ++kw) {
-      const int64_t t = r + p.pW - kw * p.dW;
-      count += ((t % p.sW) + p.sW) % p.sW == 0;
-    }
-    most = std::max(most, count);
-  }
+  for (int64_t r = p.phase0; r < p.phase0 + p.phases; ++r)
+    most = std::max(most, igemm_phase_taps(p, r));
   return most;
 }
 

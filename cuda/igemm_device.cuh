@@ -1,7 +1,8 @@
 // Device-side pieces shared by the two implicit-GEMM kernels of conv_transpose forward/dgrad
-// (conv_transpose_igemm.cu: mma.sync, any sm_80+; conv_transpose_wgmma.cu: wgmma, sm_90a): the
-// table of taps that land on src for one output row and phase, and the cp.async copy of one
-// step's raw src window. Index formula in conv_transpose_igemm.cuh. Private to cuda/.
+// (conv_transpose_igemm.cu: mma.sync, any sm_80+; conv_transpose_wgmma.cu: wgmma, sm_90a): a
+// CTA's output tile, the table of taps that land on src for one output row and phase, the
+// cp.async copy of one step's raw src window and the wait for it, and the fill-mode store.
+// Index formula in conv_transpose_igemm.cuh. Private to cuda/.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,39 @@ struct IgemmTaps {
   int planes;
   int64_t col0;  // src column of window column 0
 };
+
+// The output tile of CTA blockIdx.x: phase r (from phase0), first GEMM row m0, first position
+// q0, output row oh and image n. Phases fastest: the CTAs that write interleaved columns of one
+// output row run together, so L2 sees whole sectors; then M tiles, which read the same src
+// window.
+struct IgemmBlock {
+  int r;
+  int64_t m0, q0;
+  int oh;
+  int64_t n;
+};
+__device__ inline IgemmBlock igemm_block(const IgemmProblem& p, int phase0, int bm, int bn) {
+  int64_t b = blockIdx.x;
+  const int r = phase0 + static_cast<int>(b % p.phases);
+  b /= p.phases;
+  const int64_t m0 = (b % p.m_tiles) * bm;
+  b /= p.m_tiles;
+  const int64_t q0 = (b % p.q_tiles) * bn;
+  b /= p.q_tiles;
+  return {r, m0, q0, static_cast<int>(b % p.Ho), b / p.Ho};
+}
+
+// Waits until this thread's copies of the oldest step in flight have landed, with `ahead`
+// (1 to 3) steps' commit groups issued after it.
+__device__ inline void igemm_wait_oldest(int ahead) {
+  if (ahead == 3) {
+    cp_async_wait<2>();
+  } else if (ahead == 2) {
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+}
 
 // Fills s for output row oh, phase r and first position q0. Run by one thread: the taps are few.
 // 32-bit arithmetic: the planners bound every size used here.
