@@ -1,9 +1,11 @@
-// The tape engine: recording nodes, and running them in decreasing sequence number so that a
-// node runs only after every consumer of its output has delivered its gradient.
+// The tape engine: recording nodes, running them in decreasing sequence number so that a node
+// runs only after every consumer of its output has delivered its gradient, checking the versions
+// of saved tensors, accumulating into leaves under a lock, and releasing graphs iteratively.
 #include "core/autograd.h"
 
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
@@ -16,9 +18,18 @@ namespace tgrad {
 namespace {
 
 thread_local bool g_grad_mode = true;
+thread_local bool g_inference_mode = false;
 thread_local bool g_anomaly_mode = false;
 thread_local std::vector<std::string> g_scopes;
 std::atomic<uint64_t> g_next_sequence_nr{0};
+
+// Leaf .grad fields are read, summed and replaced under this lock, so that threads running
+// backward through shared parameters each add their whole contribution.
+std::mutex g_leaf_mutex;
+
+// Nodes waiting to be destroyed by the release loop of this thread.
+thread_local std::vector<std::shared_ptr<Node>> g_release_queue;
+thread_local bool g_releasing = false;
 
 Tensor accumulate(const Tensor& total, const Tensor& g) {
   return total.defined() ? add(total, g) : g;
@@ -49,9 +60,31 @@ void check_finite(const Node& node, const std::vector<Tensor>& grads) {
   }
 }
 
+// A saved tensor written in place since it was saved would make the formula silently wrong.
+void check_saved_versions(const Node& node) {
+  for (size_t i = 0; i < node.saved.size(); ++i) {
+    const SavedVersion& s = node.saved[i];
+    const uint64_t now = s.counter->get();
+    TGRAD_CHECK(now == s.version, "backward: a tensor saved by '", node.name, "' (op #",
+                node.sequence_nr, "; saved tensor ", i, " of shape ", s.shape,
+                ") was modified by an in-place operation (copy_, fill_, an optimizer step, "
+                "set_data or Module::to) after it was saved: its version is ",
+                now, ", expected ", s.version,
+                ". Run backward before the write, or write into a clone()");
+  }
+}
+
 Traversal traverse(const std::vector<Tensor>& roots, const std::vector<Tensor>& root_grads,
-                   bool retain_graph, const std::unordered_set<Node*>& capture) {
-  NoGradGuard no_grad;  // backward formulas are not themselves recorded
+                   bool retain_graph, bool create_graph, const std::unordered_set<Node*>& capture) {
+  // Backward formulas are recorded only when asked for (create_graph): then the gradients
+  // carry history and can be differentiated again.
+  const bool previous_mode = g_grad_mode;
+  g_grad_mode = create_graph;
+  struct Restore {
+    bool mode;
+    ~Restore() { g_grad_mode = mode; }
+  } restore{previous_mode};
+
   Traversal out;
   std::unordered_map<Node*, Tensor> pending;
   std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, NodeOrder> ready;
@@ -89,13 +122,12 @@ Traversal traverse(const std::vector<Tensor>& roots, const std::vector<Tensor>& 
     auto it = pending.find(node.get());
     const Tensor dy = it->second;
     pending.erase(it);
-    TGRAD_CHECK(
-        !node->released,
-        "backward: trying to backward through the graph a second time "
-        "(op '",
-        node->name, "', recorded as #", node->sequence_nr,
-        "); its saved tensors "
-        "were freed by the first backward. Pass retain_graph=true to that call to keep them");
+    TGRAD_CHECK(!node->released,
+                "backward: trying to backward through the graph a second time (op '", node->name,
+                "', recorded as #", node->sequence_nr,
+                "); its saved tensors were freed by the first backward. Pass retain_graph=true "
+                "to that call to keep them");
+    check_saved_versions(*node);
     if (capture.count(node.get())) out.captured[node.get()] = dy;
     GradMask mask(node->inputs.size());
     for (size_t i = 0; i < mask.size(); ++i)
@@ -118,15 +150,16 @@ Traversal traverse(const std::vector<Tensor>& roots, const std::vector<Tensor>& 
   return out;
 }
 
-Tensor root_gradient(const char* fn, const Tensor& root, const Tensor& gradient) {
+Tensor root_gradient(const char* fn, const Tensor& root, const Tensor& gradient,
+                     bool create_graph) {
   TGRAD_CHECK(root.defined(), fn, ": the output tensor is undefined");
   TGRAD_CHECK(root.requires_grad(), fn,
-              ": the tensor does not require grad and has no grad_fn "
-              "(did you set requires_grad on an input, outside NoGradGuard?)");
+              ": the tensor does not require grad and has no grad_fn (did you set requires_grad "
+              "on an input, outside NoGradGuard? A gradient returned by backward() or grad() can "
+              "be differentiated again only when that call passed create_graph=true)");
   if (!gradient.defined()) {
     TGRAD_CHECK(root.numel() == 1, fn,
-                ": a gradient can be implied only for a scalar output; "
-                "this output has shape ",
+                ": a gradient can be implied only for a scalar output; this output has shape ",
                 root.shape(), ", so pass a gradient of that shape");
     return ones_like(root);
   }
@@ -136,19 +169,73 @@ Tensor root_gradient(const char* fn, const Tensor& root, const Tensor& gradient)
               " does not match the output dtype ", root.dtype());
   TGRAD_CHECK(gradient.device() == root.device(), fn, ": gradient device ", gradient.device(),
               " does not match the output device ", root.device());
-  return gradient.detach();
+  return create_graph ? gradient : gradient.detach();
+}
+
+// A leaf's gradient must still fit the leaf: Module::to or set_data between forward and
+// backward changes the leaf, not the gradient that the graph computes.
+void check_leaf_gradient(const TensorImpl& leaf, const Tensor& g) {
+  TGRAD_CHECK(g.shape() == leaf.shape && g.dtype() == leaf.dtype && g.device() == leaf.device,
+              "backward: the gradient computed for a leaf is ", g.dtype(), " ", g.shape(), " on ",
+              g.device(), ", but the leaf is now ", leaf.dtype, " ", leaf.shape, " on ",
+              leaf.device,
+              " (was it moved with Module::to() or set_data() between forward and backward?); "
+              "no .grad was changed");
 }
 
 }  // namespace
 
+void release_node(std::shared_ptr<Node>&& node) {
+  if (!node) return;
+  g_release_queue.push_back(std::move(node));
+  if (g_releasing) return;  // an outer loop on this thread is already draining the queue
+  g_releasing = true;
+  while (!g_release_queue.empty()) {
+    std::shared_ptr<Node> next = std::move(g_release_queue.back());
+    g_release_queue.pop_back();
+    next.reset();  // may run ~Node, which only queues more work
+  }
+  g_releasing = false;
+}
+
+Node::~Node() {
+  // The closure's captured tensors release their grad_fn through ~TensorImpl, which queues them.
+  BackwardFn closure = std::move(backward);
+  closure = nullptr;
+  for (Edge& e : inputs)
+    release_node(std::move(e.node));
+}
+
+TensorImpl::~TensorImpl() {
+  release_node(std::move(grad_fn));
+}
+
 bool grad_mode_enabled() {
   return g_grad_mode;
+}
+void set_grad_mode(bool enabled) {
+  g_grad_mode = enabled;
 }
 bool anomaly_mode_enabled() {
   return g_anomaly_mode;
 }
 void set_anomaly_mode(bool enabled) {
   g_anomaly_mode = enabled;
+}
+
+InferenceMode::InferenceMode(bool enabled)
+    : previous_grad_(g_grad_mode), previous_inference_(g_inference_mode) {
+  if (enabled) {
+    g_grad_mode = false;
+    g_inference_mode = true;
+  }
+}
+InferenceMode::~InferenceMode() {
+  g_grad_mode = previous_grad_;
+  g_inference_mode = previous_inference_;
+}
+bool is_inference_mode_enabled() {
+  return g_inference_mode;
 }
 
 RecordScope::RecordScope(const std::string& name) {
@@ -164,11 +251,8 @@ std::string current_record_scope() {
     path += (path.empty() ? "" : "/") + s;
   return path;
 }
-void set_grad_mode(bool enabled) {
-  g_grad_mode = enabled;
-}
 
-Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, BackwardFn backward) {
+Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, Formula formula) {
   if (!g_grad_mode) return y;
   std::vector<Edge> edges(inputs.size());
   bool any = false;
@@ -187,7 +271,12 @@ Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, Bac
   node->name = name;
   node->sequence_nr = g_next_sequence_nr++;
   node->inputs = std::move(edges);
-  node->backward = std::move(backward);
+  node->backward = std::move(formula.fn);
+  node->saved.reserve(formula.saved.size());
+  for (const Tensor& s : formula.saved) {
+    if (!s.defined()) continue;
+    node->saved.push_back({s.impl()->version, s.impl()->version->get(), s.shape()});
+  }
   if (g_anomaly_mode) {
     std::ostringstream where;
     const std::string scope = current_record_scope();
@@ -202,46 +291,60 @@ Tensor record(const char* name, Tensor y, const std::vector<Tensor>& inputs, Bac
   return y;
 }
 
-void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
-  const Tensor g = root_gradient("backward", root, gradient);
-  Traversal t = traverse({root}, {g}, retain_graph, {});
-  // Every node ran: now compute each leaf's new .grad (accumulating can still run out of
-  // memory), and only then write them all with pointer swaps that cannot fail, so that a throw
-  // anywhere changes no .grad.
-  NoGradGuard no_grad;
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph,
+                  bool create_graph) {
+  const Tensor g = root_gradient("backward", root, gradient, create_graph);
+  Traversal t = traverse({root}, {g}, retain_graph, create_graph, {});
+  // Every node ran. Under the leaf lock, check every leaf and compute each new .grad
+  // (accumulating can still run out of memory), and only then write them all with pointer swaps
+  // that cannot fail, so that a throw anywhere changes no .grad.
+  const std::lock_guard<std::mutex> lock(g_leaf_mutex);
+  std::optional<EnableGradGuard> recording;
+  std::optional<NoGradGuard> not_recording;
+  if (create_graph) {
+    recording.emplace();
+  } else {
+    not_recording.emplace();
+  }
   std::vector<std::pair<TensorImpl*, std::shared_ptr<TensorImpl>>> updates;
   updates.reserve(t.leaves.size());
   for (auto& [raw, entry] : t.leaves) {
     TensorImpl& leaf = *entry.first;
+    check_leaf_gradient(leaf, entry.second);
     Tensor sum = entry.second;
     if (leaf.grad) {
       sum = add(Tensor(leaf.grad), sum);
-    } else if (sum.impl()->storage == root.impl()->storage ||
-               sum.impl()->storage == g.impl()->storage) {
-      sum = sum.clone();  // never alias the user's gradient or output
+    } else if (sum.impl()->storage.use_count() > 1) {
+      // The gradient shares storage with another tensor (the upstream gradient, another leaf's
+      // gradient, a saved tensor): each .grad gets storage of its own, so that scaling one in
+      // place (gradient clipping) cannot change another.
+      sum = sum.clone();
     }
-    updates.emplace_back(&leaf, sum.detach().impl_ptr());
+    if (!create_graph) sum = sum.detach();
+    updates.emplace_back(&leaf, sum.impl_ptr());
   }
   for (auto& [leaf, grad] : updates)
     leaf->grad = std::move(grad);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
+                         bool create_graph) {
   TGRAD_CHECK(!outputs.empty(), "grad: no outputs given");
   TGRAD_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
               "grad: ", grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
   std::vector<Tensor> root_grads;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    root_grads.push_back(
-        root_gradient("grad", outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i]));
+    root_grads.push_back(root_gradient(
+        "grad", outputs[i], grad_outputs.empty() ? Tensor() : grad_outputs[i], create_graph));
   }
   std::unordered_set<Node*> capture;
   for (const Tensor& in : inputs) {
     TGRAD_CHECK(in.defined() && in.requires_grad(), "grad: every input must require grad");
     if (in.grad_fn()) capture.insert(in.grad_fn().get());
   }
-  Traversal t = traverse(outputs, root_grads, retain_graph, capture);
+  Traversal t =
+      traverse(outputs, root_grads, retain_graph.value_or(create_graph), create_graph, capture);
   std::vector<Tensor> result;
   for (const Tensor& in : inputs) {
     if (in.grad_fn()) {
@@ -254,5 +357,11 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   }
   return result;
 }
+
+namespace detail {
+std::mutex& leaf_grad_mutex() {
+  return g_leaf_mutex;
+}
+}  // namespace detail
 
 }  // namespace tgrad

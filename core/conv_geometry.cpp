@@ -8,11 +8,6 @@
 
 namespace tgrad {
 
-int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
-                                int64_t dilation, int64_t output_padding) {
-  return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1;
-}
-
 namespace {
 
 // The same formula step by step in checked arithmetic (the arguments come from users, and a
@@ -30,6 +25,17 @@ bool checked_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t paddin
 }
 
 }  // namespace
+
+int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
+                                int64_t dilation, int64_t output_padding) {
+  int64_t out = 0;
+  TGRAD_CHECK(checked_out_size(in, kernel, stride, padding, dilation, output_padding, out),
+              "conv_transpose_out_size: (in - 1)*stride - 2*padding + dilation*(kernel - 1) + "
+              "output_padding + 1 leaves int64 for in=",
+              in, ", kernel=", kernel, ", stride=", stride, ", padding=", padding,
+              ", dilation=", dilation, ", output_padding=", output_padding);
+  return out;
+}
 
 double ConvGeometry::flops() const {
   return 2.0 * static_cast<double>(batch) * static_cast<double>(in_channels) *
@@ -139,6 +145,80 @@ ConvGeometry make_conv_transpose_geometry(const ConvTransposeArgs& a) {
   }
   // Every tensor's element count must fit in int64 (kernels index with int64).
   shape_numel({g.batch, g.out_channels, g.out_size[0], g.out_size[1]}, fn);
+  shape_numel({g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]}, fn);
+  return g;
+}
+
+ConvGeometry make_conv_geometry(const ConvArgs& a) {
+  const char* fn = a.fn;
+  const int d = a.spatial_dims;
+  TGRAD_CHECK(d == 1 || d == 2, fn, ": spatial_dims=", d, " must be 1 or 2");
+  const int64_t x_rank = static_cast<int64_t>(a.x_shape.size());
+  TGRAD_CHECK(x_rank == d + 1 || x_rank == d + 2, fn, ": input must be ", d + 1,
+              "-D (unbatched) or ", d + 2, "-D (batched), got ", x_rank, "-D input of shape ",
+              a.x_shape);
+  TGRAD_CHECK(static_cast<int>(a.w_shape.size()) == d + 2, fn, ": weight must be ", d + 2,
+              "-D (C_out, C_in/groups, ", d == 1 ? "k" : "kH, kW", "), got ", a.w_shape.size(),
+              "-D weight of shape ", a.w_shape);
+  TGRAD_CHECK(a.groups > 0, fn, ": groups=", a.groups, " must be positive");
+  for (int i = 0; i < d; ++i) {
+    TGRAD_CHECK(a.stride[i] > 0, fn, ": stride[", i, "]=", a.stride[i], " must be positive");
+    TGRAD_CHECK(a.padding[i] >= 0, fn, ": padding[", i, "]=", a.padding[i],
+                " must be non-negative");
+    TGRAD_CHECK(a.dilation[i] > 0, fn, ": dilation[", i, "]=", a.dilation[i], " must be positive");
+    TGRAD_CHECK(a.w_shape[2 + i] > 0, fn, ": kernel size weight.size(", 2 + i,
+                ")=", a.w_shape[2 + i], " must be positive (weight shape ", a.w_shape, ")");
+  }
+  const bool batched = x_rank == d + 2;
+  const int64_t c_axis = batched ? 1 : 0;
+  const int64_t c_in = a.x_shape[c_axis];
+  const int64_t c_out = a.w_shape[0];
+  TGRAD_CHECK(c_out % a.groups == 0, fn, ": weight.size(0)=", c_out,
+              " (output channels) must be divisible by groups=", a.groups);
+  int64_t expected_c_in = 0;
+  TGRAD_CHECK(
+      !__builtin_mul_overflow(a.w_shape[1], a.groups, &expected_c_in) && c_in == expected_c_in, fn,
+      ": input channels ", c_in, " (input shape ", a.x_shape,
+      ") must equal weight.size(1)=", a.w_shape[1], " x groups=", a.groups);
+  if (a.has_bias) {
+    TGRAD_CHECK(a.b_shape.size() == 1 && a.b_shape[0] == c_out, fn,
+                ": bias must be 1-D of size C_out=", c_out, " (weight.size(0)), got shape ",
+                a.b_shape);
+  }
+
+  // The transposed convolution whose input-gradient pass is this convolution: its "x" is our
+  // output (C_out channels), its "y" our input (C_in channels), its weight ours as it is.
+  ConvGeometry g;
+  g.spatial_dims = d;
+  g.batch = batched ? a.x_shape[0] : 1;
+  g.in_channels = c_out;
+  g.out_channels = c_in;
+  g.groups = a.groups;
+  for (int i = 0; i < d; ++i) {
+    const int axis = d == 1 ? 1 : i;
+    const int64_t in = a.x_shape[c_axis + 1 + i];
+    const int64_t k = a.w_shape[2 + i];
+    int64_t padded = 0, extent = 0;
+    TGRAD_CHECK(!__builtin_mul_overflow(a.padding[i], 2, &padded) &&
+                    !__builtin_add_overflow(padded, in, &padded) &&
+                    !__builtin_mul_overflow(a.dilation[i], k - 1, &extent) &&
+                    !__builtin_add_overflow(extent, 1, &extent),
+                fn, ": sizes on axis ", i, " overflow int64 (input ", in, ", padding ",
+                a.padding[i], ", dilation ", a.dilation[i], ", kernel ", k, ")");
+    TGRAD_CHECK(padded >= extent, fn, ": input size ", in, " plus padding 2*", a.padding[i],
+                " on axis ", i, " is smaller than the kernel's extent dilation*(k-1)+1 = ", extent,
+                " (input shape ", a.x_shape, ", weight shape ", a.w_shape, ")");
+    const int64_t out = (padded - extent) / a.stride[i] + 1;
+    g.in_size[axis] = out;
+    g.out_size[axis] = in;
+    g.kernel[axis] = k;
+    g.stride[axis] = a.stride[i];
+    g.padding[axis] = a.padding[i];
+    g.dilation[axis] = a.dilation[i];
+    // The rows the last stride step leaves over: the transposed convolution's output_padding.
+    g.output_padding[axis] = (padded - extent) % a.stride[i];
+  }
+  shape_numel({g.batch, g.in_channels, g.in_size[0], g.in_size[1]}, fn);
   shape_numel({g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]}, fn);
   return g;
 }

@@ -44,7 +44,7 @@ struct ConvGeometry {
 };
 
 // The output length of one axis: (in - 1)*stride - 2*padding + dilation*(k - 1) + output_padding
-// + 1.
+// + 1; tgrad::Error when a step leaves int64.
 int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
                                 int64_t dilation, int64_t output_padding);
 
@@ -67,5 +67,27 @@ struct ConvTransposeArgs {
 // Validates every argument (throwing tgrad::Error that names args.fn, the argument and the
 // values) and returns the geometry, 1-D mapped onto the W axis with H = 1.
 ConvGeometry make_conv_transpose_geometry(const ConvTransposeArgs& args);
+
+// Everything a regular conv1d/conv2d call is given: x (N, C_in, spatial...) or unbatched, w
+// (C_out, C_in/groups, k...), b (C_out); padding symmetric per axis ("same" is resolved by the
+// caller).
+struct ConvArgs {
+  const char* fn = "conv2d";
+  int spatial_dims = 2;
+  Shape x_shape;
+  Shape w_shape;
+  bool has_bias = false;
+  Shape b_shape;
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+};
+
+// A regular convolution is the input-gradient pass of a transposed one: this validates args
+// (messages name args.fn) and returns that transposed geometry, whose in_size is the
+// convolution's output size, out_size its input size, in_channels its C_out and out_channels its
+// C_in; output_padding takes the rows a stride leaves over, so the sizes match exactly.
+ConvGeometry make_conv_geometry(const ConvArgs& args);
 
 }  // namespace tgrad

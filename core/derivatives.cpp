@@ -1,5 +1,6 @@
 // Every backward formula, one entry per op (see core/derivatives.h). Each returns the closure
-// the op records; it captures only what the formula needs and computes only masked gradients.
+// the op records and the tensors it captured; closures compute only masked gradients, and use
+// differentiable ops only, so that backward with create_graph records them.
 #include "core/derivatives.h"
 
 #include "core/ops.h"
@@ -9,181 +10,253 @@ namespace tgrad::derivatives {
 
 namespace {
 using Grads = std::vector<Tensor>;
-}  // namespace
 
-// ---- shape and type ----
-
-BackwardFn to_device(Device source) {
-  return [source](const Tensor& dy, const GradMask&) { return Grads{dy.to(source)}; };
-}
-
-BackwardFn to_dtype(DType source) {
-  return [source](const Tensor& dy, const GradMask&) { return Grads{dy.to(source)}; };
-}
-
-BackwardFn identity() {
-  return [](const Tensor& dy, const GradMask&) { return Grads{dy}; };
-}
-
-BackwardFn reshape(const Shape& source) {
-  return [source](const Tensor& dy, const GradMask&) { return Grads{dy.reshape(source)}; };
-}
-
-// dx is zero outside the narrowed rows and dy inside them.
-BackwardFn narrow(const Shape& source, int64_t start) {
-  return [source, start](const Tensor& dy, const GradMask&) {
-    Tensor dx = zeros(source, TensorOptions(dy.dtype()).device(dy.device()));
-    dx.narrow(0, start, dy.size(0)).copy_(dy);
-    return Grads{dx};
-  };
-}
-
-BackwardFn expand(const Shape& source) {
-  return [source](const Tensor& dy, const GradMask&) { return Grads{tgrad::sum_to(dy, source)}; };
-}
-
-// sum and sum_to: dy, viewed with the summed axes as size 1 (`keep`), is broadcast back.
-BackwardFn sum(const Shape& source, const Shape& keep) {
-  return [source, keep](const Tensor& dy, const GradMask&) {
-    return Grads{tgrad::expand(dy.reshape(keep), source)};
-  };
-}
-
-// ---- arithmetic ----
-
-BackwardFn add(const Shape& a, const Shape& b) {
-  return [a, b](const Tensor& dy, const GradMask& m) {
-    return Grads{m[0] ? tgrad::sum_to(dy, a) : Tensor(), m[1] ? tgrad::sum_to(dy, b) : Tensor()};
-  };
-}
-
-BackwardFn sub(const Shape& a, const Shape& b) {
-  return [a, b](const Tensor& dy, const GradMask& m) {
-    return Grads{m[0] ? tgrad::sum_to(dy, a) : Tensor(),
-                 m[1] ? tgrad::sum_to(neg(dy), b) : Tensor()};
-  };
-}
-
-// d(a*b) = dy*b, dy*a
-BackwardFn mul(const Tensor& a, const Tensor& b) {
-  return [a, b](const Tensor& dy, const GradMask& m) {
-    return Grads{m[0] ? tgrad::sum_to(dy * b, a.shape()) : Tensor(),
-                 m[1] ? tgrad::sum_to(dy * a, b.shape()) : Tensor()};
-  };
-}
-
-// d(a/b) = dy/b, -dy*a/b^2
-BackwardFn div(const Tensor& a, const Tensor& b) {
-  return [a, b](const Tensor& dy, const GradMask& m) {
-    return Grads{m[0] ? tgrad::sum_to(dy / b, a.shape()) : Tensor(),
-                 m[1] ? tgrad::sum_to(neg(dy * a / (b * b)), b.shape()) : Tensor()};
-  };
-}
-
-BackwardFn scale(double factor) {
-  return [factor](const Tensor& dy, const GradMask&) {
-    return Grads{factor == 1.0 ? dy : dy * factor};
-  };
-}
-
-// d(c/x) = -c*dy/x^2
-BackwardFn rdiv(const Tensor& x, double numerator) {
-  return [x, numerator](const Tensor& dy, const GradMask&) {
-    return Grads{dy * (-numerator) / (x * x)};
-  };
-}
-
-// ---- pointwise functions ----
-
-BackwardFn exp(const Tensor& y) {
-  return [y](const Tensor& dy, const GradMask&) { return Grads{dy * y}; };
-}
-
-BackwardFn log(const Tensor& x) {
-  return [x](const Tensor& dy, const GradMask&) { return Grads{dy / x}; };
-}
-
-// d|x| = sign(x) (0 at 0, as PyTorch)
-BackwardFn abs(const Tensor& x) {
-  return [x](const Tensor& dy, const GradMask&) {
-    Tensor sign = empty_like(x);
-    if (x.numel() > 0) backend(x.device()).unary(UnaryOp::sign, 0.0, x, sign);
-    return Grads{dy * sign};
-  };
-}
-
-// d sqrt(x) = dy / (2 sqrt(x))
-BackwardFn sqrt(const Tensor& y) {
-  return [y](const Tensor& dy, const GradMask&) { return Grads{dy / (y * 2.0)}; };
-}
-
-// d x^p = dy * p * x^(p-1)
-BackwardFn pow(const Tensor& x, double exponent) {
-  return [x, exponent](const Tensor& dy, const GradMask&) {
-    if (exponent == 0.0) return Grads{zeros_like(dy)};
-    return Grads{dy * tgrad::pow(x, exponent - 1.0) * exponent};
-  };
-}
-
-namespace {
+// A step function of x (relu's, leaky_relu's, abs's derivative): its own derivative is zero
+// almost everywhere, so it is computed without history.
 Tensor step_of(const Tensor& x, UnaryOp op, double p) {
   Tensor s = empty_like(x);
   if (x.numel() > 0) backend(x.device()).unary(op, p, x, s);
   return s;
 }
+
+// The op's output for a formula: the saved (detached) value, or, when backward is being
+// recorded, the output recomputed from x with history so that the second derivative sees it.
+template <class Recompute>
+Tensor output_for_formula(const Tensor& y, const Tensor& x, Recompute recompute) {
+  return grad_mode_enabled() ? recompute(x) : y;
+}
 }  // namespace
 
+// ---- shape and type ----
+
+Formula to_device(Device source) {
+  return {[source](const Tensor& dy, const GradMask&) { return Grads{dy.to(source)}; }, {}};
+}
+
+Formula to_dtype(DType source) {
+  return {[source](const Tensor& dy, const GradMask&) { return Grads{dy.to(source)}; }, {}};
+}
+
+Formula identity() {
+  return {[](const Tensor& dy, const GradMask&) { return Grads{dy}; }, {}};
+}
+
+Formula reshape(const Shape& source) {
+  return {[source](const Tensor& dy, const GradMask&) { return Grads{dy.reshape(source)}; }, {}};
+}
+
+// dx is zero outside the narrowed rows and dy inside them.
+Formula narrow(const Shape& source, int64_t start) {
+  return {[source, start](const Tensor& dy, const GradMask&) {
+            return Grads{detail::narrow_backward(dy, source, start)};
+          },
+          {}};
+}
+
+// The embedding's gradient is the narrowed rows of the upstream gradient.
+Formula narrow_backward(int64_t start, int64_t length) {
+  return {[start, length](const Tensor& g, const GradMask&) {
+            return Grads{g.narrow(0, start, length)};
+          },
+          {}};
+}
+
+Formula expand(const Shape& source) {
+  return {[source](const Tensor& dy, const GradMask&) { return Grads{tgrad::sum_to(dy, source)}; },
+          {}};
+}
+
+// sum and sum_to: dy, viewed with the summed axes as size 1 (`keep`), is broadcast back.
+Formula sum(const Shape& source, const Shape& keep) {
+  return {[source, keep](const Tensor& dy, const GradMask&) {
+            return Grads{tgrad::expand(dy.reshape(keep), source)};
+          },
+          {}};
+}
+
+// ---- arithmetic ----
+
+Formula add(const Shape& a, const Shape& b) {
+  return {[a, b](const Tensor& dy, const GradMask& m) {
+            return Grads{m[0] ? tgrad::sum_to(dy, a) : Tensor(),
+                         m[1] ? tgrad::sum_to(dy, b) : Tensor()};
+          },
+          {}};
+}
+
+Formula sub(const Shape& a, const Shape& b) {
+  return {[a, b](const Tensor& dy, const GradMask& m) {
+            return Grads{m[0] ? tgrad::sum_to(dy, a) : Tensor(),
+                         m[1] ? tgrad::sum_to(neg(dy), b) : Tensor()};
+          },
+          {}};
+}
+
+// d(a*b) = dy*b, dy*a
+Formula mul(const Tensor& a, const Tensor& b) {
+  return {[a, b](const Tensor& dy, const GradMask& m) {
+            return Grads{m[0] ? tgrad::sum_to(dy * b, a.shape()) : Tensor(),
+                         m[1] ? tgrad::sum_to(dy * a, b.shape()) : Tensor()};
+          },
+          {a, b}};
+}
+
+// d(a/b) = dy/b, -dy*a/b^2
+Formula div(const Tensor& a, const Tensor& b) {
+  return {[a, b](const Tensor& dy, const GradMask& m) {
+            return Grads{m[0] ? tgrad::sum_to(dy / b, a.shape()) : Tensor(),
+                         m[1] ? tgrad::sum_to(neg(dy * a / (b * b)), b.shape()) : Tensor()};
+          },
+          {a, b}};
+}
+
+Formula scale(double factor) {
+  return {[factor](const Tensor& dy, const GradMask&) {
+            return Grads{factor == 1.0 ? dy : dy * factor};
+          },
+          {}};
+}
+
+// d(c/x) = -c*dy/x^2
+Formula rdiv(const Tensor& x, double numerator) {
+  return {[x, numerator](const Tensor& dy, const GradMask&) {
+            return Grads{dy * (-numerator) / (x * x)};
+          },
+          {x}};
+}
+
+// ---- pointwise functions ----
+
+Formula exp(const Tensor& x, const Tensor& y) {
+  return {
+      [x, y](const Tensor& dy, const GradMask&) {
+        return Grads{dy * output_for_formula(y, x, [](const Tensor& t) { return tgrad::exp(t); })};
+      },
+      {x, y}};
+}
+
+Formula log(const Tensor& x) {
+  return {[x](const Tensor& dy, const GradMask&) { return Grads{dy / x}; }, {x}};
+}
+
+// d|x| = sign(x) (0 at 0, as PyTorch)
+Formula abs(const Tensor& x) {
+  return {
+      [x](const Tensor& dy, const GradMask&) { return Grads{dy * step_of(x, UnaryOp::sign, 0.0)}; },
+      {x}};
+}
+
+// d sqrt(x) = dy / (2 sqrt(x))
+Formula sqrt(const Tensor& x, const Tensor& y) {
+  return {[x, y](const Tensor& dy, const GradMask&) {
+            const Tensor out =
+                output_for_formula(y, x, [](const Tensor& t) { return tgrad::sqrt(t); });
+            return Grads{dy / (out * 2.0)};
+          },
+          {x, y}};
+}
+
+// d x^p = dy * p * x^(p-1)
+Formula pow(const Tensor& x, double exponent) {
+  return {[x, exponent](const Tensor& dy, const GradMask&) {
+            if (exponent == 0.0) return Grads{dy * 0.0};
+            return Grads{dy * tgrad::pow(x, exponent - 1.0) * exponent};
+          },
+          {x}};
+}
+
 // d relu(x) = dy * (x > 0)
-BackwardFn relu(const Tensor& x) {
-  return
-      [x](const Tensor& dy, const GradMask&) { return Grads{dy * step_of(x, UnaryOp::step, 0.0)}; };
+Formula relu(const Tensor& x) {
+  return {
+      [x](const Tensor& dy, const GradMask&) { return Grads{dy * step_of(x, UnaryOp::step, 0.0)}; },
+      {x}};
 }
 
 // d leaky_relu(x) = dy * (x > 0 ? 1 : slope)
-BackwardFn leaky_relu(const Tensor& x, double negative_slope) {
-  return [x, negative_slope](const Tensor& dy, const GradMask&) {
-    return Grads{dy * step_of(x, UnaryOp::leaky_step, negative_slope)};
-  };
+Formula leaky_relu(const Tensor& x, double negative_slope) {
+  return {[x, negative_slope](const Tensor& dy, const GradMask&) {
+            return Grads{dy * step_of(x, UnaryOp::leaky_step, negative_slope)};
+          },
+          {x}};
 }
 
 // d sigmoid = dy * y * (1 - y)
-BackwardFn sigmoid(const Tensor& y) {
-  return [y](const Tensor& dy, const GradMask&) { return Grads{dy * y * rsub(y, 1.0)}; };
+Formula sigmoid(const Tensor& x, const Tensor& y) {
+  return {[x, y](const Tensor& dy, const GradMask&) {
+            const Tensor out =
+                output_for_formula(y, x, [](const Tensor& t) { return tgrad::sigmoid(t); });
+            return Grads{dy * out * rsub(out, 1.0)};
+          },
+          {x, y}};
 }
 
 // d tanh = dy * (1 - y^2)
-BackwardFn tanh(const Tensor& y) {
-  return [y](const Tensor& dy, const GradMask&) { return Grads{dy * rsub(y * y, 1.0)}; };
+Formula tanh(const Tensor& x, const Tensor& y) {
+  return {[x, y](const Tensor& dy, const GradMask&) {
+            const Tensor out =
+                output_for_formula(y, x, [](const Tensor& t) { return tgrad::tanh(t); });
+            return Grads{dy * rsub(out * out, 1.0)};
+          },
+          {x, y}};
 }
 
 // ---- products ----
 
-// y = a b: da = dy b^T, db = a^T dy
-BackwardFn matmul(const Tensor& a, const Tensor& b) {
-  return [a, b](const Tensor& dy, const GradMask& m) {
-    return Grads{m[0] ? detail::matmul_raw(dy, b, false, true) : Tensor(),
-                 m[1] ? detail::matmul_raw(a, dy, true, false) : Tensor()};
-  };
+// y = A B with A = op(a), B = op(b): dA = dy B^T and dB = A^T dy, transposed back where a or b
+// was transposed; each is again one mm with flags.
+Formula mm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  return {[a, b, ta, tb](const Tensor& dy, const GradMask& m) {
+            Tensor da, db;
+            if (m[0]) da = ta ? detail::mm(b, dy, tb, true) : detail::mm(dy, b, false, !tb);
+            if (m[1]) db = tb ? detail::mm(dy, a, true, ta) : detail::mm(a, dy, !ta, false);
+            return Grads{da, db};
+          },
+          {a, b}};
 }
 
 // y = x w^T + b: dx = dy w, dw = dy^T x, db = sum of dy over rows
-BackwardFn linear(const Tensor& x, const Tensor& w, bool has_bias) {
-  return [x, w, has_bias](const Tensor& dy, const GradMask& m) {
-    return Grads{m[0] ? detail::matmul_raw(dy, w, false, false) : Tensor(),
-                 m[1] ? detail::matmul_raw(dy, x, true, false) : Tensor(),
-                 has_bias && m[2] ? tgrad::sum(dy, {0}) : Tensor()};
-  };
+Formula linear(const Tensor& x, const Tensor& w, bool has_bias) {
+  return {[x, w, has_bias](const Tensor& dy, const GradMask& m) {
+            return Grads{m[0] ? detail::mm(dy, w, false, false) : Tensor(),
+                         m[1] ? detail::mm(dy, x, true, false) : Tensor(),
+                         has_bias && m[2] ? tgrad::sum(dy, {0}) : Tensor()};
+          },
+          {x, w}};
 }
 
-// ---- transposed convolution ----
+// ---- the convolution family ----
 
-// dx = dgrad(dy, w) (a regular convolution of dy), dw = wgrad(x, dy), db = sum of dy per channel
-BackwardFn conv_transpose(const ConvGeometry& g, const Tensor& x, const Tensor& w) {
-  return [g, x, w](const Tensor& dy, const GradMask& m) {
-    return Grads{m[0] ? detail::conv_transpose_dgrad(g, dy, w, x.shape()) : Tensor(),
-                 m[1] ? detail::conv_transpose_wgrad(g, x, dy, w.shape()) : Tensor(),
-                 m[2] ? detail::conv_transpose_bias_grad(g, dy) : Tensor()};
-  };
+namespace {
+Tensor channel_sum(const Tensor& t4) {
+  return tgrad::sum(t4, {0, 2, 3});
+}
+}  // namespace
+
+Formula conv_transpose(const ConvGeometry& g, const Tensor& x4, const Tensor& w4, bool has_bias) {
+  return {[g, x4, w4, has_bias](const Tensor& dy, const GradMask& m) {
+            return Grads{m[0] ? detail::conv_transpose_dgrad(g, dy, w4, Tensor()) : Tensor(),
+                         m[1] ? detail::conv_transpose_wgrad(g, x4, dy) : Tensor(),
+                         has_bias && m[2] ? channel_sum(dy) : Tensor()};
+          },
+          {x4, w4}};
+}
+
+Formula conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy4, const Tensor& w4,
+                             bool has_bias) {
+  return {[g, dy4, w4, has_bias](const Tensor& gx, const GradMask& m) {
+            return Grads{m[0] ? detail::conv_transpose(g, gx, w4, Tensor()) : Tensor(),
+                         m[1] ? detail::conv_transpose_wgrad(g, gx, dy4) : Tensor(),
+                         has_bias && m[2] ? channel_sum(gx) : Tensor()};
+          },
+          {dy4, w4}};
+}
+
+Formula conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x4, const Tensor& dy4) {
+  return {[g, x4, dy4](const Tensor& gw, const GradMask& m) {
+            return Grads{m[0] ? detail::conv_transpose_dgrad(g, dy4, gw, Tensor()) : Tensor(),
+                         m[1] ? detail::conv_transpose(g, x4, gw, Tensor()) : Tensor()};
+          },
+          {x4, dy4}};
 }
 
 }  // namespace tgrad::derivatives

@@ -1,6 +1,8 @@
 // The backward formula of every differentiable op, one entry per op (like PyTorch's
-// derivatives table). Each function takes what its op saved and returns the BackwardFn that
-// the op records; core/derivatives.cpp holds every formula together.
+// derivatives table). Each function takes what its op saves and returns the Formula the op
+// records: the closure and the tensors it captured (whose versions backward checks). Every
+// formula is written with differentiable ops, so create_graph records it and double backward
+// works for every entry. core/derivatives.cpp holds these formulas together.
 #pragma once
 
 #include "core/autograd.h"
@@ -10,38 +12,49 @@
 namespace tgrad::derivatives {
 
 // Shape and type changes.
-BackwardFn to_device(Device source);
-BackwardFn to_dtype(DType source);
-BackwardFn identity();  // clone
-BackwardFn reshape(const Shape& source);
-BackwardFn narrow(const Shape& source, int64_t start);  // dim 0
-BackwardFn expand(const Shape& source);
-BackwardFn sum(const Shape& source, const Shape& keep);  // sum and sum_to
+Formula to_device(Device source);
+Formula to_dtype(DType source);
+Formula identity();  // clone
+Formula reshape(const Shape& source);
+Formula narrow(const Shape& source, int64_t start);      // dim 0
+Formula narrow_backward(int64_t start, int64_t length);  // the embedding narrow's formula uses
+Formula expand(const Shape& source);
+Formula sum(const Shape& source, const Shape& keep);  // sum and sum_to
 
 // Arithmetic (a and b may have been broadcast; gradients are summed back to their shapes).
-BackwardFn add(const Shape& a, const Shape& b);
-BackwardFn sub(const Shape& a, const Shape& b);
-BackwardFn mul(const Tensor& a, const Tensor& b);
-BackwardFn div(const Tensor& a, const Tensor& b);
-BackwardFn scale(double factor);                     // y = x * factor (and x + c, where factor = 1)
-BackwardFn rdiv(const Tensor& x, double numerator);  // y = numerator / x
+Formula add(const Shape& a, const Shape& b);
+Formula sub(const Shape& a, const Shape& b);
+Formula mul(const Tensor& a, const Tensor& b);
+Formula div(const Tensor& a, const Tensor& b);
+Formula scale(double factor);                     // y = x * factor (and x + c, where factor = 1)
+Formula rdiv(const Tensor& x, double numerator);  // y = numerator / x
 
-// Pointwise functions; y is the op's output where the formula is cheaper in it.
-BackwardFn exp(const Tensor& y);
-BackwardFn log(const Tensor& x);
-BackwardFn abs(const Tensor& x);
-BackwardFn sqrt(const Tensor& y);
-BackwardFn pow(const Tensor& x, double exponent);
-BackwardFn relu(const Tensor& x);
-BackwardFn leaky_relu(const Tensor& x, double negative_slope);
-BackwardFn sigmoid(const Tensor& y);
-BackwardFn tanh(const Tensor& y);
+// Pointwise functions. Those cheaper in their output y take it detached, with x to recompute it
+// with history when backward records (create_graph).
+Formula exp(const Tensor& x, const Tensor& y);
+Formula log(const Tensor& x);
+Formula abs(const Tensor& x);
+Formula sqrt(const Tensor& x, const Tensor& y);
+Formula pow(const Tensor& x, double exponent);
+Formula relu(const Tensor& x);
+Formula leaky_relu(const Tensor& x, double negative_slope);
+Formula sigmoid(const Tensor& x, const Tensor& y);
+Formula tanh(const Tensor& x, const Tensor& y);
 
-// Products. matmul: y = a b. linear: y = x w^T + b with x 2-D.
-BackwardFn matmul(const Tensor& a, const Tensor& b);
-BackwardFn linear(const Tensor& x, const Tensor& w, bool has_bias);
+// Products. mm: y = op(a) op(b), op = transpose where the flag is set (matmul is mm without
+// flags). linear: y = x w^T + b with x 2-D.
+Formula mm(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b);
+Formula linear(const Tensor& x, const Tensor& w, bool has_bias);
 
-// conv_transpose1d/2d: (dx, dw, db) = (dgrad(dy, w), wgrad(x, dy), sum of dy), each under the mask.
-BackwardFn conv_transpose(const ConvGeometry& g, const Tensor& x, const Tensor& w);
+// The convolution family: one geometry, three passes, each pass's gradients the other two.
+//   conv_transpose: y = T(x, w) (+ b): dx = D(dy, w), dw = W(x, dy), db = sum of dy per channel.
+//   conv_transpose_dgrad: x' = D(dy, w) (a regular convolution of dy, plus b as conv's bias):
+//     d(dy) = T(g, w), dw = W(g, dy), db = sum of g per channel, for upstream gradient g.
+//   conv_transpose_wgrad: w' = W(x, dy): dx = D(dy, g), d(dy) = T(x, g).
+// Tensors are 4-D (N, C, H, W) as the geometry sees them; ops reshape to the user's rank.
+Formula conv_transpose(const ConvGeometry& g, const Tensor& x4, const Tensor& w4, bool has_bias);
+Formula conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy4, const Tensor& w4,
+                             bool has_bias);
+Formula conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x4, const Tensor& dy4);
 
 }  // namespace tgrad::derivatives

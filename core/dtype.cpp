@@ -1,6 +1,8 @@
 // DType names and sizes, Device parsing and printing, and overflow-checked element counts.
 #include "core/dtype.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tgrad {
@@ -10,7 +12,15 @@ int64_t dtype_size(DType dtype) {
 }
 
 const char* dtype_name(DType dtype) {
-  return dtype == DType::float32 ? "float32" : "float64";
+  switch (dtype) {
+    case DType::float32:
+      return "float32";
+    case DType::float64:
+      return "float64";
+    case DType::int64:
+      return "int64";
+  }
+  return "unknown dtype";
 }
 
 std::ostream& operator<<(std::ostream& os, DType dtype) {
@@ -48,14 +58,26 @@ std::ostream& operator<<(std::ostream& os, const Device& device) {
 }
 
 int64_t shape_numel(const Shape& shape, const char* fn) {
-  int64_t n = 1;
+  // The product of the non-zero sizes must fit in int64 even when another size is 0, so that
+  // zeros({0, 2^40, 2^40}) and zeros({2^40, 2^40, 0}) are refused alike, and any product of some
+  // of a shape's sizes (Flatten, a mean's count, a fan-in) is known to fit.
+  int64_t nonzero = 1;
+  bool empty = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     TGRAD_CHECK(shape[i] >= 0, fn, ": size[", i, "]=", shape[i], " must be non-negative (shape ",
                 shape, ")");
-    TGRAD_CHECK(!__builtin_mul_overflow(n, shape[i], &n), fn, ": shape ", shape,
-                " has more elements than int64 can count");
+    if (shape[i] == 0) {
+      empty = true;
+      continue;
+    }
+    TGRAD_CHECK(!__builtin_mul_overflow(nonzero, shape[i], &nonzero), fn, ": shape ", shape,
+                " has more elements than int64 can count",
+                empty || std::count(shape.begin(), shape.end(), 0) > 0
+                    ? " (its non-zero sizes multiply past int64, which tgrad refuses even for an "
+                      "empty tensor)"
+                    : "");
   }
-  return n;
+  return empty ? 0 : nonzero;
 }
 
 }  // namespace tgrad

@@ -1,5 +1,5 @@
-// Element types and devices: DType (float32, float64), Device (cpu, or cuda with an index),
-// and the Shape type with its element count.
+// Element types and devices: DType (float32, float64, and int64 for indices), Device (cpu, or
+// cuda with an index), and the Shape type with its element count.
 #pragma once
 
 #include <cstdint>
@@ -9,16 +9,26 @@
 
 namespace tgrad {
 
-enum class DType { float32, float64 };
+// float32 trains, float64 checks; int64 holds indices (index_select, argmax) and counters
+// (BatchNorm's num_batches_tracked). Arithmetic ops take the floating dtypes only and say so.
+enum class DType { float32, float64, int64 };
 inline constexpr DType kFloat32 = DType::float32;
 inline constexpr DType kFloat64 = DType::float64;
+inline constexpr DType kInt64 = DType::int64;
 
 int64_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // "float32" / "float64"
+const char* dtype_name(DType dtype);  // "float32" / "float64" / "int64"
+inline bool is_floating(DType dtype) {
+  return dtype != DType::int64;
+}
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
+// The DType of a C++ element type; any other type is a compile-time error naming the choices.
 template <class T>
-constexpr DType dtype_of();
+constexpr DType dtype_of() {
+  static_assert(sizeof(T) == 0, "tgrad tensors hold float, double or int64_t elements only");
+  return DType::float32;
+}
 template <>
 constexpr DType dtype_of<float>() {
   return DType::float32;
@@ -26,6 +36,10 @@ constexpr DType dtype_of<float>() {
 template <>
 constexpr DType dtype_of<double>() {
   return DType::float64;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::int64;
 }
 
 enum class DeviceType { cpu, cuda };

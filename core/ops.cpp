@@ -11,21 +11,40 @@
 
 namespace tgrad {
 
-namespace {
+namespace detail {
 
 void check_defined(const char* fn, const char* arg, const Tensor& t) {
   TGRAD_CHECK(t.defined(), fn, ": argument '", arg, "' is an undefined tensor");
 }
 
+void check_floating(const char* fn, const char* arg, const Tensor& t) {
+  check_defined(fn, arg, t);
+  TGRAD_CHECK(t.is_floating_point(), fn, ": argument '", arg, "' is ", t.dtype(),
+              "; this op takes float32 or float64 tensors");
+}
+
 void check_compatible(const char* fn, const char* a_name, const Tensor& a, const char* b_name,
                       const Tensor& b) {
-  check_defined(fn, a_name, a);
-  check_defined(fn, b_name, b);
+  check_floating(fn, a_name, a);
+  check_floating(fn, b_name, b);
   TGRAD_CHECK(a.dtype() == b.dtype(), fn, ": dtype mismatch: ", a_name, " is ", a.dtype(), " but ",
               b_name, " is ", b.dtype());
   TGRAD_CHECK(a.device() == b.device(), fn, ": device mismatch: ", a_name, " is on ", a.device(),
               " but ", b_name, " is on ", b.device());
 }
+
+Tensor new_like(const Tensor& like, const Shape& shape) {
+  return empty(shape, TensorOptions(like.dtype()).device(like.device()));
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::check_compatible;
+using detail::check_defined;
+using detail::check_floating;
+using detail::new_like;
 
 Shape broadcast_shapes(const char* fn, const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.size(), b.size());
@@ -47,12 +66,8 @@ Tensor left_pad(const Tensor& t, size_t rank) {
   return detail::alias(t, s);
 }
 
-Tensor new_like(const Tensor& like, const Shape& shape) {
-  return empty(shape, TensorOptions(like.dtype()).device(like.device()));
-}
-
 Tensor unary(const char* fn, UnaryOp op, double p, const Tensor& x) {
-  check_defined(fn, "input", x);
+  check_floating(fn, "input", x);
   Tensor y = new_like(x, x.shape());
   if (y.numel() > 0) backend(x.device()).unary(op, p, x, y);
   return y;
@@ -116,12 +131,10 @@ Tensor sub(const Tensor& a, const Tensor& b) {
                 derivatives::sub(a.shape(), b.shape()));
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return record("mul", binary("mul", BinaryOp::mul, a, b), {a, b},
-                derivatives::mul(a.detach(), b.detach()));
+  return record("mul", binary("mul", BinaryOp::mul, a, b), {a, b}, derivatives::mul(a, b));
 }
 Tensor div(const Tensor& a, const Tensor& b) {
-  return record("div", binary("div", BinaryOp::div, a, b), {a, b},
-                derivatives::div(a.detach(), b.detach()));
+  return record("div", binary("div", BinaryOp::div, a, b), {a, b}, derivatives::div(a, b));
 }
 Tensor add(const Tensor& a, double b) {
   return record("add", unary("add", UnaryOp::add_scalar, b, a), {a}, derivatives::scale(1.0));
@@ -140,8 +153,7 @@ Tensor rsub(const Tensor& a, double b) {
   return record("rsub", unary("rsub", UnaryOp::rsub_scalar, b, a), {a}, derivatives::scale(-1.0));
 }
 Tensor rdiv(const Tensor& a, double b) {
-  return record("rdiv", unary("rdiv", UnaryOp::rdiv_scalar, b, a), {a},
-                derivatives::rdiv(a.detach(), b));
+  return record("rdiv", unary("rdiv", UnaryOp::rdiv_scalar, b, a), {a}, derivatives::rdiv(a, b));
 }
 Tensor neg(const Tensor& x) {
   return record("neg", unary("neg", UnaryOp::neg, 0.0, x), {x}, derivatives::scale(-1.0));
@@ -191,36 +203,35 @@ Tensor operator-(const Tensor& x) {
 
 Tensor exp(const Tensor& x) {
   Tensor y = unary("exp", UnaryOp::exp, 0.0, x);
-  return record("exp", y, {x}, derivatives::exp(y.detach()));
+  return record("exp", y, {x}, derivatives::exp(x, y.detach()));
 }
 Tensor log(const Tensor& x) {
-  return record("log", unary("log", UnaryOp::log, 0.0, x), {x}, derivatives::log(x.detach()));
+  return record("log", unary("log", UnaryOp::log, 0.0, x), {x}, derivatives::log(x));
 }
 Tensor abs(const Tensor& x) {
-  return record("abs", unary("abs", UnaryOp::abs, 0.0, x), {x}, derivatives::abs(x.detach()));
+  return record("abs", unary("abs", UnaryOp::abs, 0.0, x), {x}, derivatives::abs(x));
 }
 Tensor sqrt(const Tensor& x) {
   Tensor y = unary("sqrt", UnaryOp::sqrt, 0.0, x);
-  return record("sqrt", y, {x}, derivatives::sqrt(y.detach()));
+  return record("sqrt", y, {x}, derivatives::sqrt(x, y.detach()));
 }
 Tensor pow(const Tensor& x, double exponent) {
-  return record("pow", unary("pow", UnaryOp::pow, exponent, x), {x},
-                derivatives::pow(x.detach(), exponent));
+  return record("pow", unary("pow", UnaryOp::pow, exponent, x), {x}, derivatives::pow(x, exponent));
 }
 Tensor relu(const Tensor& x) {
-  return record("relu", unary("relu", UnaryOp::relu, 0.0, x), {x}, derivatives::relu(x.detach()));
+  return record("relu", unary("relu", UnaryOp::relu, 0.0, x), {x}, derivatives::relu(x));
 }
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   return record("leaky_relu", unary("leaky_relu", UnaryOp::leaky_relu, negative_slope, x), {x},
-                derivatives::leaky_relu(x.detach(), negative_slope));
+                derivatives::leaky_relu(x, negative_slope));
 }
 Tensor sigmoid(const Tensor& x) {
   Tensor y = unary("sigmoid", UnaryOp::sigmoid, 0.0, x);
-  return record("sigmoid", y, {x}, derivatives::sigmoid(y.detach()));
+  return record("sigmoid", y, {x}, derivatives::sigmoid(x, y.detach()));
 }
 Tensor tanh(const Tensor& x) {
   Tensor y = unary("tanh", UnaryOp::tanh, 0.0, x);
-  return record("tanh", y, {x}, derivatives::tanh(y.detach()));
+  return record("tanh", y, {x}, derivatives::tanh(x, y.detach()));
 }
 
 // ---- reductions and broadcasting ----
@@ -230,7 +241,7 @@ Tensor sum(const Tensor& x) {
 }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  check_defined("sum", "input", x);
+  check_floating("sum", "input", x);
   const std::vector<int64_t> axes = reduction_dims("sum", x, dims);
   Shape keep = x.shape(), out;
   for (int64_t a : axes)
@@ -248,16 +259,16 @@ Tensor mean(const Tensor& x) {
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  check_defined("mean", "input", x);
-  int64_t count = 1;
+  check_floating("mean", "input", x);
+  double count = 1.0;  // a double: the reduced sizes' product cannot overflow it
   for (int64_t a : reduction_dims("mean", x, dims))
-    count *= x.size(a);
+    count *= static_cast<double>(x.size(a));
   // Like PyTorch, the mean of nothing is NaN (0/0).
-  return div(sum(x, dims, keepdim), static_cast<double>(count));
+  return div(sum(x, dims, keepdim), count);
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
-  check_defined("sum_to", "input", x);
+  check_floating("sum_to", "input", x);
   TGRAD_CHECK(shape.size() <= x.shape().size(), "sum_to: shape ", shape,
               " has more dims than the input shape ", x.shape());
   const size_t lead = x.shape().size() - shape.size();
@@ -280,7 +291,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
-  check_defined("expand", "input", x);
+  check_floating("expand", "input", x);
   const Shape result = broadcast_shapes("expand", x.shape(), shape);
   TGRAD_CHECK(result == shape, "expand: input shape ", x.shape(), " cannot be expanded to ", shape);
   if (x.shape() == shape) return x;
@@ -296,18 +307,28 @@ Tensor expand(const Tensor& x, const Shape& shape) {
 
 namespace detail {
 
-Tensor matmul_raw(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+Tensor mm(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   const int64_t m = transpose_a ? a.size(1) : a.size(0);
   const int64_t n = transpose_b ? b.size(0) : b.size(1);
   const int64_t k = transpose_a ? a.size(0) : a.size(1);
   Tensor y = new_like(a, {m, n});
-  if (y.numel() == 0) return y;
-  if (k == 0) {
-    backend(a.device()).fill(y, 0.0);
-  } else {
-    backend(a.device()).matmul(a, b, y, transpose_a, transpose_b);
+  if (y.numel() > 0) {
+    if (k == 0) {
+      backend(a.device()).fill(y, 0.0);
+    } else {
+      backend(a.device()).matmul(a, b, y, transpose_a, transpose_b);
+    }
   }
-  return y;
+  return record("mm", y, {a, b}, derivatives::mm(a, b, transpose_a, transpose_b));
+}
+
+Tensor narrow_backward(const Tensor& dy, const Shape& shape, int64_t start) {
+  Tensor dx = zeros(shape, TensorOptions(dy.dtype()).device(dy.device()));
+  if (dy.numel() > 0) {
+    const Tensor rows = dx.narrow(0, start, dy.size(0));
+    backend(dy.device()).copy(rows.raw_data(), dy.raw_data(), dy.nbytes(), dy.device());
+  }
+  return record("narrow_backward", dx, {dy}, derivatives::narrow_backward(start, dy.size(0)));
 }
 
 }  // namespace detail
@@ -318,8 +339,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
               a.shape(), " and ", b.shape());
   TGRAD_CHECK(a.size(1) == b.size(0), "matmul: shapes ", a.shape(), " and ", b.shape(),
               " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
-  return record("matmul", detail::matmul_raw(a, b, false, false), {a, b},
-                derivatives::matmul(a.detach(), b.detach()));
+  return detail::mm(a, b, false, false);
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -333,130 +353,26 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     TGRAD_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "linear: bias must be 1-D of size ",
                 w.size(0), ", got shape ", b.shape());
   }
-  const Tensor x2 = x.reshape({-1, w.size(1)});
-  Tensor y2 = detail::matmul_raw(x2, w, false, true);
+  // Rows counted directly (not reshape's -1), so that in_features == 0 works as in PyTorch: the
+  // product of 0 features is 0 and the output is the bias broadcast.
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d)
+    rows *= x.size(d);  // fits: shape_numel bounds every product of a shape's sizes
+  const Tensor x2 = x.reshape({rows, w.size(1)});
+  Tensor y2;
+  {
+    NoGradGuard raw;  // the product is recorded once, as "linear", below
+    y2 = detail::mm(x2, w, false, true);
+  }
   if (b.defined() && y2.numel() > 0) {
     Tensor with_bias = new_like(y2, y2.shape());
     backend(x.device()).binary(BinaryOp::add, y2, detail::alias(b, {1, w.size(0)}), with_bias);
     y2 = with_bias;
   }
-  y2 = record("linear", y2, {x2, w, b}, derivatives::linear(x2.detach(), w.detach(), b.defined()));
+  y2 = record("linear", y2, {x2, w, b}, derivatives::linear(x2, w, b.defined()));
   Shape out = x.shape();
   out.back() = w.size(0);
   return y2.reshape(out);
 }
-
-// ---- transposed convolution ----
-
-namespace {
-
-template <size_t D>
-Tensor conv_transpose(const char* fn, const Tensor& x, const Tensor& w, const Tensor& b,
-                      const ConvTransposeFuncOptions<D>& o) {
-  check_compatible(fn, "input", x, "weight", w);
-  if (b.defined()) check_compatible(fn, "input", x, "bias", b);
-  ConvTransposeArgs args;
-  args.fn = fn;
-  args.spatial_dims = static_cast<int>(D);
-  args.x_shape = x.shape();
-  args.w_shape = w.shape();
-  args.has_bias = b.defined();
-  if (b.defined()) args.b_shape = b.shape();
-  for (size_t i = 0; i < D; ++i) {
-    args.stride[i] = o.stride()[i];
-    args.padding[i] = o.padding()[i];
-    args.output_padding[i] = o.output_padding()[i];
-    args.dilation[i] = o.dilation()[i];
-  }
-  args.groups = o.groups();
-  ConvGeometry g = make_conv_transpose_geometry(args);
-  if (x.dtype() == DType::float32) g.precision = float32_precision();
-
-  const Shape y4 = {g.batch, g.out_channels, g.out_size[0], g.out_size[1]};
-  Tensor y = new_like(x, y4);
-  if (y.numel() > 0) {
-    if (g.x_numel() == 0) {  // nothing to scatter: the output is the bias (or zero)
-      const Tensor zero = zeros({1, 1, 1, 1}, TensorOptions(x.dtype()).device(x.device()));
-      const Tensor bias = b.defined() ? detail::alias(b, {1, g.out_channels, 1, 1}) : zero;
-      backend(x.device()).binary(BinaryOp::add, bias, zero, y);
-    } else {
-      const Tensor x4 = detail::alias(x, {g.batch, g.in_channels, g.in_size[0], g.in_size[1]});
-      const Tensor w4 =
-          detail::alias(w, {g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]});
-      backend(x.device()).conv_transpose_forward(g, x4, w4, b.defined() ? &b : nullptr, y);
-    }
-  }
-  // Back to the caller's rank: (N, C, [H,] W), or without N when the input had none.
-  Shape out;
-  if (x.dim() == static_cast<int64_t>(D) + 2) out.push_back(g.batch);
-  out.push_back(g.out_channels);
-  if (D == 2) out.push_back(g.out_size[0]);
-  out.push_back(g.out_size[1]);
-  return record(fn, detail::alias(y, out), {x, w, b},
-                derivatives::conv_transpose(g, x.detach(), w.detach()));
-}
-
-}  // namespace
-
-Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor& b,
-                        const ConvTranspose1dFuncOptions& options) {
-  return conv_transpose<1>("conv_transpose1d", x, w, b, options);
-}
-
-Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b,
-                        const ConvTranspose2dFuncOptions& options) {
-  return conv_transpose<2>("conv_transpose2d", x, w, b, options);
-}
-
-namespace detail {
-
-Tensor conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w,
-                            const Shape& x_shape) {
-  Tensor dx = new_like(dy, {g.batch, g.in_channels, g.in_size[0], g.in_size[1]});
-  if (dx.numel() > 0 && g.out_channels == 0) {
-    backend(dy.device()).fill(dx, 0.0);  // no output channel depends on x
-  } else if (dx.numel() > 0) {
-    const Tensor dy4 = alias(dy, {g.batch, g.out_channels, g.out_size[0], g.out_size[1]});
-    const Tensor w4 =
-        alias(w, {g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]});
-    backend(dy.device()).conv_transpose_dgrad(g, dy4, w4, dx);
-  }
-  return alias(dx, x_shape);
-}
-
-Tensor conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy,
-                            const Shape& w_shape) {
-  Tensor dw = new_like(x, {g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]});
-  if (dw.numel() > 0) {
-    if (g.x_numel() == 0) {
-      backend(x.device()).fill(dw, 0.0);
-    } else {
-      const Tensor x4 = alias(x, {g.batch, g.in_channels, g.in_size[0], g.in_size[1]});
-      const Tensor dy4 = alias(dy, {g.batch, g.out_channels, g.out_size[0], g.out_size[1]});
-      backend(x.device()).conv_transpose_wgrad(g, x4, dy4, dw);
-    }
-  }
-  return alias(dw, w_shape);
-}
-
-Tensor conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy) {
-  Tensor db = new_like(dy, {g.out_channels});
-  if (db.numel() > 0) {
-    if (g.batch == 0) {
-      backend(dy.device()).fill(db, 0.0);
-    } else if (g.in_channels == 0) {
-      // No input channels: the backend's conv passes need some, but db is a plain sum of dy.
-      const Tensor dy4 = alias(dy, {g.batch, g.out_channels, g.out_size[0], g.out_size[1]});
-      Tensor db4 = alias(db, {1, g.out_channels, 1, 1});
-      backend(dy.device()).sum_to(dy4, db4);
-    } else {
-      const Tensor dy4 = alias(dy, {g.batch, g.out_channels, g.out_size[0], g.out_size[1]});
-      backend(dy.device()).conv_transpose_bias_grad(g, dy4, db);
-    }
-  }
-  return db;
-}
-
-}  // namespace detail
 
 }  // namespace tgrad

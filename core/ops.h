@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <variant>
 #include <vector>
 
 #include "core/tensor.h"
@@ -61,7 +62,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // Broadcasts x to `shape` (a copy, differentiable).
 Tensor expand(const Tensor& x, const Shape& shape);
 
-// Products. matmul: 2-D (M,K) x (K,N). linear: x (..., in) with w (out, in) and optional b (out).
+// Products. matmul: 2-D (M,K) x (K,N). linear: x (..., in) with w (out, in) and optional b (out);
+// with in == 0 the output is b broadcast (zeros without b), as in PyTorch.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 
@@ -119,5 +121,55 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor& b = Tens
 // x (N, C_in, H, W) or (C_in, H, W); w (C_in, C_out/groups, kH, kW); b (C_out) or undefined.
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
                         const ConvTranspose2dFuncOptions& options = {});
+
+// The padding of conv1d/conv2d: per-axis numbers, or LibTorch's kValid (none) or kSame (the output
+// has the input's size; stride must be 1, and an odd total padding puts the extra element after).
+namespace enumtype {
+struct kValid {};
+struct kSame {};
+}  // namespace enumtype
+inline constexpr enumtype::kValid kValid{};
+inline constexpr enumtype::kSame kSame{};
+template <size_t D>
+using ConvPaddingT = std::variant<ExpandingArray<D>, enumtype::kValid, enumtype::kSame>;
+
+// The functional options of conv1d/conv2d, with LibTorch's names and defaults:
+// Conv2dFuncOptions().stride(2).padding(1), .padding(kSame), .padding({1, 2}).
+template <size_t D>
+class ConvFuncOptions {
+  TGRAD_ARG(ExpandingArray<D>, stride) = 1;
+  TGRAD_ARG(ExpandingArray<D>, dilation) = 1;
+  TGRAD_ARG(int64_t, groups) = 1;
+
+ public:
+  auto& padding(ExpandingArray<D> p) {
+    padding_ = p;
+    return *this;
+  }
+  auto& padding(enumtype::kValid p) {
+    padding_ = p;
+    return *this;
+  }
+  auto& padding(enumtype::kSame p) {
+    padding_ = p;
+    return *this;
+  }
+  const ConvPaddingT<D>& padding() const { return padding_; }
+
+ private:
+  ConvPaddingT<D> padding_ = ExpandingArray<D>(0);
+};
+using Conv1dFuncOptions = ConvFuncOptions<1>;
+using Conv2dFuncOptions = ConvFuncOptions<2>;
+
+// Regular (cross-correlation) convolutions, as torch.nn.functional.conv1d/conv2d.
+// x (N, C_in, L) or (C_in, L); w (C_out, C_in/groups, k); b (C_out) or undefined.
+// They run the transposed convolution's kernels with the passes swapped: a convolution's forward
+// is a transposed convolution's input-gradient pass, so both families are exactly as fast.
+Tensor conv1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+              const Conv1dFuncOptions& options = {});
+// x (N, C_in, H, W) or (C_in, H, W); w (C_out, C_in/groups, kH, kW); b (C_out) or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
+              const Conv2dFuncOptions& options = {});
 
 }  // namespace tgrad

@@ -1,6 +1,8 @@
-// Non-recording building blocks shared by core/ops.cpp, core/tensor.cpp and
-// core/derivatives.cpp. Not part of the public API.
+// Building blocks shared by core/ops*.cpp, core/tensor.cpp and core/derivatives.cpp. Not part
+// of the public API (not installed).
 #pragma once
+
+#include <mutex>
 
 #include "core/backend.h"
 #include "core/conv_geometry.h"
@@ -8,15 +10,40 @@
 
 namespace tgrad::detail {
 
-// A tensor sharing t's storage with another shape of the same element count; no autograd.
+// Guards every read-modify-write of a leaf's .grad (backward's accumulation, set_grad,
+// zero_grad), so that threads sharing parameters do not race.
+std::mutex& leaf_grad_mutex();
+// Refuses an in-place write into `t` that autograd could not see (see Tensor::copy_), then counts
+// the write on t's version counter. Call before writing.
+void begin_inplace_write(const char* fn, const Tensor& t);
+
+// Argument checks shared by the ops: defined; floating (float32/float64); two operands of one
+// floating dtype and one device. Each names the op and the argument.
+void check_defined(const char* fn, const char* arg, const Tensor& t);
+void check_floating(const char* fn, const char* arg, const Tensor& t);
+void check_compatible(const char* fn, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b);
+// An uninitialised tensor of `shape` with like's dtype and device.
+Tensor new_like(const Tensor& like, const Shape& shape);
+
+// A tensor sharing t's storage (and version counter) with another shape of the same element
+// count; no autograd.
 Tensor alias(const Tensor& t, const Shape& shape);
-// y = op(a) op(b) for 2-D a, b (no autograd).
-Tensor matmul_raw(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b);
-// The four conv passes on user-shaped tensors (no autograd); shapes come from g.
-Tensor conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w,
-                            const Shape& x_shape);
-Tensor conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy,
-                            const Shape& w_shape);
-Tensor conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy);
+
+// Recorded building blocks that backward formulas are written with (so that create_graph can
+// record them too). mm: y = op(a) op(b) for 2-D a, b, op = transpose where the flag is set.
+Tensor mm(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b);
+// zeros of `shape` with dy's rows at [start, start + dy.size(0)) of dim 0: narrow's gradient.
+Tensor narrow_backward(const Tensor& dy, const Shape& shape, int64_t start);
+
+// The three passes of one transposed-convolution geometry as recorded ops on 4-D tensors
+// (x (N, C_in, H, W), w (C_in, C_out/g, kH, kW), y (N, C_out, H_out, W_out)). b is an optional
+// bias (C_out for conv_transpose; C_in, a regular convolution's bias, for conv_transpose_dgrad).
+// Each reads the float32 precision in force when it is called, so a backward uses the precision
+// set when it runs.
+Tensor conv_transpose(const ConvGeometry& g, const Tensor& x4, const Tensor& w4, const Tensor& b);
+Tensor conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy4, const Tensor& w4,
+                            const Tensor& b);
+Tensor conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x4, const Tensor& dy4);
 
 }  // namespace tgrad::detail

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <mutex>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -25,6 +26,7 @@ Tensor make_tensor(const Shape& shape, DType dtype, Device device, const char* f
               " of ", dtype, " needs more bytes than int64 can count");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = backend(device).allocate(nbytes, device);
+  impl->version = std::make_shared<VersionCounter>();
   impl->storage_numel = numel;
   impl->shape = shape;
   impl->dtype = dtype;
@@ -76,6 +78,7 @@ Tensor alias(const Tensor& t, const Shape& shape) {
   auto impl = std::make_shared<TensorImpl>();
   const TensorImpl& src = *t.impl();
   impl->storage = src.storage;
+  impl->version = src.version;
   impl->storage_numel = src.storage_numel;
   impl->offset = src.offset;
   impl->shape = shape;
@@ -134,29 +137,50 @@ T* Tensor::data_ptr() const {
 }
 template float* Tensor::data_ptr<float>() const;
 template double* Tensor::data_ptr<double>() const;
+template int64_t* Tensor::data_ptr<int64_t>() const;
+
+namespace {
+
+// Calls f(p) with p the typed pointer to a CPU tensor's first element.
+template <class F>
+void with_host_elements(const Tensor& host, F&& f) {
+  switch (host.dtype()) {
+    case DType::float32:
+      f(host.data_ptr<float>());
+      return;
+    case DType::float64:
+      f(host.data_ptr<double>());
+      return;
+    case DType::int64:
+      f(host.data_ptr<int64_t>());
+      return;
+  }
+}
+
+}  // namespace
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   Tensor host = device().is_cpu() ? *this : detach().to(Device(kCPU));
   std::vector<T> out(static_cast<size_t>(host.numel()));
-  if (host.dtype() == DType::float32) {
-    const float* p = host.data_ptr<float>();
+  with_host_elements(host, [&](const auto* p) {
     for (size_t i = 0; i < out.size(); ++i)
       out[i] = static_cast<T>(p[i]);
-  } else {
-    const double* p = host.data_ptr<double>();
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = static_cast<T>(p[i]);
-  }
+  });
   return out;
 }
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 
 double Tensor::item() const {
   TGRAD_CHECK(numel() == 1, "Tensor::item: the tensor has ", numel(), " elements (shape ", shape(),
               "), item() needs exactly one");
   return to_vector<double>()[0];
+}
+
+uint64_t Tensor::version() const {
+  return checked("version").version->get();
 }
 
 Tensor Tensor::to(Device device) const {
@@ -253,6 +277,7 @@ Tensor Tensor::grad() const {
 
 void Tensor::set_grad(const Tensor& grad) const {
   TensorImpl& t = const_cast<TensorImpl&>(checked("set_grad"));
+  const std::lock_guard<std::mutex> lock(detail::leaf_grad_mutex());
   if (!grad.defined()) {
     t.grad.reset();
     return;
@@ -261,20 +286,28 @@ void Tensor::set_grad(const Tensor& grad) const {
               "set_grad: gradient of shape ", grad.shape(), " ", grad.dtype(), " on ",
               grad.device(), " does not match the tensor's shape ", t.shape, " ", t.dtype, " on ",
               t.device);
+  // A tensor holding itself as its gradient never frees, and an optimizer step would move the
+  // "gradient" with the parameter.
+  TGRAD_CHECK(grad.impl()->storage != t.storage,
+              "set_grad: the gradient shares storage with the "
+              "tensor itself (a tensor cannot be its own gradient); pass a clone()");
   t.grad = grad.impl_ptr();
 }
 
 void Tensor::zero_grad() const {
-  const_cast<TensorImpl&>(checked("zero_grad")).grad.reset();
+  TensorImpl& t = const_cast<TensorImpl&>(checked("zero_grad"));
+  const std::lock_guard<std::mutex> lock(detail::leaf_grad_mutex());
+  t.grad.reset();
 }
 
 const std::shared_ptr<Node>& Tensor::grad_fn() const {
   return checked("grad_fn").grad_fn;
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph,
+                      bool create_graph) const {
   checked("backward");
-  run_backward(*this, gradient, retain_graph);
+  run_backward(*this, gradient, retain_graph.value_or(create_graph), create_graph);
 }
 
 Tensor Tensor::detach() const {
@@ -282,25 +315,54 @@ Tensor Tensor::detach() const {
   return detail::alias(*this, shape());
 }
 
+namespace detail {
+
+void begin_inplace_write(const char* fn, const Tensor& t) {
+  const TensorImpl& impl = *t.impl();
+  if (grad_mode_enabled() && impl.requires_grad) {
+    TGRAD_CHECK(impl.grad_fn != nullptr, fn,
+                ": a leaf tensor that requires grad cannot be written in place while grad mode "
+                "is on (use NoGradGuard, as optimizers and init functions do)");
+    TGRAD_FAIL(fn, ": the tensor was computed by '", impl.grad_fn->name,
+               "' and requires grad; tgrad does not record in-place writes, so this one would "
+               "be invisible to backward. Compute a new tensor instead (or write under "
+               "NoGradGuard into a detach()ed copy)");
+  }
+  impl.version->bump();
+}
+
+}  // namespace detail
+
 Tensor& Tensor::copy_(const Tensor& src) {
   const TensorImpl& t = checked("copy_");
   TGRAD_CHECK(src.defined(), "copy_: the source tensor is undefined");
-  TGRAD_CHECK(!(grad_mode_enabled() && t.requires_grad && t.grad_fn == nullptr),
-              "copy_: a leaf tensor that requires grad cannot be written in place while grad "
-              "mode is on (use NoGradGuard)");
   TGRAD_CHECK(src.shape() == t.shape, "copy_: source shape ", src.shape(),
               " does not match destination shape ", t.shape);
+  detail::begin_inplace_write("copy_", *this);
   copy_into(*this, src);
   return *this;
 }
 
 Tensor& Tensor::fill_(double value) {
-  const TensorImpl& t = checked("fill_");
-  TGRAD_CHECK(!(grad_mode_enabled() && t.requires_grad && t.grad_fn == nullptr),
-              "fill_: a leaf tensor that requires grad cannot be written in place while grad "
-              "mode is on (use NoGradGuard)");
+  checked("fill_");
+  detail::begin_inplace_write("fill_", *this);
   if (numel() > 0) backend(device()).fill(*this, value);
   return *this;
+}
+
+void Tensor::set_data(const Tensor& src) const {
+  TensorImpl& t = const_cast<TensorImpl&>(checked("set_data"));
+  TGRAD_CHECK(src.defined(), "set_data: the source tensor is undefined");
+  TGRAD_CHECK(src.shape() == t.shape, "set_data: source shape ", src.shape(),
+              " does not match the tensor's shape ", t.shape);
+  // The version counter stays (it is the tensor's identity for saved-tensor checks) and counts
+  // this as a write; the storage, dtype and device are src's.
+  t.version->bump();
+  t.storage = src.impl()->storage;
+  t.storage_numel = src.impl()->storage_numel;
+  t.offset = src.impl()->offset;
+  t.dtype = src.dtype();
+  t.device = src.device();
 }
 
 // ---- printing ----
@@ -310,10 +372,12 @@ namespace {
 constexpr int64_t kSummarizeAbove = 1000;  // PyTorch's default print threshold
 constexpr int64_t kEdgeItems = 3;
 
-void print_values(std::ostream& os, const std::vector<double>& v, const Shape& shape, size_t dim,
-                  int64_t offset, bool summarize, int indent) {
+// Prints the elements p[offset + ...] of `shape` from dimension `dim` on, reading them in place.
+template <class T>
+void print_values(std::ostream& os, const T* p, const Shape& shape, size_t dim, int64_t offset,
+                  bool summarize, int indent) {
   if (shape.empty()) {
-    os << v[0];
+    os << p[0];
     return;
   }
   const int64_t n = shape[dim];
@@ -329,9 +393,9 @@ void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s
       continue;
     }
     if (dim + 1 == shape.size()) {
-      os << std::setw(10) << v[static_cast<size_t>(offset + i * stride)];
+      os << std::setw(10) << p[offset + i * stride];
     } else {
-      print_values(os, v, shape, dim + 1, offset + i * stride, summarize, indent + 1);
+      print_values(os, p, shape, dim + 1, offset + i * stride, summarize, indent + 1);
     }
     if (i + 1 < n) os << (dim + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
   }
@@ -348,7 +412,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (t.numel() == 0) {
     body << "[]";
   } else {
-    print_values(body, t.to_vector<double>(), t.shape(), 0, 0, summarize, 7);
+    // Read in place on the CPU; a CUDA tensor costs one host copy.
+    const Tensor host = t.device().is_cpu() ? t : t.detach().to(Device(kCPU));
+    with_host_elements(
+        host, [&](const auto* p) { print_values(body, p, t.shape(), 0, 0, summarize, 7); });
   }
   os << "tensor(" << body.str() << ", shape=" << detail::cat(t.shape()) << ", dtype=" << t.dtype()
      << ", device=" << t.device();
@@ -392,6 +459,31 @@ Tensor arange(double end, TensorOptions options) {
   return arange(0.0, end, 1.0, options);
 }
 
+namespace {
+
+// A tensor of `shape` with element i = value(i), written straight into a host tensor of the
+// requested dtype. For another device, the device tensor is allocated first (so an impossible
+// size fails before any work) and the host tensor, counted by the CPU allocator, is the only
+// staging copy.
+template <class Value>
+Tensor host_filled(const Shape& shape, TensorOptions options, const char* fn, Value value) {
+  const DType dtype = options.dtype();
+  Tensor device_tensor;
+  if (!options.device().is_cpu()) device_tensor = make_tensor(shape, dtype, options.device(), fn);
+  Tensor host = make_tensor(shape, dtype, Device(kCPU), fn);
+  const int64_t n = host.numel();
+  with_host_elements(host, [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = static_cast<T>(value(i));
+  });
+  if (!device_tensor.defined()) return finish(host, options);
+  copy_into(device_tensor, host);
+  return finish(device_tensor, options);
+}
+
+}  // namespace
+
 Tensor arange(double start, double end, double step, TensorOptions options) {
   TGRAD_CHECK(step != 0.0 && std::isfinite(step), "arange: step=", step,
               " must be non-zero and finite");
@@ -399,26 +491,24 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
               " must be finite");
   TGRAD_CHECK((end - start) * step >= 0.0, "arange: step=", step, " goes away from end=", end,
               " starting at start=", start);
-  const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
-  std::vector<double> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    values[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
+  // The count is checked as a double before it becomes an int64 (a cast of a double past
+  // int64's range is undefined); no tensor can hold 2^62 elements of 4 bytes anyway.
+  const double count = std::ceil((end - start) / step);
+  constexpr double kMaxCount = 4611686018427387904.0;  // 2^62
+  TGRAD_CHECK(std::isfinite(count) && count <= kMaxCount, "arange: start=", start, ", end=", end,
+              " and step=", step, " make ", count, " elements, more than a tensor can hold");
+  const auto n = static_cast<int64_t>(count);
   if (!options.dtype_opt()) options.dtype(DType::float32);
-  return from_vector(values, {n}, options);
+  return host_filled({n}, options, "arange",
+                     [&](int64_t i) { return start + static_cast<double>(i) * step; });
 }
 
 namespace {
 
 template <class Draw>
 Tensor random_tensor(const Shape& shape, TensorOptions options, const char* fn, Draw draw) {
-  const int64_t n = shape_numel(shape, fn);
-  TGRAD_CHECK(static_cast<int64_t>(shape.size()) <= kMaxRank, fn, ": rank ", shape.size(),
-              " exceeds the maximum rank ", kMaxRank);
-  std::vector<double> values(static_cast<size_t>(n));
-  for (auto& v : values)
-    v = draw();
   if (!options.dtype_opt()) options.dtype(DType::float32);
-  return from_vector(values, shape, options);
+  return host_filled(shape, options, fn, [&](int64_t) { return draw(); });
 }
 
 }  // namespace
@@ -443,15 +533,11 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptio
               " elements but ", values.size(), " values were given");
   const DType dtype = options.dtype_opt().value_or(dtype_of<T>());
   Tensor host = make_tensor(shape, dtype, Device(kCPU), "from_vector");
-  if (dtype == DType::float32) {
-    float* p = host.data_ptr<float>();
+  with_host_elements(host, [&](auto* p) {
+    using T2 = std::remove_pointer_t<decltype(p)>;
     for (size_t i = 0; i < values.size(); ++i)
-      p[i] = static_cast<float>(values[i]);
-  } else {
-    double* p = host.data_ptr<double>();
-    for (size_t i = 0; i < values.size(); ++i)
-      p[i] = static_cast<double>(values[i]);
-  }
+      p[i] = static_cast<T2>(values[i]);
+  });
   Tensor t = host;
   if (!options.device().is_cpu()) {
     t = make_tensor(shape, dtype, options.device(), "from_vector");
@@ -461,6 +547,7 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptio
 }
 template Tensor from_vector<float>(const std::vector<float>&, const Shape&, TensorOptions);
 template Tensor from_vector<double>(const std::vector<double>&, const Shape&, TensorOptions);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, TensorOptions);
 
 bool equal(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;

@@ -1,9 +1,10 @@
-// Tensor: a handle to shared, contiguous, row-major storage of rank 0 to 5, float32 or float64,
-// on one device, with the autograd state (requires_grad, grad, grad_fn) of the tape engine.
-// Copies of a Tensor share everything, as in LibTorch; views (reshape, narrow on dim 0) share
-// storage only.
+// Tensor: a handle to shared, contiguous, row-major storage of rank 0 to 8, float32, float64 or
+// int64, on one device, with the autograd state (requires_grad, grad, grad_fn) of the tape
+// engine. Copies of a Tensor share everything, as in LibTorch; views (reshape, narrow on dim 0)
+// share storage and its version counter only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,12 +20,28 @@ namespace tgrad {
 struct Node;
 class Generator;
 
-inline constexpr int64_t kMaxRank = 5;
+// PixelShuffle reshapes a 4-D batch to rank 6; 8 leaves room for a batch of 3-D volumes too.
+inline constexpr int64_t kMaxRank = 8;
+
+// Counts the in-place writes to one storage; every view and detached alias of the storage
+// shares it. The tape remembers the count of each tensor a node saved, and backward refuses to
+// use a saved tensor whose count has moved (as PyTorch's version counter).
+struct VersionCounter {
+  std::atomic<uint64_t> value{0};
+  void bump() { value.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t get() const { return value.load(std::memory_order_relaxed); }
+};
 
 struct TensorImpl {
-  std::shared_ptr<void> storage;  // owned by the backend's allocator; freed through its deleter
-  int64_t storage_numel = 0;      // elements the storage holds
-  int64_t offset = 0;             // first element of this tensor, in elements
+  TensorImpl() = default;
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
+  ~TensorImpl();  // releases grad_fn without recursion (core/autograd.cpp)
+
+  std::shared_ptr<void> storage;            // owned by the backend's allocator
+  std::shared_ptr<VersionCounter> version;  // shared by every alias of `storage`
+  int64_t storage_numel = 0;                // elements the storage holds
+  int64_t offset = 0;                       // first element of this tensor, in elements
   Shape shape;
   DType dtype = DType::float32;
   Device device;
@@ -83,9 +100,11 @@ class Tensor {
   DType dtype() const;
   Device device() const;
   bool is_cuda() const { return device().is_cuda(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
   int64_t nbytes() const { return numel() * dtype_size(dtype()); }
 
-  // Data. raw_data() is a device pointer for CUDA tensors. data_ptr<T>() checks the dtype.
+  // Data. raw_data() is a device pointer for CUDA tensors. data_ptr<T>() checks the dtype; T is
+  // float, double or int64_t (anything else fails to compile).
   void* raw_data() const;
   template <class T>
   T* data_ptr() const;
@@ -93,6 +112,8 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const;
   double item() const;  // the single element as double; throws unless numel() == 1
+  // The number of in-place writes to this tensor's storage so far (PyTorch's _version).
+  uint64_t version() const;
   template <class T>
   T item() const {
     return static_cast<T>(item());
@@ -118,18 +139,29 @@ class Tensor {
   bool requires_grad() const;
   Tensor& requires_grad_(bool requires_grad = true);  // leaves only
   bool is_leaf() const;
-  Tensor grad() const;                      // undefined until a backward reaches this leaf
-  void set_grad(const Tensor& grad) const;  // replaces .grad (shape, dtype and device checked)
+  Tensor grad() const;  // undefined until a backward reaches this leaf
+  // Replaces .grad (shape, dtype and device checked; a tensor cannot be its own gradient, nor
+  // share storage with it).
+  void set_grad(const Tensor& grad) const;
   // Clears .grad (sets it to none, PyTorch's default for zero_grad).
   void zero_grad() const;
   const std::shared_ptr<Node>& grad_fn() const;
   // Reverse-mode differentiation from this tensor. A non-scalar needs `gradient` (same shape).
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
-  // Same data, no history, requires_grad false.
+  // retain_graph defaults to create_graph, as in PyTorch; create_graph records the backward
+  // itself so that the gradients can be differentiated again (double backward).
+  void backward(const Tensor& gradient = Tensor(), std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
+  // Same data, no history, requires_grad false. Shares the storage and its version counter.
   Tensor detach() const;
+  // Points this tensor (every handle to it) at `src`'s data, dtype and device, keeping its
+  // autograd identity; shapes must match. For moving parameters in place (Module::to). Counts
+  // as an in-place write: a graph that saved the old data refuses to run backward.
+  void set_data(const Tensor& src) const;
 
-  // In-place writes without autograd (for optimizers and initialisation). They throw on a
-  // leaf that requires grad while grad mode is on, as PyTorch does.
+  // In-place writes without autograd (for optimizers and initialisation). tgrad does not record
+  // in-place ops, so while grad mode is on they refuse any tensor that requires grad (a leaf, or
+  // a result of a recorded op), where PyTorch would refuse leaves and record the rest. Each
+  // write bumps the storage's version counter.
   Tensor& copy_(const Tensor& src);  // same shape; converts dtype and device
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
@@ -145,7 +177,8 @@ class Tensor {
 // Prints shape, dtype, device and values; long tensors are shortened with "..." as PyTorch does.
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// Factories. Shapes have rank 0 to 5.
+// Factories. Shapes have rank 0 to 8. Every size is checked (non-negative, element and byte
+// counts within int64, bytes within what the device can hold) before anything is allocated.
 Tensor empty(const Shape& shape, TensorOptions options = {});
 Tensor zeros(const Shape& shape, TensorOptions options = {});
 Tensor ones(const Shape& shape, TensorOptions options = {});
@@ -161,7 +194,7 @@ Tensor rand(const Shape& shape, TensorOptions options = {});
 Tensor rand(const Shape& shape, Generator& gen, TensorOptions options = {});
 Tensor randn(const Shape& shape, TensorOptions options = {});
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {});
-// Copies host values; the dtype is T's unless options name one.
+// Copies host values (float, double or int64_t); the dtype is T's unless options name one.
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions options = {});
 // 0-d tensor holding one value.

@@ -202,7 +202,7 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
 }  // namespace
 
 void fill(Tensor& y, double value) {
-  dispatch_floating(y.dtype(), [&]<class T>() {
+  dispatch_all(y.dtype(), [&]<class T>() {
     T* yp = data<T>(y);
     const T v = static_cast<T>(value);
     const int64_t n = y.numel();
@@ -214,8 +214,8 @@ void fill(Tensor& y, double value) {
 void cast(const Tensor& x, Tensor& y) {
   TGRAD_CHECK(x.shape() == y.shape(), "cpu backend: cast: x shape ", x.shape(),
               " differs from y shape ", y.shape());
-  dispatch_floating(x.dtype(), [&]<class From>() {
-    dispatch_floating(y.dtype(), [&]<class To>() {
+  dispatch_all(x.dtype(), [&]<class From>() {
+    dispatch_all(y.dtype(), [&]<class To>() {
       const From* xp = data<From>(x);
       To* yp = data<To>(y);
       const int64_t n = y.numel();

@@ -22,8 +22,20 @@ void dispatch_floating(DType dtype, F&& f) {
     case DType::float64:
       f.template operator()<double>();
       return;
+    case DType::int64:
+      break;
   }
   TGRAD_FAIL("cpu backend: unsupported dtype ", static_cast<int>(dtype));
+}
+
+// dispatch_floating plus int64, for the kernels that move values without arithmetic (fill, cast).
+template <class F>
+void dispatch_all(DType dtype, F&& f) {
+  if (dtype == DType::int64) {
+    f.template operator()<int64_t>();
+  } else {
+    dispatch_floating(dtype, f);
+  }
 }
 
 // The first element of a contiguous CPU tensor, typed.

@@ -51,10 +51,26 @@ inline unsigned grid_for(int64_t n) {
 // Calls f(float{}) or f(double{}) for the dtype, so a generic lambda can name T = decltype(tag).
 template <class F>
 void dispatch_float(DType dtype, F&& f) {
-  if (dtype == DType::float32) {
-    f(float{});
+  switch (dtype) {
+    case DType::float32:
+      f(float{});
+      return;
+    case DType::float64:
+      f(double{});
+      return;
+    case DType::int64:
+      break;
+  }
+  TGRAD_FAIL("CUDA backend: this kernel takes float32 or float64, got ", dtype);
+}
+
+// dispatch_float, plus int64 (for the kernels that move values without arithmetic: fill, cast).
+template <class F>
+void dispatch_all(DType dtype, F&& f) {
+  if (dtype == DType::int64) {
+    f(int64_t{});
   } else {
-    f(double{});
+    dispatch_float(dtype, f);
   }
 }
 

@@ -174,7 +174,7 @@ void fill(Tensor& y, double value) {
   const int64_t n = y.numel();
   if (n == 0) return;
   DeviceGuard guard(y.device());
-  dispatch_float(y.dtype(), [&](auto tag) {
+  dispatch_all(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     fill_kernel<T><<<grid_for(n), kThreads>>>(y.data_ptr<T>(), static_cast<T>(value), n);
     TGRAD_CUDA_CHECK_LAUNCH("fill_kernel");
@@ -186,9 +186,9 @@ void cast(const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
   if (n == 0) return;
   DeviceGuard guard(y.device());
-  dispatch_float(x.dtype(), [&](auto from_tag) {
+  dispatch_all(x.dtype(), [&](auto from_tag) {
     using From = decltype(from_tag);
-    dispatch_float(y.dtype(), [&](auto to_tag) {
+    dispatch_all(y.dtype(), [&](auto to_tag) {
       using To = decltype(to_tag);
       cast_kernel<From, To><<<grid_for(n), kThreads>>>(x.data_ptr<From>(), y.data_ptr<To>(), n);
       TGRAD_CUDA_CHECK_LAUNCH("cast_kernel");

@@ -17,7 +17,7 @@ Tensor square_with(const Tensor& x, BackwardFn backward) {
     NoGradGuard g;
     y = x * x;
   }
-  return record("planted_square", y, {x}, std::move(backward));
+  return record("planted_square", y, {x}, Formula{std::move(backward), {}});
 }
 
 Tensor input(Generator& gen) {
