@@ -231,4 +231,55 @@ GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   return c.result;
 }
 
+GradcheckResult gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
+                              const GradcheckOptions& options) {
+  std::vector<bool> wanted(inputs.size(), false);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    wanted[i] = inputs[i].defined() && inputs[i].requires_grad();
+  // A fixed upstream gradient v and fixed projections u_i, drawn from the seed.
+  Tensor y0;
+  {
+    NoGradGuard no_grad;
+    std::vector<Tensor> detached;
+    for (const Tensor& in : inputs)
+      detached.push_back(in.defined() ? in.detach() : Tensor());
+    y0 = fn(detached);
+  }
+  TGRAD_CHECK(y0.defined() && y0.dtype() == kFloat64,
+              "gradgradcheck: the function must return a float64 tensor");
+  Generator gen(options.seed + 7);
+  const Tensor v = randn(y0.shape(), gen, TensorOptions(kFloat64).device(y0.device()));
+  std::vector<Tensor> u(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (wanted[i])
+      u[i] = randn(inputs[i].shape(), gen, TensorOptions(kFloat64).device(inputs[i].device()));
+  }
+  // H(x) = sum_i <d<v, fn(x)>/dx_i, u_i>, its first derivatives computed with create_graph:
+  // gradcheck of H compares the recorded backward-of-backward with finite differences of the
+  // (already checked) first backward.
+  const GradcheckFn h = [&](const std::vector<Tensor>& xs) {
+    EnableGradGuard on;
+    std::vector<Tensor> args = xs, leaves;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (!wanted[i]) continue;
+      if (!args[i].requires_grad()) args[i] = args[i].detach().requires_grad_(true);
+      leaves.push_back(args[i]);
+      index.push_back(i);
+    }
+    const Tensor y = fn(args);
+    Tensor total = zeros({}, TensorOptions(kFloat64).device(y.device()));
+    if (!y.requires_grad()) return total;
+    const std::vector<Tensor> g = grad({y}, leaves, {v}, true, true);
+    for (size_t k = 0; k < g.size(); ++k) {
+      if (g[k].defined()) total = total + sum(g[k] * u[index[k]]);
+    }
+    return total;
+  };
+  GradcheckOptions second = options;
+  if (second.name.empty() && y0.grad_fn() == nullptr) second.name = "second derivative";
+  second.config = "gradgradcheck" + (options.config.empty() ? "" : "; " + options.config);
+  return gradcheck(h, inputs, second);
+}
+
 }  // namespace tgrad

@@ -40,4 +40,12 @@ using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 
+// Second derivatives (like torch.autograd.gradgradcheck): for a fixed random upstream gradient v
+// and random directions u_i drawn from options.seed, checks the gradient of
+// H(x) = sum_i <d<v, fn(x)>/dx_i, u_i>, which backward computes by differentiating the recorded
+// backward (create_graph), against finite differences of the first backward. Same options and
+// report as gradcheck; the report's config starts with "gradgradcheck".
+GradcheckResult gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
+                              const GradcheckOptions& options = {});
+
 }  // namespace tgrad

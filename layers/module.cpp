@@ -76,15 +76,6 @@ void Module::train(bool on) {
 
 namespace {
 
-// Points `dst`'s impl at `src`'s storage, keeping the impl (and so every handle) alive.
-void retarget(TensorImpl& dst, const Tensor& src) {
-  dst.storage = src.impl()->storage;
-  dst.storage_numel = src.impl()->storage_numel;
-  dst.offset = src.impl()->offset;
-  dst.dtype = src.dtype();
-  dst.device = src.device();
-}
-
 // Converts every parameter (and its grad) with `convert`, staging all results first so that a
 // failure (no such device, out of memory) leaves every parameter as it was.
 template <class Convert>
@@ -96,8 +87,10 @@ void move_parameters(const std::vector<Tensor>& params, Convert convert) {
     const Tensor g = p.grad();
     if (g.defined()) staged.emplace_back(g, convert(g.detach()));
   }
+  // set_data keeps every handle valid and counts as a write, so a graph that saved a parameter
+  // before the move refuses to run backward instead of mixing old and new data.
   for (auto& [target, converted] : staged)
-    retarget(*target.impl(), converted);
+    target.set_data(converted);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The gradcheck binary: finite-difference checks of every differentiable op, in float64, over
-// random ConvTranspose configurations (every parameter) and every other op, on one device.
+// The gradcheck binary: finite-difference checks of every differentiable op, first derivatives
+// (gradcheck) and second (gradgradcheck, through create_graph), in float64, over random
+// ConvTranspose and Conv configurations (every parameter) and every other op, on one device.
 // Prints a summary table (op, configs, max abs and rel error) and exits 1 on any failure.
 #include <CLI/CLI.hpp>
 
@@ -34,15 +35,26 @@ struct Runner {
   std::vector<std::string> order;
   std::vector<std::string> failures;
 
+  // gradcheck, then (when `second` is set) gradgradcheck in fast mode, each its own row.
   void check(const std::string& op, const Fn& fn, const std::vector<Tensor>& inputs,
-             tgrad::GradcheckOptions options) {
+             tgrad::GradcheckOptions options, bool second = true) {
+    check_one(op, fn, inputs, options, false);
+    if (second) {
+      options.fast_mode = true;
+      check_one(op + " (2nd)", fn, inputs, options, true);
+    }
+  }
+
+  void check_one(const std::string& op, const Fn& fn, const std::vector<Tensor>& inputs,
+                 tgrad::GradcheckOptions options, bool second) {
     options.name = op;
     if (!rows.count(op)) order.push_back(op);
     Row& row = rows[op];
     ++row.configs;
     tgrad::GradcheckResult r;
     try {
-      r = tgrad::gradcheck(fn, inputs, options);
+      r = second ? tgrad::gradgradcheck(fn, inputs, options)
+                 : tgrad::gradcheck(fn, inputs, options);
     } catch (const std::exception& e) {
       r.ok = false;
       r.report = "gradcheck threw for " + op + " [" + options.config + "]: " + e.what();
@@ -84,7 +96,37 @@ void check_conv(Runner& run, int configs, uint64_t seed) {
       // Small problems get the full Jacobian; the rest random projections (v^T J u).
       const int64_t work = c.p.batch * c.p.in_channels * c.p.in_size[0] * c.p.in_size[1];
       o.fast_mode = work > 24 || done % 4 != 0;
-      run.check(c.fn(), fn, inputs, o);
+      // Second derivatives on every third configuration: each costs a recorded backward per
+      // finite-difference step.
+      run.check(c.fn(), fn, inputs, o, done % 3 == 0);
+
+      // The regular convolution with the same weight, on an input shaped like this case's
+      // output: conv1d/conv2d run the same kernels with the passes swapped.
+      if (c.p.in_size[0] == 0 || c.p.in_size[1] == 0) continue;  // no convolution has that output
+      tgrad::Generator conv_gen(seed + done);
+      const Tensor y = fn(inputs);
+      std::vector<Tensor> conv_inputs = {run.input(y.shape(), conv_gen),
+                                         inputs[1].detach().requires_grad_(true)};
+      if (c.bias) conv_inputs.push_back(run.input({c.p.in_channels}, conv_gen));
+      Fn conv_fn = [c](const std::vector<Tensor>& in) {
+        const Tensor b = in.size() > 2 ? in[2] : Tensor();
+        if (c.spatial_dims == 1) {
+          return tgrad::conv1d(in[0], in[1], b,
+                               tgrad::Conv1dFuncOptions()
+                                   .stride(c.p.stride[1])
+                                   .padding(c.p.padding[1])
+                                   .dilation(c.p.dilation[1])
+                                   .groups(c.p.groups));
+        }
+        return tgrad::conv2d(in[0], in[1], b,
+                             tgrad::Conv2dFuncOptions()
+                                 .stride({c.p.stride[0], c.p.stride[1]})
+                                 .padding({c.p.padding[0], c.p.padding[1]})
+                                 .dilation({c.p.dilation[0], c.p.dilation[1]})
+                                 .groups(c.p.groups));
+      };
+      o.fast_mode = true;
+      run.check(c.spatial_dims == 1 ? "conv1d" : "conv2d", conv_fn, conv_inputs, o, done % 3 == 1);
     }
   }
 }
@@ -239,12 +281,12 @@ int main(int argc, char** argv) {
   check_conv(run, configs, seed);
   check_other_ops(run, seed);
 
-  std::printf("\n%-18s %8s %9s %12s %12s\n", "op", "configs", "failures", "max abs err",
+  std::printf("\n%-24s %8s %9s %12s %12s\n", "op", "configs", "failures", "max abs err",
               "max rel err");
   int total = 0, failed = 0;
   for (const std::string& op : run.order) {
     const Row& r = run.rows[op];
-    std::printf("%-18s %8d %9d %12.3e %12.3e\n", op.c_str(), r.configs, r.failures, r.max_abs,
+    std::printf("%-24s %8d %9d %12.3e %12.3e\n", op.c_str(), r.configs, r.failures, r.max_abs,
                 r.max_rel);
     total += r.configs;
     failed += r.failures;

@@ -39,6 +39,33 @@ TEST(Gradcheck, PassesACorrectCompositeFunction) {
   }
 }
 
+// The first derivative is right (2x) but computed from a detached x, so its own derivative
+// (2 dy) is lost: gradcheck passes and gradgradcheck must not.
+TEST(Gradcheck, GradgradcheckFindsAWrongSecondDerivative) {
+  Generator gen(9);
+  GradcheckFn wrong = [](const std::vector<Tensor>& in) {
+    return square_with(in[0], [x = in[0].detach()](const Tensor& dy, const GradMask&) {
+      return std::vector<Tensor>{dy * x * 2.0};
+    });
+  };
+  GradcheckFn right = [](const std::vector<Tensor>& in) {
+    return square_with(in[0], [x = in[0]](const Tensor& dy, const GradMask&) {
+      return std::vector<Tensor>{dy * x * 2.0};
+    });
+  };
+  const Tensor x = input(gen);
+  EXPECT_TRUE(gradcheck(wrong, {x}).ok);
+  for (bool fast : {false, true}) {
+    GradcheckOptions o;
+    o.fast_mode = fast;
+    const GradcheckResult bad = gradgradcheck(wrong, {x}, o);
+    EXPECT_FALSE(bad.ok);
+    EXPECT_NE(bad.report.find("gradgradcheck"), std::string::npos) << bad.report;
+    const GradcheckResult good = gradgradcheck(right, {x}, o);
+    EXPECT_TRUE(good.ok) << good.report;
+  }
+}
+
 TEST(Gradcheck, FindsAWrongFormulaAndNamesIt) {
   Generator gen(2);
   GradcheckFn f = [](const std::vector<Tensor>& in) {
