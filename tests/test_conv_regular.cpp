@@ -106,8 +106,8 @@ TEST(ConvRegular, MatchesPyTorchWithGradientsAndSecondOrderCuda) {
 // <g, conv2d(x, w)> for any g, x (the adjoint identity), to float64 rounding.
 TEST(ConvRegular, IsTheAdjointOfTheTransposedConvolution) {
   Generator gen(3);
-  const Tensor w = randn({4, 3, 3, 2}, gen, kFloat64);  // conv: C_out 4, C_in 3
-  const Tensor x = randn({2, 3, 9, 8}, gen, kFloat64);
+  const Tensor w = randn({4, 3, 3, 2}, gen, kFloat64);   // conv: C_out 4, C_in 3
+  const Tensor x = randn({2, 3, 10, 8}, gen, kFloat64);  // H: 10 + 2 - 3 = 9 = 2*4 + 1
   const auto o = Conv2dFuncOptions().stride({2, 1}).padding({1, 0}).dilation({1, 2});
   const Tensor y = conv2d(x, w, Tensor(), o);
   const Tensor g = randn(y.shape(), gen, kFloat64);
@@ -159,7 +159,7 @@ TEST(ConvRegular, BadArgumentsAreErrorsNamingThem) {
             }).find("bias must be 1-D of size C_out=6"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              conv2d(x, zeros({6, 4, 3, 3}, kFloat64));
+              conv2d(zeros({4, 5}, kFloat64), zeros({6, 4, 3, 3}, kFloat64));
             }).find("conv2d: input must be 3-D (unbatched) or 4-D (batched)"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
