@@ -9,13 +9,10 @@
 #include <cstdint>
 #include <string>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace tgrad {
-
-// How CUDA conv kernels may compute float32 work (like torch.set_float32_matmul_precision):
-// highest = float32-accurate; high = TF32 tensor cores allowed.
-enum class Precision { highest, high };
 
 struct ConvGeometry {
   int64_t batch = 0;         // N
@@ -42,11 +39,6 @@ struct ConvGeometry {
   double flops() const;
   std::string str() const;  // one line naming every field, for messages and failing tests
 };
-
-// The output length of one axis: (in - 1)*stride - 2*padding + dilation*(k - 1) + output_padding
-// + 1; tgrad::Error when a step leaves int64.
-int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
-                                int64_t dilation, int64_t output_padding);
 
 // Everything a conv_transpose call is given, before validation. Spatial arrays hold
 // `spatial_dims` meaningful entries, axis order as the user wrote them (1-D: entry 0 only).

@@ -115,6 +115,12 @@ class ConvTransposeFuncOptions {
 using ConvTranspose1dFuncOptions = ConvTransposeFuncOptions<1>;
 using ConvTranspose2dFuncOptions = ConvTransposeFuncOptions<2>;
 
+// The output length of one axis of a transposed convolution:
+// (in - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1; tgrad::Error when a step
+// leaves int64.
+int64_t conv_transpose_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
+                                int64_t dilation, int64_t output_padding);
+
 // x (N, C_in, L) or (C_in, L); w (C_in, C_out/groups, k); b (C_out) or undefined.
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
                         const ConvTranspose1dFuncOptions& options = {});

@@ -38,12 +38,13 @@ run_step("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${pr
 if(MODE STREQUAL "headers")
   set(inc ${prefix}/include/tgrad)
   foreach(required tgrad.h core/tensor.h core/ops.h core/autograd.h core/gradcheck.h
-                   core/backend.h layers/nn.h layers/conv_transpose.h layers/checkpoint.h)
+                   core/device.h layers/nn.h layers/conv_transpose.h layers/checkpoint.h)
     if(NOT EXISTS ${inc}/${required})
       message(FATAL_ERROR "not installed: include/tgrad/${required}")
     endif()
   endforeach()
-  foreach(internal core/ops_internal.h core/derivatives.h cpu cuda)
+  foreach(internal core/ops_internal.h core/derivatives.h core/backend.h core/conv_geometry.h
+                   cpu cuda)
     if(EXISTS ${inc}/${internal})
       message(FATAL_ERROR "installed but internal: include/tgrad/${internal}")
     endif()

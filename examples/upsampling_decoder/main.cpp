@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/backend.h"
+#include "core/device.h"
 #include "dataset.h"
 #include "layers/nn.h"
 #include "model.h"

@@ -5,8 +5,7 @@
 #pragma once
 
 #include "core/autograd.h"
-#include "core/backend.h"
-#include "core/conv_geometry.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/gradcheck.h"

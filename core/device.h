@@ -1,0 +1,40 @@
+// The public device-level settings and queries: CUDA availability and memory statistics, a cap
+// on the bytes tensors may hold, and the float32 precision of CUDA convolutions and matmuls.
+// (The backend interface behind them, core/backend.h, is internal and not installed.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace tgrad {
+
+// How CUDA conv kernels and cuBLAS matmuls may compute float32 work (like
+// torch.set_float32_matmul_precision): highest = float32-accurate; high = TF32 tensor cores
+// allowed. Each kernel reads the setting when it runs, so a backward uses the precision in force
+// at backward time.
+enum class Precision { highest, high };
+
+// True when tgrad was built with CUDA and at least one device is present.
+bool cuda_is_available();
+int cuda_device_count();
+// The caching allocator's statistics and cache release, as torch.cuda.memory_allocated() etc.
+int64_t cuda_memory_allocated(int device = 0);
+int64_t cuda_memory_reserved(int device = 0);
+int64_t cuda_max_memory_allocated(int device = 0);
+void cuda_empty_cache(int device = 0);
+void cuda_synchronize(int device = 0);
+
+// Caps the bytes that live tensors (and kernel workspaces) may hold on `device`; 0 removes the
+// cap. Allocations past it throw tgrad::Error as a real out-of-memory would: a way to test
+// that a computation fails cleanly when memory runs out, and to bound an embedding program.
+void set_memory_limit(Device device, int64_t bytes);
+int64_t memory_limit(Device device);
+
+// The float32 precision: "highest" (default) or "high" (TF32 allowed).
+void set_float32_matmul_precision(const std::string& precision);
+std::string get_float32_matmul_precision();
+Precision float32_precision();
+
+}  // namespace tgrad
