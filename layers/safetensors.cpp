@@ -1,18 +1,18 @@
 // safetensors reading (parse everything, validate everything, then build tensors) and writing
-// (header padded to 8 bytes as the reference writer does, temporary file, rename).
+// (header padded to 8 bytes as the reference writer does, written atomically by file_io).
 #include "layers/safetensors.h"
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
+#include <string_view>
 #include <vector>
+
+#include "layers/file_io.h"
 
 namespace tgrad::safetensors {
 
@@ -24,6 +24,7 @@ namespace {
 
 // The reference implementation refuses headers above 100 MB; so does this one.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+using Json = nlohmann::json;
 
 const char* dtype_code(DType dtype) {
   return dtype == DType::float32 ? "F32" : "F64";
@@ -154,17 +155,12 @@ File parse(const std::string& bytes, const std::string& what) {
 }
 
 File load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TGRAD_CHECK(in.good(), "safetensors::load: cannot open '", path, "' for reading");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  TGRAD_CHECK(!in.bad(), "safetensors::load: error reading '", path, "'");
-  return parse(buffer.str(), "'" + path + "'");
+  return parse(file_io::read_regular_file(path, "safetensors::load"), "'" + path + "'");
 }
 
 void save(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata) {
   const std::string fn = "safetensors::save: '" + path + "'";
-  nlohmann::json header = nlohmann::json::object();
+  Json header = Json::object();
   std::set<std::string> names;
   std::vector<Tensor> host;
   uint64_t offset = 0;
@@ -183,30 +179,13 @@ void save(const std::string& path, const nn::NamedTensors& tensors, const Metada
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TGRAD_CHECK(out.good(), fn, ": cannot open '", tmp, "' for writing");
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i)
-      len[i] = static_cast<unsigned char>(json.size() >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(json.data(), static_cast<std::streamsize>(json.size()));
-    for (const Tensor& t : host) {
-      out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
-    }
-    out.flush();
-    if (!out.good()) {
-      out.close();
-      std::remove(tmp.c_str());
-      TGRAD_FAIL(fn, ": writing '", tmp, "' failed (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp.c_str());
-    TGRAD_FAIL(fn, ": renaming '", tmp, "' to '", path, "' failed: ", reason);
-  }
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<unsigned char>(json.size() >> (8 * i));
+  std::vector<file_io::Chunk> chunks = {{len, sizeof len}, {json.data(), json.size()}};
+  for (const Tensor& t : host)
+    chunks.push_back({t.raw_data(), static_cast<size_t>(t.nbytes())});
+  file_io::write_atomically(path, chunks, fn);
 }
 
 }  // namespace tgrad::safetensors
