@@ -1,5 +1,6 @@
-// safetensors reading (parse everything, validate everything, then build tensors) and writing
-// (header padded to 8 bytes as the reference writer does, written atomically by file_io).
+// safetensors reading (parse everything with bounded nesting and no duplicate keys, validate
+// everything, then build tensors) and writing (header padded to 8 bytes as the reference writer
+// does, written atomically by file_io).
 #include "layers/safetensors.h"
 
 #include <algorithm>
@@ -24,6 +25,11 @@ namespace {
 
 // The reference implementation refuses headers above 100 MB; so does this one.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The most arrays/objects a header may nest; a valid header needs 3. The reference loader's JSON
+// parser stops at 128 too. nlohmann's parser is iterative, but dumping a value into a message
+// recurses once per level and overflows the stack near 100k levels.
+constexpr int kMaxJsonDepth = 128;
+
 using Json = nlohmann::json;
 
 const char* dtype_code(DType dtype) {
@@ -35,6 +41,74 @@ struct Entry {
   DType dtype;
   Shape shape;
   uint64_t begin, end;
+};
+
+// The checks nlohmann's parser does not make, run on its parse events: nesting depth, and
+// duplicate keys (the parser keeps the last value silently). A duplicate tensor is reported
+// once its second value is parsed, saying whether the two data_offsets differ.
+class HeaderChecker {
+ public:
+  explicit HeaderChecker(const std::string& where) : where_(where) {}
+
+  void on_event(int depth, Json::parse_event_t event, const Json& parsed) {
+    using Event = Json::parse_event_t;
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        // `depth` counts the containers already open around this one.
+        TGRAD_CHECK(depth < kMaxJsonDepth, where_,
+                    ": the header nests JSON arrays/objects more "
+                    "than ",
+                    kMaxJsonDepth, " deep (a valid header needs 3)");
+        if (event == Event::object_start) keys_.emplace_back();
+        break;
+      case Event::key: {
+        const auto& key = parsed.get_ref<const std::string&>();
+        if (depth == 1) {
+          member_ = key;
+          in_member_ = true;
+        }
+        if (!keys_.back().insert(key).second) {
+          TGRAD_CHECK(depth == 1, where_, ": key '", key, "' appears twice in the header entry '",
+                      member_, "'");
+          duplicate_ = true;
+        }
+        break;
+      }
+      case Event::object_end:
+        keys_.pop_back();
+        [[fallthrough]];
+      case Event::array_end:
+      case Event::value:
+        if (depth == 1 && in_member_) finish_member(parsed);
+        break;
+    }
+  }
+
+ private:
+  void finish_member(const Json& value) {
+    in_member_ = false;
+    Json offsets;  // null when the entry has none (its own check reports that later)
+    if (value.is_object() && value.contains("data_offsets")) offsets = value.at("data_offsets");
+    if (!duplicate_) {
+      offsets_.emplace(member_, std::move(offsets));
+      return;
+    }
+    TGRAD_CHECK(member_ != "__metadata__", where_, ": __metadata__ appears twice in the header");
+    const Json& first = offsets_.at(member_);
+    TGRAD_CHECK(first == offsets, where_, ": tensor '", member_,
+                "' appears twice in the header, with different data_offsets ", first.dump(),
+                " and ", offsets.dump());
+    TGRAD_FAIL(where_, ": tensor '", member_,
+               "' appears twice in the header (with the same data_offsets ", offsets.dump(), ")");
+  }
+
+  const std::string& where_;
+  std::vector<std::set<std::string>> keys_;  // the keys seen in each open object
+  std::map<std::string, Json> offsets_;      // each top-level entry's data_offsets
+  std::string member_;                       // the top-level key being parsed
+  bool in_member_ = false;
+  bool duplicate_ = false;
 };
 
 uint64_t read_u64_le(const std::string& bytes) {
@@ -92,21 +166,29 @@ Entry parse_entry(const std::string& where, const std::string& name, const nlohm
 
 File parse(const std::string& bytes, const std::string& what) {
   const std::string where = "safetensors::load: " + what;
-  TGRAD_CHECK(bytes.size() >= 8, where, ": the file is ", bytes.size(),
-              " bytes, shorter than the 8-byte header length (truncated?)");
+  auto check_format = [&](bool ok, const auto&... problem) {
+    TGRAD_CHECK(ok, where, ": ", problem...);
+  };
+  check_format(bytes.size() >= 8, "the file is ", bytes.size(),
+               " bytes, shorter than the 8-byte header length (truncated?)");
   const uint64_t header_len = read_u64_le(bytes);
-  TGRAD_CHECK(header_len <= kMaxHeaderBytes, where, ": header length ", header_len,
-              " exceeds the limit of ", kMaxHeaderBytes, " bytes (corrupted?)");
-  TGRAD_CHECK(8 + header_len <= bytes.size(), where, ": header length ", header_len,
-              " runs past the end of the ", bytes.size(), "-byte file (truncated?)");
-  nlohmann::json header;
+  check_format(header_len <= kMaxHeaderBytes, "header length ", header_len,
+               " exceeds the limit of ", kMaxHeaderBytes, " bytes (corrupted?)");
+  check_format(8 + header_len <= bytes.size(), "header length ", header_len,
+               " runs past the end of the ", bytes.size(), "-byte file (truncated?)");
+  Json header;
+  HeaderChecker checker(where);
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8,
-                                   bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
-  } catch (const nlohmann::json::exception& e) {
-    TGRAD_FAIL(where, ": the header is not valid JSON (", e.what(), ")");
+    header =
+        Json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len),
+                    [&checker](int depth, Json::parse_event_t event, Json& parsed) {
+                      checker.on_event(depth, event, parsed);
+                      return true;
+                    });
+  } catch (const Json::exception& e) {
+    check_format(false, "the header is not valid JSON: ", e.what());
   }
-  TGRAD_CHECK(header.is_object(), where, ": the header must be a JSON object");
+  check_format(header.is_object(), "the header must be a JSON object");
 
   File file;
   std::vector<Entry> entries;

@@ -24,7 +24,8 @@ struct File {
 // leave one of them whole.
 void save(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata);
 // Reads and validates a whole regular file; throws tgrad::Error naming the path and the problem
-// (a directory or device is refused as such).
+// (a directory or device is refused as such). The header JSON may nest at most 128 deep and
+// may not repeat a key (a tensor named twice is refused, naming it).
 File load(const std::string& path);
 // Parses the bytes of a file; `what` names the source in messages.
 File parse(const std::string& bytes, const std::string& what);

@@ -1,6 +1,7 @@
-// safetensors files under hostile or careless use: directories and devices given to load,
-// concurrent savers and a symlink planted at a predictable temporary name. Each gets a clear
-// tgrad::Error or a whole file, never a torn file or a write through the link.
+// safetensors files under hostile or careless use: headers nested 200k deep, tensors named twice,
+// directories and devices given to load, concurrent savers and a symlink planted at a
+// predictable temporary name. Each gets a clear tgrad::Error or a whole file, never a crash, a
+// torn file or a write through the link.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -59,6 +60,81 @@ std::string read_bytes(const std::string& p) {
 void write_bytes(const std::string& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A safetensors file from a header string and a data section.
+std::string make_file(const std::string& header, const std::string& data) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return bytes + header + data;
+}
+
+std::string nested(const std::string& open, const std::string& close, int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i)
+    s += open;
+  for (int i = 0; i < depth; ++i)
+    s += close;
+  return s;
+}
+
+TEST_F(SafetensorsHostile, DeeplyNestedHeaderIsRefusedNotACrash) {
+  // 200k levels overflowed the stack when the error message dumped the value.
+  const int deep = 200000;
+  const std::vector<std::pair<const char*, std::string>> cases = {
+      {"arrays_in_a_tensor", "{\"x\":" + nested("[", "]", deep) + "}"},
+      {"arrays_at_the_top", nested("[", "]", deep)},
+      {"objects", nested("{\"a\":", "}", deep)},
+      {"in_metadata", "{\"__metadata__\":{\"k\":" + nested("[", "]", deep) + "}}"},
+  };
+  for (const auto& [name, header] : cases) {
+    const std::string p = path(std::string(name) + ".safetensors");
+    write_bytes(p, make_file(header, ""));
+    const std::string e = error_of([&] { safetensors::load(p); });
+    EXPECT_TRUE(contains(e, "nests JSON arrays/objects more than 128 deep") && contains(e, p))
+        << name << ": " << e;
+  }
+  // 128 containers are parsed (and then refused for what they are); 129 are not.
+  const std::string at_limit = "{\"x\":" + nested("[", "]", 127) + "}";
+  EXPECT_TRUE(contains(error_of([&] { safetensors::parse(make_file(at_limit, ""), "f"); }),
+                       "tensor 'x' must be a JSON object"));
+  const std::string past_limit = "{\"x\":" + nested("[", "]", 128) + "}";
+  EXPECT_TRUE(contains(error_of([&] { safetensors::parse(make_file(past_limit, ""), "f"); }),
+                       "more than 128 deep"));
+}
+
+TEST_F(SafetensorsHostile, DuplicateNamesAreRefused) {
+  const std::string x = R"({"dtype":"F32","shape":[2],"data_offsets":)";
+  struct Case {
+    const char* name;
+    std::string bytes;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"same_range", make_file("{\"x\":" + x + "[0,8]},\"x\":" + x + "[0,8]}}", "12345678"),
+       "tensor 'x' appears twice in the header (with the same data_offsets [0,8])"},
+      {"different_ranges",
+       make_file("{\"x\":" + x + "[0,8]},\"x\":" + x + "[8,16]}}", std::string(16, 'a')),
+       "tensor 'x' appears twice in the header, with different data_offsets [0,8] and [8,16]"},
+      {"field_twice",
+       make_file(R"({"x":{"dtype":"F32","dtype":"F64","shape":[2],"data_offsets":[0,8]}})",
+                 "12345678"),
+       "key 'dtype' appears twice in the header entry 'x'"},
+      {"metadata_twice", make_file(R"({"__metadata__":{"a":"1"},"__metadata__":{"a":"2"}})", ""),
+       "__metadata__ appears twice in the header"},
+      {"metadata_key_twice", make_file(R"({"__metadata__":{"a":"1","a":"2"}})", ""),
+       "key 'a' appears twice in the header entry '__metadata__'"},
+  };
+  for (const Case& c : cases) {
+    const std::string e = error_of([&] { safetensors::parse(c.bytes, "f"); });
+    EXPECT_TRUE(contains(e, c.message)) << c.name << ": " << e;
+  }
+  // The same names in different objects are not duplicates.
+  const safetensors::File ok = safetensors::parse(
+      make_file("{\"x\":" + x + "[0,8]},\"__metadata__\":{\"x\":\"1\"}}", "12345678"), "f");
+  EXPECT_EQ(ok.tensors.size(), 1u);
+  EXPECT_EQ(ok.metadata.at("x"), "1");
 }
 
 TEST_F(SafetensorsHostile, DirectoriesAndDevicesAreNamedAsSuch) {
