@@ -1,6 +1,6 @@
 // safetensors reading (parse everything with bounded nesting and no duplicate keys, validate
-// everything, then build tensors) and writing (header padded to 8 bytes as the reference writer
-// does, written atomically by file_io).
+// everything, then build tensors) and writing (UTF-8 checked, header padded to 8 bytes as the
+// reference writer does, written atomically by file_io).
 #include "layers/safetensors.h"
 
 #include <algorithm>
@@ -42,6 +42,68 @@ struct Entry {
   Shape shape;
   uint64_t begin, end;
 };
+
+// `s` with every byte outside printable ASCII (and the backslash) written as \xNN, so that a
+// message can show a name that is not valid UTF-8.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += ch;
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// The offset of the first byte of `s` that does not start a well-formed UTF-8 sequence
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), or npos.
+size_t utf8_error_at(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;  // overlong
+      if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;  // overlong
+      if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// JSON strings must be UTF-8; the JSON library would throw its own exception when writing.
+void check_utf8(const std::string& fn, const char* what, const std::string& s) {
+  const size_t at = utf8_error_at(s);
+  TGRAD_CHECK(at == std::string::npos, fn, ": ", what, " \"", printable(s),
+              "\" is not valid UTF-8 (at byte ", at,
+              "); safetensors headers are JSON, whose "
+              "strings must be UTF-8");
+}
 
 // The checks nlohmann's parser does not make, run on its parse events: nesting depth, and
 // duplicate keys (the parser keeps the last value silently). A duplicate tensor is reported
@@ -247,7 +309,9 @@ void save(const std::string& path, const nn::NamedTensors& tensors, const Metada
   std::vector<Tensor> host;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    TGRAD_CHECK(!name.empty() && name != "__metadata__", fn, ": invalid tensor name '", name, "'");
+    TGRAD_CHECK(!name.empty() && name != "__metadata__", fn, ": invalid tensor name '",
+                printable(name), "'");
+    check_utf8(fn, "tensor name", name);
     TGRAD_CHECK(names.insert(name).second, fn, ": duplicate tensor name '", name, "'");
     TGRAD_CHECK(t.defined(), fn, ": tensor '", name, "' is undefined");
     host.push_back(t.detach().to(Device(kCPU)));
@@ -256,6 +320,10 @@ void save(const std::string& path, const nn::NamedTensors& tensors, const Metada
                     {"shape", t.shape()},
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
+  }
+  for (const auto& [key, value] : metadata) {
+    check_utf8(fn, "metadata key", key);
+    check_utf8(fn, "metadata value", value);
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string json = header.dump();

@@ -1,7 +1,7 @@
 // safetensors files under hostile or careless use: headers nested 200k deep, tensors named twice,
-// directories and devices given to load, concurrent savers and a symlink planted at a
-// predictable temporary name. Each gets a clear tgrad::Error or a whole file, never a crash, a
-// torn file or a write through the link.
+// names that are not UTF-8, directories and devices given to load, concurrent savers and a
+// symlink planted at a predictable temporary name. Each gets a clear tgrad::Error or a whole
+// file, never a crash, a torn file or a write through the link.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -135,6 +135,48 @@ TEST_F(SafetensorsHostile, DuplicateNamesAreRefused) {
       make_file("{\"x\":" + x + "[0,8]},\"__metadata__\":{\"x\":\"1\"}}", "12345678"), "f");
   EXPECT_EQ(ok.tensors.size(), 1u);
   EXPECT_EQ(ok.metadata.at("x"), "1");
+}
+
+TEST_F(SafetensorsHostile, NamesAndMetadataMustBeUtf8) {
+  const Tensor t = ones({2});
+  const std::string p = path("u.safetensors");
+  // Invalid byte, overlong NUL, UTF-16 surrogate, above U+10FFFF, cut sequence.
+  for (const std::string bad :
+       {"w\xff", "\xc0\x80", "a\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"}) {
+    const std::string printed = [&] {
+      std::string s;
+      for (const char ch : bad) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c < 0x80) {
+          s += ch;
+        } else {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "\\x%02x", c);
+          s += hex;
+        }
+      }
+      return s;
+    }();
+    const std::string as_name = error_of([&] { safetensors::save(p, {{bad, t}}, {}); });
+    EXPECT_TRUE(contains(as_name, "tensor name \"" + printed + "\" is not valid UTF-8")) << as_name;
+    const std::string as_key = error_of([&] { safetensors::save(p, {{"w", t}}, {{bad, "v"}}); });
+    EXPECT_TRUE(contains(as_key, "metadata key \"" + printed + "\" is not valid UTF-8")) << as_key;
+    const std::string as_value = error_of([&] { safetensors::save(p, {{"w", t}}, {{"k", bad}}); });
+    EXPECT_TRUE(contains(as_value, "metadata value \"" + printed + "\" is not valid UTF-8"))
+        << as_value;
+  }
+  EXPECT_TRUE(entries().empty());  // nothing was written
+  // Valid UTF-8 of every length round trips.
+  const std::string name = "w\xc3\xa9\xe2\x9c\x93\xf0\x9d\x84\x9e";  // "wé✓𝄞"
+  safetensors::save(p, {{name, t}}, {{"note", name}});
+  const safetensors::File f = safetensors::load(p);
+  EXPECT_EQ(f.tensors.at(0).first, name);
+  EXPECT_EQ(f.metadata.at("note"), name);
+  // A header with a raw invalid byte in a name is refused by the JSON parser, as tgrad::Error.
+  const std::string bad_header =
+      make_file("{\"w\xff\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", "12345678");
+  const std::string e = error_of([&] { safetensors::parse(bad_header, "f"); });
+  EXPECT_TRUE(contains(e, "not valid JSON") && contains(e, "UTF-8")) << e;
 }
 
 TEST_F(SafetensorsHostile, DirectoriesAndDevicesAreNamedAsSuch) {
