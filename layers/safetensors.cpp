@@ -1,6 +1,6 @@
 // safetensors reading (parse everything with bounded nesting and no duplicate keys, validate
-// everything, then build tensors) and writing (UTF-8 checked, header padded to 8 bytes as the
-// reference writer does, written atomically by file_io).
+// everything, then build tensors; files of other formats are named) and writing (UTF-8 checked,
+// header padded to 8 bytes as the reference writer does, written atomically by file_io).
 #include "layers/safetensors.h"
 
 #include <algorithm>
@@ -103,6 +103,39 @@ void check_utf8(const std::string& fn, const char* what, const std::string& s) {
               "\" is not valid UTF-8 (at byte ", at,
               "); safetensors headers are JSON, whose "
               "strings must be UTF-8");
+}
+
+// What a file that is not safetensors looks like, from its first bytes, or "" when unknown.
+// Only asked once the file has failed the structural checks, so a valid file is never misnamed.
+std::string foreign_format(const std::string& bytes) {
+  const std::string_view b(bytes);
+  auto starts = [&](std::string_view magic) { return b.substr(0, magic.size()) == magic; };
+  if (starts("\x89PNG\r\n\x1a\n")) return "a PNG image";
+  if (starts("\xff\xd8\xff")) return "a JPEG image";
+  if (starts("PK\x03\x04") || starts("PK\x05\x06")) {
+    return "a ZIP archive, as torch.save writes .pt/.pth files (convert it in Python with "
+           "safetensors.torch.save_file(torch.load(path), out_path))";
+  }
+  if (b.size() >= 2 && b[0] == '\x80' && b[1] >= 2 && b[1] <= 5) {
+    return "a Python pickle, as older torch.save wrote .pt/.pth files (convert it in Python "
+           "with safetensors.torch.save_file(torch.load(path), out_path))";
+  }
+  if (starts("\x1f\x8b")) return "a gzip-compressed file";
+  if (starts("\x89HDF\r\n\x1a\n")) return "an HDF5 file";
+  if (starts("\x93NUMPY")) return "a NumPy .npy array";
+  if (starts("GGUF")) return "a GGUF file";
+  // Text: the first bytes are printable or white space, and valid UTF-8 (a cut sequence at the
+  // end of the sample is allowed).
+  const std::string sample(b.substr(0, 512));
+  if (sample.empty()) return "";
+  for (const char ch : sample) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return "";
+    if (c == 0x7f) return "";
+  }
+  const size_t bad = utf8_error_at(sample);
+  if (bad != std::string::npos && bad + 4 < sample.size()) return "";
+  return "a text file";
 }
 
 // The checks nlohmann's parser does not make, run on its parse events: nesting depth, and
@@ -228,8 +261,13 @@ Entry parse_entry(const std::string& where, const std::string& name, const nlohm
 
 File parse(const std::string& bytes, const std::string& what) {
   const std::string where = "safetensors::load: " + what;
+  // A file of another format fails one of these first checks; then say what it looks like.
   auto check_format = [&](bool ok, const auto&... problem) {
-    TGRAD_CHECK(ok, where, ": ", problem...);
+    if (ok) return;
+    const std::string kind = foreign_format(bytes);
+    TGRAD_CHECK(kind.empty(), where, ": not a safetensors file: it looks like ", kind, " (",
+                problem..., ")");
+    TGRAD_FAIL(where, ": ", problem...);
   };
   check_format(bytes.size() >= 8, "the file is ", bytes.size(),
                " bytes, shorter than the 8-byte header length (truncated?)");

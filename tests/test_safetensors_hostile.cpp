@@ -1,7 +1,7 @@
 // safetensors files under hostile or careless use: headers nested 200k deep, tensors named twice,
-// names that are not UTF-8, directories and devices given to load, concurrent savers and a
-// symlink planted at a predictable temporary name. Each gets a clear tgrad::Error or a whole
-// file, never a crash, a torn file or a write through the link.
+// names that are not UTF-8, directories and devices given to load, files of other formats,
+// concurrent savers and a symlink planted at a predictable temporary name. Each gets a clear
+// tgrad::Error or a whole file, never a crash, a torn file or a write through the link.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -196,6 +196,38 @@ TEST_F(SafetensorsHostile, DirectoriesAndDevicesAreNamedAsSuch) {
   const std::string missing = error_of([&] { safetensors::load(path("missing")); });
   EXPECT_TRUE(contains(missing, "cannot open") && contains(missing, "No such file or directory"))
       << missing;
+}
+
+TEST_F(SafetensorsHostile, FilesOfOtherFormatsAreNamed) {
+  struct Case {
+    const char* name;
+    std::string bytes;
+    const char* kind;
+  };
+  const std::string png = "\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01"s;
+  // torch.save's ZIP container and the legacy pickle (protocol 2) that older versions wrote.
+  const std::string zip = "PK\x03\x04\x14\0\0\0\0\0\0\0!\0archive/data.pkl"s;
+  const std::string pickle = "\x80\x02\x8a\x0alZ\xfc\x9c"s;
+  const std::vector<Case> cases = {
+      {"png", png, "a PNG image"},
+      {"pt_zip", zip, "a ZIP archive, as torch.save writes .pt/.pth files"},
+      {"pt_pickle", pickle, "a Python pickle"},
+      {"text", "model weights go here\n", "a text file"},
+      {"json", "{\"hidden_size\": 768}\n", "a text file"},
+      {"short_text", "hi\n", "a text file"},
+  };
+  for (const Case& c : cases) {
+    const std::string p = path(c.name);
+    write_bytes(p, c.bytes);
+    const std::string e = error_of([&] { safetensors::load(p); });
+    EXPECT_TRUE(contains(e, "'" + p + "': not a safetensors file: it looks like " + c.kind))
+        << c.name << ": " << e;
+  }
+  // A damaged safetensors file is not misnamed.
+  safetensors::save(path("good"), {{"w", ones({2})}}, {});
+  write_bytes(path("cut"), read_bytes(path("good")).substr(0, 12));
+  const std::string e = error_of([&] { safetensors::load(path("cut")); });
+  EXPECT_TRUE(contains(e, "runs past the end") && !contains(e, "looks like")) << e;
 }
 
 // Threads save different contents to one path at once while another loads it: every load and
