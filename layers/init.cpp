@@ -62,10 +62,8 @@ double calculate_gain(Nonlinearity nonlinearity, double param) {
       return 5.0 / 3.0;
     case Nonlinearity::relu:
       return std::sqrt(2.0);
-    case Nonlinearity::leaky_relu: {
-      const double slope = param < 0.0 ? 0.01 : param;
-      return std::sqrt(2.0 / (1.0 + slope * slope));
-    }
+    case Nonlinearity::leaky_relu:
+      return std::sqrt(2.0 / (1.0 + param * param));
   }
   TGRAD_FAIL("nn::init::calculate_gain: unknown nonlinearity");
 }

@@ -22,8 +22,9 @@ enum class Nonlinearity {
 };
 enum class FanMode { fan_in, fan_out };
 
-// PyTorch's calculate_gain; `param` is leaky_relu's negative slope (0.01 when negative).
-double calculate_gain(Nonlinearity nonlinearity, double param = -1.0);
+// PyTorch's calculate_gain; `param` is leaky_relu's negative slope, used as given (a negative
+// slope too, as kaiming_*'s `a`), with LibTorch's default 0.01.
+double calculate_gain(Nonlinearity nonlinearity, double param = 0.01);
 
 // PyTorch's _calculate_fan_in_and_fan_out: fan_in = size(1) * receptive field, fan_out =
 // size(0) * receptive field, receptive field = product of sizes past dim 1. Needs dim >= 2.

@@ -57,6 +57,19 @@ TEST(Init, FanInAndFanOutFollowPyTorch) {
   EXPECT_DOUBLE_EQ(nn::init::calculate_gain(nn::init::Nonlinearity::tanh), 5.0 / 3.0);
 }
 
+// A negative slope is a slope, not "use the default": torch.nn.init.calculate_gain('leaky_relu')
+// = 1.4141428569978354, ('leaky_relu', -0.5) = 1.2649110640673518 (Debian's PyTorch), and
+// kaiming_uniform_(w, a=-0.5) draws within +-gain * sqrt(3 / fan_in).
+TEST(Init, NegativeLeakyReluSlopeIsUsedAsGiven) {
+  using nn::init::Nonlinearity;
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain(Nonlinearity::leaky_relu), 1.4141428569978354);
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain(Nonlinearity::leaky_relu, -0.5), 1.2649110640673518);
+  Generator gen(5);
+  Tensor w = empty({400, 250}, kFloat64);
+  nn::init::kaiming_uniform_(w, -0.5, nn::init::FanMode::fan_in, Nonlinearity::leaky_relu, gen);
+  expect_uniform(w, 1.2649110640673518 * std::sqrt(3.0 / 250.0), "kaiming_uniform_ a=-0.5");
+}
+
 TEST(Init, ConvTransposeDefaultInitWithGroups) {
   Generator gen(11);
   // groups = 4: weight (64, 48/4 = 12, 3, 3), fan_in = 12 * 9 = 108.
