@@ -101,8 +101,7 @@ void check_utf8(const std::string& fn, const char* what, const std::string& s) {
   const size_t at = utf8_error_at(s);
   TGRAD_CHECK(at == std::string::npos, fn, ": ", what, " \"", printable(s),
               "\" is not valid UTF-8 (at byte ", at,
-              "); safetensors headers are JSON, whose "
-              "strings must be UTF-8");
+              "); safetensors headers are JSON, whose strings must be UTF-8");
 }
 
 // What a file that is not safetensors looks like, from its first bytes, or "" when unknown.
@@ -152,9 +151,8 @@ class HeaderChecker {
       case Event::array_start:
         // `depth` counts the containers already open around this one.
         TGRAD_CHECK(depth < kMaxJsonDepth, where_,
-                    ": the header nests JSON arrays/objects more "
-                    "than ",
-                    kMaxJsonDepth, " deep (a valid header needs 3)");
+                    ": the header nests JSON arrays/objects more than ", kMaxJsonDepth,
+                    " deep (a valid header needs 3)");
         if (event == Event::object_start) keys_.emplace_back();
         break;
       case Event::key: {
