@@ -22,14 +22,19 @@ enum class Nonlinearity {
 };
 enum class FanMode { fan_in, fan_out };
 
-// PyTorch's calculate_gain; `param` is leaky_relu's negative slope (0.01 when negative).
-double calculate_gain(Nonlinearity nonlinearity, double param = -1.0);
+// PyTorch's calculate_gain; `param` is leaky_relu's negative slope, used as given (a negative
+// slope too, as kaiming_*'s `a`), with LibTorch's default 0.01.
+double calculate_gain(Nonlinearity nonlinearity, double param = 0.01);
 
 // PyTorch's _calculate_fan_in_and_fan_out: fan_in = size(1) * receptive field, fan_out =
 // size(0) * receptive field, receptive field = product of sizes past dim 1. Needs dim >= 2.
 // For a ConvTranspose weight (C_in, C_out/groups, k...) fan_in is C_out/groups * prod(k).
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& t);
 
+// Bounds, mean, std, gain and `a` must be finite and fit the tensor's dtype, bounds in order
+// (with high - low in range too), std and gain non-negative; otherwise tgrad::Error, and the
+// tensor is unchanged. constant_ fills inf and NaN as asked but refuses a finite value the
+// dtype cannot hold.
 const Tensor& uniform_(const Tensor& t, double low = 0.0, double high = 1.0,
                        Generator& gen = default_generator());
 const Tensor& normal_(const Tensor& t, double mean = 0.0, double std = 1.0,

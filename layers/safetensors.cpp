@@ -1,18 +1,19 @@
-// safetensors reading (parse everything, validate everything, then build tensors) and writing
-// (header padded to 8 bytes as the reference writer does, temporary file, rename).
+// safetensors reading (parse everything with bounded nesting and no duplicate keys, validate
+// everything, then build tensors; files of other formats are named) and writing (UTF-8 checked,
+// header padded to 8 bytes as the reference writer does, written atomically by file_io).
 #include "layers/safetensors.h"
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
+#include <string_view>
 #include <vector>
+
+#include "layers/file_io.h"
 
 namespace tgrad::safetensors {
 
@@ -24,6 +25,12 @@ namespace {
 
 // The reference implementation refuses headers above 100 MB; so does this one.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The most arrays/objects a header may nest; a valid header needs 3. The reference loader's JSON
+// parser stops at 128 too. nlohmann's parser is iterative, but dumping a value into a message
+// recurses once per level and overflows the stack near 100k levels.
+constexpr int kMaxJsonDepth = 128;
+
+using Json = nlohmann::json;
 
 const char* dtype_code(DType dtype) {
   return dtype == DType::float32 ? "F32" : "F64";
@@ -34,6 +41,167 @@ struct Entry {
   DType dtype;
   Shape shape;
   uint64_t begin, end;
+};
+
+// `s` with every byte outside printable ASCII (and the backslash) written as \xNN, so that a
+// message can show a name that is not valid UTF-8.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += ch;
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// The offset of the first byte of `s` that does not start a well-formed UTF-8 sequence
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), or npos.
+size_t utf8_error_at(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;  // overlong
+      if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;  // overlong
+      if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// JSON strings must be UTF-8; the JSON library would throw its own exception when writing.
+void check_utf8(const std::string& fn, const char* what, const std::string& s) {
+  const size_t at = utf8_error_at(s);
+  TGRAD_CHECK(at == std::string::npos, fn, ": ", what, " \"", printable(s),
+              "\" is not valid UTF-8 (at byte ", at,
+              "); safetensors headers are JSON, whose strings must be UTF-8");
+}
+
+// What a file that is not safetensors looks like, from its first bytes, or "" when unknown.
+// Only asked once the file has failed the structural checks, so a valid file is never misnamed.
+std::string foreign_format(const std::string& bytes) {
+  const std::string_view b(bytes);
+  auto starts = [&](std::string_view magic) { return b.substr(0, magic.size()) == magic; };
+  if (starts("\x89PNG\r\n\x1a\n")) return "a PNG image";
+  if (starts("\xff\xd8\xff")) return "a JPEG image";
+  if (starts("PK\x03\x04") || starts("PK\x05\x06")) {
+    return "a ZIP archive, as torch.save writes .pt/.pth files (convert it in Python with "
+           "safetensors.torch.save_file(torch.load(path), out_path))";
+  }
+  if (b.size() >= 2 && b[0] == '\x80' && b[1] >= 2 && b[1] <= 5) {
+    return "a Python pickle, as older torch.save wrote .pt/.pth files (convert it in Python "
+           "with safetensors.torch.save_file(torch.load(path), out_path))";
+  }
+  if (starts("\x1f\x8b")) return "a gzip-compressed file";
+  if (starts("\x89HDF\r\n\x1a\n")) return "an HDF5 file";
+  if (starts("\x93NUMPY")) return "a NumPy .npy array";
+  if (starts("GGUF")) return "a GGUF file";
+  // Text: the first bytes are printable or white space, and valid UTF-8 (a cut sequence at the
+  // end of the sample is allowed).
+  const std::string sample(b.substr(0, 512));
+  if (sample.empty()) return "";
+  for (const char ch : sample) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return "";
+    if (c == 0x7f) return "";
+  }
+  const size_t bad = utf8_error_at(sample);
+  if (bad != std::string::npos && bad + 4 < sample.size()) return "";
+  return "a text file";
+}
+
+// The checks nlohmann's parser does not make, run on its parse events: nesting depth, and
+// duplicate keys (the parser keeps the last value silently). A duplicate tensor is reported
+// once its second value is parsed, saying whether the two data_offsets differ.
+class HeaderChecker {
+ public:
+  explicit HeaderChecker(const std::string& where) : where_(where) {}
+
+  void on_event(int depth, Json::parse_event_t event, const Json& parsed) {
+    using Event = Json::parse_event_t;
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        // `depth` counts the containers already open around this one.
+        TGRAD_CHECK(depth < kMaxJsonDepth, where_,
+                    ": the header nests JSON arrays/objects more than ", kMaxJsonDepth,
+                    " deep (a valid header needs 3)");
+        if (event == Event::object_start) keys_.emplace_back();
+        break;
+      case Event::key: {
+        const auto& key = parsed.get_ref<const std::string&>();
+        if (depth == 1) {
+          member_ = key;
+          in_member_ = true;
+        }
+        if (!keys_.back().insert(key).second) {
+          TGRAD_CHECK(depth == 1, where_, ": key '", key, "' appears twice in the header entry '",
+                      member_, "'");
+          duplicate_ = true;
+        }
+        break;
+      }
+      case Event::object_end:
+        keys_.pop_back();
+        [[fallthrough]];
+      case Event::array_end:
+      case Event::value:
+        if (depth == 1 && in_member_) finish_member(parsed);
+        break;
+    }
+  }
+
+ private:
+  void finish_member(const Json& value) {
+    in_member_ = false;
+    Json offsets;  // null when the entry has none (its own check reports that later)
+    if (value.is_object() && value.contains("data_offsets")) offsets = value.at("data_offsets");
+    if (!duplicate_) {
+      offsets_.emplace(member_, std::move(offsets));
+      return;
+    }
+    TGRAD_CHECK(member_ != "__metadata__", where_, ": __metadata__ appears twice in the header");
+    const Json& first = offsets_.at(member_);
+    TGRAD_CHECK(first == offsets, where_, ": tensor '", member_,
+                "' appears twice in the header, with different data_offsets ", first.dump(),
+                " and ", offsets.dump());
+    TGRAD_FAIL(where_, ": tensor '", member_,
+               "' appears twice in the header (with the same data_offsets ", offsets.dump(), ")");
+  }
+
+  const std::string& where_;
+  std::vector<std::set<std::string>> keys_;  // the keys seen in each open object
+  std::map<std::string, Json> offsets_;      // each top-level entry's data_offsets
+  std::string member_;                       // the top-level key being parsed
+  bool in_member_ = false;
+  bool duplicate_ = false;
 };
 
 uint64_t read_u64_le(const std::string& bytes) {
@@ -91,21 +259,34 @@ Entry parse_entry(const std::string& where, const std::string& name, const nlohm
 
 File parse(const std::string& bytes, const std::string& what) {
   const std::string where = "safetensors::load: " + what;
-  TGRAD_CHECK(bytes.size() >= 8, where, ": the file is ", bytes.size(),
-              " bytes, shorter than the 8-byte header length (truncated?)");
+  // A file of another format fails one of these first checks; then say what it looks like.
+  auto check_format = [&](bool ok, const auto&... problem) {
+    if (ok) return;
+    const std::string kind = foreign_format(bytes);
+    TGRAD_CHECK(kind.empty(), where, ": not a safetensors file: it looks like ", kind, " (",
+                problem..., ")");
+    TGRAD_FAIL(where, ": ", problem...);
+  };
+  check_format(bytes.size() >= 8, "the file is ", bytes.size(),
+               " bytes, shorter than the 8-byte header length (truncated?)");
   const uint64_t header_len = read_u64_le(bytes);
-  TGRAD_CHECK(header_len <= kMaxHeaderBytes, where, ": header length ", header_len,
-              " exceeds the limit of ", kMaxHeaderBytes, " bytes (corrupted?)");
-  TGRAD_CHECK(8 + header_len <= bytes.size(), where, ": header length ", header_len,
-              " runs past the end of the ", bytes.size(), "-byte file (truncated?)");
-  nlohmann::json header;
+  check_format(header_len <= kMaxHeaderBytes, "header length ", header_len,
+               " exceeds the limit of ", kMaxHeaderBytes, " bytes (corrupted?)");
+  check_format(8 + header_len <= bytes.size(), "header length ", header_len,
+               " runs past the end of the ", bytes.size(), "-byte file (truncated?)");
+  Json header;
+  HeaderChecker checker(where);
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8,
-                                   bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
-  } catch (const nlohmann::json::exception& e) {
-    TGRAD_FAIL(where, ": the header is not valid JSON (", e.what(), ")");
+    header =
+        Json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len),
+                    [&checker](int depth, Json::parse_event_t event, Json& parsed) {
+                      checker.on_event(depth, event, parsed);
+                      return true;
+                    });
+  } catch (const Json::exception& e) {
+    check_format(false, "the header is not valid JSON: ", e.what());
   }
-  TGRAD_CHECK(header.is_object(), where, ": the header must be a JSON object");
+  check_format(header.is_object(), "the header must be a JSON object");
 
   File file;
   std::vector<Entry> entries;
@@ -154,22 +335,19 @@ File parse(const std::string& bytes, const std::string& what) {
 }
 
 File load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TGRAD_CHECK(in.good(), "safetensors::load: cannot open '", path, "' for reading");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  TGRAD_CHECK(!in.bad(), "safetensors::load: error reading '", path, "'");
-  return parse(buffer.str(), "'" + path + "'");
+  return parse(file_io::read_regular_file(path, "safetensors::load"), "'" + path + "'");
 }
 
 void save(const std::string& path, const nn::NamedTensors& tensors, const Metadata& metadata) {
   const std::string fn = "safetensors::save: '" + path + "'";
-  nlohmann::json header = nlohmann::json::object();
+  Json header = Json::object();
   std::set<std::string> names;
   std::vector<Tensor> host;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    TGRAD_CHECK(!name.empty() && name != "__metadata__", fn, ": invalid tensor name '", name, "'");
+    TGRAD_CHECK(!name.empty() && name != "__metadata__", fn, ": invalid tensor name '",
+                printable(name), "'");
+    check_utf8(fn, "tensor name", name);
     TGRAD_CHECK(names.insert(name).second, fn, ": duplicate tensor name '", name, "'");
     TGRAD_CHECK(t.defined(), fn, ": tensor '", name, "' is undefined");
     host.push_back(t.detach().to(Device(kCPU)));
@@ -179,34 +357,21 @@ void save(const std::string& path, const nn::NamedTensors& tensors, const Metada
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
+  for (const auto& [key, value] : metadata) {
+    check_utf8(fn, "metadata key", key);
+    check_utf8(fn, "metadata value", value);
+  }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TGRAD_CHECK(out.good(), fn, ": cannot open '", tmp, "' for writing");
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i)
-      len[i] = static_cast<unsigned char>(json.size() >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(json.data(), static_cast<std::streamsize>(json.size()));
-    for (const Tensor& t : host) {
-      out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.nbytes()));
-    }
-    out.flush();
-    if (!out.good()) {
-      out.close();
-      std::remove(tmp.c_str());
-      TGRAD_FAIL(fn, ": writing '", tmp, "' failed (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp.c_str());
-    TGRAD_FAIL(fn, ": renaming '", tmp, "' to '", path, "' failed: ", reason);
-  }
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<unsigned char>(json.size() >> (8 * i));
+  std::vector<file_io::Chunk> chunks = {{len, sizeof len}, {json.data(), json.size()}};
+  for (const Tensor& t : host)
+    chunks.push_back({t.raw_data(), static_cast<size_t>(t.nbytes())});
+  file_io::write_atomically(path, chunks, fn);
 }
 
 }  // namespace tgrad::safetensors

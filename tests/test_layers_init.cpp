@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "layers/nn.h"
 #include "tests/test_util.h"
@@ -51,6 +55,19 @@ TEST(Init, FanInAndFanOutFollowPyTorch) {
   EXPECT_DOUBLE_EQ(nn::init::calculate_gain(nn::init::Nonlinearity::leaky_relu, std::sqrt(5.0)),
                    std::sqrt(1.0 / 3.0));
   EXPECT_DOUBLE_EQ(nn::init::calculate_gain(nn::init::Nonlinearity::tanh), 5.0 / 3.0);
+}
+
+// A negative slope is a slope, not "use the default": torch.nn.init.calculate_gain('leaky_relu')
+// = 1.4141428569978354, ('leaky_relu', -0.5) = 1.2649110640673518 (Debian's PyTorch), and
+// kaiming_uniform_(w, a=-0.5) draws within +-gain * sqrt(3 / fan_in).
+TEST(Init, NegativeLeakyReluSlopeIsUsedAsGiven) {
+  using nn::init::Nonlinearity;
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain(Nonlinearity::leaky_relu), 1.4141428569978354);
+  EXPECT_DOUBLE_EQ(nn::init::calculate_gain(Nonlinearity::leaky_relu, -0.5), 1.2649110640673518);
+  Generator gen(5);
+  Tensor w = empty({400, 250}, kFloat64);
+  nn::init::kaiming_uniform_(w, -0.5, nn::init::FanMode::fan_in, Nonlinearity::leaky_relu, gen);
+  expect_uniform(w, 1.2649110640673518 * std::sqrt(3.0 / 250.0), "kaiming_uniform_ a=-0.5");
 }
 
 TEST(Init, ConvTransposeDefaultInitWithGroups) {
@@ -110,6 +127,88 @@ TEST(Init, FunctionsInPlace) {
   EXPECT_THROW(nn::init::uniform_(t, 1.0, -1.0), Error);
   EXPECT_THROW(nn::init::normal_(t, 0.0, -1.0), Error);
   EXPECT_THROW(nn::init::zeros_(Tensor()), Error);
+}
+
+// Every initialiser refuses non-finite, inverted or unrepresentable arguments with a message
+// naming the function and the argument, and leaves the tensor as it was.
+TEST(Init, NonFiniteOrInvertedArgumentsAreRefused) {
+  using nn::init::FanMode;
+  using nn::init::Nonlinearity;
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const DType dtype : {kFloat32, kFloat64}) {
+    const Tensor t = full({4, 5}, 0.25, dtype);
+    struct Case {
+      const char* what;
+      std::function<void()> call;
+      std::string message;
+    };
+    const std::vector<Case> cases = {
+        {"uniform_ -inf..inf", [&] { nn::init::uniform_(t, -inf, inf); },
+         "nn::init::uniform_: low=-inf must be finite"},
+        {"uniform_ 0..inf", [&] { nn::init::uniform_(t, 0.0, inf); },
+         "nn::init::uniform_: high=inf must be finite"},
+        {"uniform_ nan", [&] { nn::init::uniform_(t, nan, 1.0); }, "low=nan must be finite"},
+        {"uniform_ inverted", [&] { nn::init::uniform_(t, 1.0, 0.0); },
+         "low=1 must not exceed high=0"},
+        // In float64 the range overflows on the way (high - low = inf); float32 cannot even
+        // hold the bounds.
+        {"uniform_ range", [&] { nn::init::uniform_(t, -1e308, 1e308); },
+         dtype == kFloat64 ? "high - low (high=1e+308, low=-1e+308) is out of range"
+                           : "low=-1e+308 is out of range for a float32 tensor"},
+        {"normal_ std inf", [&] { nn::init::normal_(t, 0.0, inf); }, "std=inf must be finite"},
+        {"normal_ std nan", [&] { nn::init::normal_(t, 0.0, nan); }, "std=nan must be finite"},
+        {"normal_ mean inf", [&] { nn::init::normal_(t, inf, 1.0); }, "mean=inf must be finite"},
+        {"normal_ mean nan", [&] { nn::init::normal_(t, nan, 1.0); }, "mean=nan must be finite"},
+        {"normal_ std negative", [&] { nn::init::normal_(t, 0.0, -1.0); },
+         "std=-1 must be non-negative"},
+        {"kaiming_uniform_ a", [&] { nn::init::kaiming_uniform_(t, nan); },
+         "nn::init::kaiming_uniform_: a=nan must be finite"},
+        {"kaiming_uniform_ a inf", [&] { nn::init::kaiming_uniform_(t, inf); },
+         "nn::init::kaiming_uniform_: a=inf must be finite"},
+        {"kaiming_normal_ a", [&] { nn::init::kaiming_normal_(t, inf, FanMode::fan_out); },
+         "nn::init::kaiming_normal_: a=inf must be finite"},
+        {"xavier_uniform_ gain inf", [&] { nn::init::xavier_uniform_(t, inf); },
+         "nn::init::xavier_uniform_: gain=inf must be finite and non-negative"},
+        {"xavier_uniform_ gain nan", [&] { nn::init::xavier_uniform_(t, nan); }, "gain=nan"},
+        {"xavier_uniform_ gain negative", [&] { nn::init::xavier_uniform_(t, -1.0); },
+         "gain=-1 must be finite and non-negative"},
+        {"calculate_gain", [&] { nn::init::calculate_gain(Nonlinearity::leaky_relu, nan); },
+         "nn::init::calculate_gain: param=nan must be finite"},
+    };
+    for (const Case& c : cases) {
+      const std::string e = testing::error_of(c.call);
+      EXPECT_NE(e.find(c.message), std::string::npos) << dtype << " " << c.what << ": " << e;
+      EXPECT_EQ(t.to_vector<double>(), std::vector<double>(20, 0.25)) << c.what;
+    }
+  }
+  // float32 holds less than float64: bounds past FLT_MAX would be filled as inf. (PyTorch refuses
+  // these too: "from is out of bounds for float", "to-from <= numeric_limits<float>::max()".)
+  const Tensor f = full({3}, 0.25);
+  EXPECT_NE(testing::error_of([&] {
+              nn::init::uniform_(f, 0.0, 1e39);
+            }).find("high=1e+39 is out of range for a float32 tensor"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              nn::init::uniform_(f, -3e38, 3e38);
+            }).find("high - low (high=3e+38, low=-3e+38) is out of range for a float32"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              nn::init::normal_(f, 0.0, 1e39);
+            }).find("std=1e+39 is out of range for a float32 tensor"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              nn::init::constant_(f, -1e39);
+            }).find("nn::init::constant_: value=-1e+39 is out of range for a float32 tensor"),
+            std::string::npos);
+  EXPECT_EQ(f.to_vector<double>(), std::vector<double>(3, 0.25));
+  // The same values fit float64; constant_ fills inf and NaN as asked, as PyTorch's does.
+  const Tensor d = full({3}, 0.25, kFloat64);
+  nn::init::uniform_(d, -3e38, 3e38);
+  nn::init::constant_(d, -1e39);
+  EXPECT_EQ(d.to_vector<double>(), std::vector<double>(3, -1e39));
+  nn::init::constant_(f, inf);
+  EXPECT_EQ(f.to_vector<double>(), std::vector<double>(3, inf));
 }
 
 }  // namespace
