@@ -129,15 +129,11 @@ void* Tensor::raw_data() const {
   return static_cast<char*>(t.storage.get()) + t.offset * dtype_size(t.dtype);
 }
 
-template <class T>
-T* Tensor::data_ptr() const {
-  TGRAD_CHECK(dtype() == dtype_of<T>(), "Tensor::data_ptr: asked for ", dtype_of<T>(),
-              " but the tensor is ", dtype());
-  return static_cast<T*>(raw_data());
+void* Tensor::typed_data(DType want, const char* fn) const {
+  TGRAD_CHECK(dtype() == want, "Tensor::", fn, ": asked for ", want, " but the tensor is ",
+              dtype());
+  return raw_data();
 }
-template float* Tensor::data_ptr<float>() const;
-template double* Tensor::data_ptr<double>() const;
-template int64_t* Tensor::data_ptr<int64_t>() const;
 
 namespace {
 
@@ -159,9 +155,11 @@ void with_host_elements(const Tensor& host, F&& f) {
 
 }  // namespace
 
+namespace {
+
 template <class T>
-std::vector<T> Tensor::to_vector() const {
-  Tensor host = device().is_cpu() ? *this : detach().to(Device(kCPU));
+std::vector<T> host_copy(const Tensor& t) {
+  Tensor host = t.device().is_cpu() ? t : t.detach().to(Device(kCPU));
   std::vector<T> out(static_cast<size_t>(host.numel()));
   with_host_elements(host, [&](const auto* p) {
     for (size_t i = 0; i < out.size(); ++i)
@@ -169,9 +167,24 @@ std::vector<T> Tensor::to_vector() const {
   });
   return out;
 }
-template std::vector<float> Tensor::to_vector<float>() const;
-template std::vector<double> Tensor::to_vector<double>() const;
-template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+
+}  // namespace
+
+std::vector<float> Tensor::host_values(float) const {
+  return host_copy<float>(*this);
+}
+std::vector<double> Tensor::host_values(double) const {
+  return host_copy<double>(*this);
+}
+std::vector<int64_t> Tensor::host_values(int64_t) const {
+  return host_copy<int64_t>(*this);
+}
+
+int64_t Tensor::single_int64() const {
+  TGRAD_CHECK(numel() == 1, "Tensor::item: the tensor has ", numel(), " elements (shape ", shape(),
+              "), item() needs exactly one");
+  return to_vector<int64_t>()[0];
+}
 
 double Tensor::item() const {
   TGRAD_CHECK(numel() == 1, "Tensor::item: the tensor has ", numel(), " elements (shape ", shape(),

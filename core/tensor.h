@@ -10,6 +10,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -104,20 +105,33 @@ class Tensor {
   int64_t nbytes() const { return numel() * dtype_size(dtype()); }
 
   // Data. raw_data() is a device pointer for CUDA tensors. data_ptr<T>() checks the dtype; T is
-  // float, double or int64_t (anything else fails to compile).
+  // float, double or int64_t, and any other type fails to compile (never to link).
   void* raw_data() const;
   template <class T>
-  T* data_ptr() const;
-  // A host copy of the elements, converted to T.
+  T* data_ptr() const {
+    return static_cast<T*>(typed_data(dtype_of<T>(), "data_ptr"));
+  }
+  // A host copy of the elements, converted to T (float, double or int64_t).
   template <class T>
-  std::vector<T> to_vector() const;
+  std::vector<T> to_vector() const {
+    static_assert(
+        std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t>,
+        "to_vector<T>: T must be float, double or int64_t");
+    return host_values(T{});
+  }
   double item() const;  // the single element as double; throws unless numel() == 1
-  // The number of in-place writes to this tensor's storage so far (PyTorch's _version).
-  uint64_t version() const;
+  // The single element as T: exact for int64 tensors read as an integral type.
   template <class T>
   T item() const {
-    return static_cast<T>(item());
+    static_assert(std::is_arithmetic_v<T>, "item<T>: T must be an arithmetic type");
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(single_int64());
+    } else {
+      return static_cast<T>(item());
+    }
   }
+  // The number of in-place writes to this tensor's storage so far (PyTorch's _version).
+  uint64_t version() const;
 
   // Conversions. Each returns a new tensor (or *this when nothing changes, as in PyTorch) and
   // is differentiable.
@@ -171,6 +185,11 @@ class Tensor {
 
  private:
   const TensorImpl& checked(const char* fn) const;
+  void* typed_data(DType want, const char* fn) const;
+  std::vector<float> host_values(float) const;
+  std::vector<double> host_values(double) const;
+  std::vector<int64_t> host_values(int64_t) const;
+  int64_t single_int64() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -273,6 +273,10 @@ TEST(Int64, IndexTensorsHoldExactValuesAndArithmeticRefusesThem) {
   const Tensor i = from_vector<int64_t>({0, (int64_t{1} << 53) + 1, -7}, {3});
   EXPECT_EQ(i.dtype(), kInt64);
   EXPECT_EQ(i.to_vector<int64_t>()[1], (int64_t{1} << 53) + 1);
+  EXPECT_EQ(i.narrow(0, 1, 1).item<int64_t>(), (int64_t{1} << 53) + 1);  // exact, not via double
+  EXPECT_NE(
+      error_of([&] { i.data_ptr<float>(); }).find("asked for float32 but the tensor is int64"),
+      std::string::npos);
   EXPECT_EQ(i.to(kFloat64).to_vector<double>()[2], -7.0);
   EXPECT_TRUE(contains(error_of([&] { exp(i); }), "exp: argument 'input' is int64"));
   EXPECT_TRUE(contains(error_of([&] { add(i, i); }), "add: argument 'self' is int64"));
