@@ -27,9 +27,11 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 // backward through shared parameters each add their whole contribution.
 std::mutex g_leaf_mutex;
 
-// Nodes waiting to be destroyed by the release loop of this thread.
-thread_local std::vector<std::shared_ptr<Node>> g_release_queue;
-thread_local bool g_releasing = false;
+// The queue of the release loop running on this thread, if one is: nodes released while it runs
+// wait there instead of being destroyed inside the destructor that released them. A plain pointer
+// (to the loop's local vector), so that it has no destructor to order against static tensors
+// freed at exit.
+thread_local std::vector<std::shared_ptr<Node>>* g_release_queue = nullptr;
 
 Tensor accumulate(const Tensor& total, const Tensor& g) {
   return total.defined() ? add(total, g) : g;
@@ -187,15 +189,19 @@ void check_leaf_gradient(const TensorImpl& leaf, const Tensor& g) {
 
 void release_node(std::shared_ptr<Node>&& node) {
   if (!node) return;
-  g_release_queue.push_back(std::move(node));
-  if (g_releasing) return;  // an outer loop on this thread is already draining the queue
-  g_releasing = true;
-  while (!g_release_queue.empty()) {
-    std::shared_ptr<Node> next = std::move(g_release_queue.back());
-    g_release_queue.pop_back();
+  if (g_release_queue != nullptr) {  // an outer loop on this thread will destroy it
+    g_release_queue->push_back(std::move(node));
+    return;
+  }
+  std::vector<std::shared_ptr<Node>> queue;
+  queue.push_back(std::move(node));
+  g_release_queue = &queue;
+  while (!queue.empty()) {
+    std::shared_ptr<Node> next = std::move(queue.back());
+    queue.pop_back();
     next.reset();  // may run ~Node, which only queues more work
   }
-  g_releasing = false;
+  g_release_queue = nullptr;
 }
 
 Node::~Node() {
