@@ -198,6 +198,19 @@ TEST_F(SafetensorsHostile, DirectoriesAndDevicesAreNamedAsSuch) {
       << missing;
 }
 
+// A sparse file larger than RAM + swap is refused from its size, before any allocation.
+TEST_F(SafetensorsHostile, FileLargerThanMemoryIsRefusedBeforeReading) {
+  const std::string p = path("huge.safetensors");
+  write_bytes(p, "");
+  std::error_code ec;
+  fs::resize_file(p, uint64_t{1} << 43, ec);  // 8 TiB, no blocks allocated
+  if (ec) GTEST_SKIP() << "this file system cannot hold an 8 TiB sparse file: " << ec.message();
+  const std::string e = error_of([&] { safetensors::load(p); });
+  EXPECT_TRUE(contains(e, "'" + p + "' is 8796093022208 bytes, more than the machine's") &&
+              contains(e, "bytes of RAM + swap"))
+      << e;
+}
+
 TEST_F(SafetensorsHostile, FilesOfOtherFormatsAreNamed) {
   struct Case {
     const char* name;
