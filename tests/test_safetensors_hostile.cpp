@@ -130,6 +130,12 @@ TEST_F(SafetensorsHostile, DuplicateNamesAreRefused) {
     const std::string e = error_of([&] { safetensors::parse(c.bytes, "f"); });
     EXPECT_TRUE(contains(e, c.message)) << c.name << ": " << e;
   }
+  // Entries without data_offsets: no ranges to compare, so none are mentioned.
+  const std::string bare =
+      error_of([&] { safetensors::parse(make_file(R"({"x":5,"x":5})", ""), "f"); });
+  EXPECT_TRUE(contains(bare, "tensor 'x' appears twice in the header") &&
+              !contains(bare, "data_offsets"))
+      << bare;
   // The same names in different objects are not duplicates.
   const safetensors::File ok = safetensors::parse(
       make_file("{\"x\":" + x + "[0,8]},\"__metadata__\":{\"x\":\"1\"}}", "12345678"), "f");
