@@ -1,16 +1,20 @@
-// Checkpoint file I/O on POSIX descriptors: fstat-checked reads, and writes through an
-// exclusively created temporary file with an unpredictable name, fsync'd, then renamed.
+// Checkpoint file I/O on POSIX descriptors: fstat-checked, memory-checked reads, and writes through
+// an exclusively created temporary file with an unpredictable name, fsync'd, then renamed.
 #include "layers/file_io.h"
 
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <new>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -69,6 +73,14 @@ std::string random_suffix(const std::string& fn) {
   return text;
 }
 
+// RAM + swap in bytes: a file larger than this cannot be read into memory, so it is refused
+// before allocating (an allocator may abort rather than throw, as AddressSanitizer's does).
+uint64_t memory_bytes() {
+  struct sysinfo info {};
+  if (::sysinfo(&info) != 0) return std::numeric_limits<uint64_t>::max();
+  return (static_cast<uint64_t>(info.totalram) + info.totalswap) * info.mem_unit;
+}
+
 std::string parent_directory(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -102,15 +114,24 @@ std::string read_regular_file(const std::string& path, const std::string& fn) {
   TGRAD_CHECK(::fstat(fd.get(), &st) == 0, fn, ": cannot stat '", path, "': ", errno_text(errno));
   TGRAD_CHECK(S_ISREG(st.st_mode), fn, ": '", path, "' is ", file_kind(st.st_mode),
               ", not a safetensors file");
+  const uint64_t memory = memory_bytes();
+  TGRAD_CHECK(static_cast<uint64_t>(st.st_size) <= memory, fn, ": '", path, "' is ", st.st_size,
+              " bytes, more than the machine's ", memory, " bytes of RAM + swap");
   std::string bytes;
-  bytes.reserve(static_cast<size_t>(st.st_size));
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    TGRAD_CHECK(n >= 0, fn, ": error reading '", path, "': ", errno_text(errno));
-    if (n == 0) break;
-    bytes.append(buffer, static_cast<size_t>(n));
+  try {
+    bytes.reserve(static_cast<size_t>(st.st_size));
+    char buffer[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      TGRAD_CHECK(n >= 0, fn, ": error reading '", path, "': ", errno_text(errno));
+      if (n == 0) break;
+      bytes.append(buffer, static_cast<size_t>(n));
+    }
+  } catch (const std::bad_alloc&) {
+    TGRAD_FAIL(fn, ": '", path, "' (", st.st_size, " bytes) does not fit in memory");
+  } catch (const std::length_error&) {
+    TGRAD_FAIL(fn, ": '", path, "' (", st.st_size, " bytes) does not fit in memory");
   }
   return bytes;
 }

@@ -23,7 +23,8 @@ std::string read_regular_file(const std::string& path, const std::string& fn);
 // created with O_CREAT|O_EXCL|O_NOFOLLOW and mode 0666 minus the umask; it is fsync'd, renamed
 // over `path`, and the directory is fsync'd. Concurrent writers to one path each rename a whole
 // file (the last rename wins). On error the temporary file is removed and tgrad::Error thrown;
-// only a process killed mid-write leaves its temporary file behind.
+// only a process killed mid-write leaves its temporary file behind. A failure to sync the
+// directory after the rename throws too, saying that the new file is in place.
 void write_atomically(const std::string& path, const std::vector<Chunk>& chunks,
                       const std::string& fn);
 

@@ -189,11 +189,12 @@ class HeaderChecker {
     }
     TGRAD_CHECK(member_ != "__metadata__", where_, ": __metadata__ appears twice in the header");
     const Json& first = offsets_.at(member_);
-    TGRAD_CHECK(first == offsets, where_, ": tensor '", member_,
-                "' appears twice in the header, with different data_offsets ", first.dump(),
-                " and ", offsets.dump());
-    TGRAD_FAIL(where_, ": tensor '", member_,
-               "' appears twice in the header (with the same data_offsets ", offsets.dump(), ")");
+    const std::string twice = "tensor '" + member_ + "' appears twice in the header";
+    TGRAD_CHECK(first == offsets, where_, ": ", twice, ", with different data_offsets ",
+                first.dump(), " and ", offsets.dump());
+    TGRAD_CHECK(offsets.is_null(), where_, ": ", twice, " (with the same data_offsets ",
+                offsets.dump(), ")");
+    TGRAD_FAIL(where_, ": ", twice);
   }
 
   const std::string& where_;

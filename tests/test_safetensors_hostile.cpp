@@ -130,6 +130,12 @@ TEST_F(SafetensorsHostile, DuplicateNamesAreRefused) {
     const std::string e = error_of([&] { safetensors::parse(c.bytes, "f"); });
     EXPECT_TRUE(contains(e, c.message)) << c.name << ": " << e;
   }
+  // Entries without data_offsets: no ranges to compare, so none are mentioned.
+  const std::string bare =
+      error_of([&] { safetensors::parse(make_file(R"({"x":5,"x":5})", ""), "f"); });
+  EXPECT_TRUE(contains(bare, "tensor 'x' appears twice in the header") &&
+              !contains(bare, "data_offsets"))
+      << bare;
   // The same names in different objects are not duplicates.
   const safetensors::File ok = safetensors::parse(
       make_file("{\"x\":" + x + "[0,8]},\"__metadata__\":{\"x\":\"1\"}}", "12345678"), "f");
@@ -196,6 +202,19 @@ TEST_F(SafetensorsHostile, DirectoriesAndDevicesAreNamedAsSuch) {
   const std::string missing = error_of([&] { safetensors::load(path("missing")); });
   EXPECT_TRUE(contains(missing, "cannot open") && contains(missing, "No such file or directory"))
       << missing;
+}
+
+// A sparse file larger than RAM + swap is refused from its size, before any allocation.
+TEST_F(SafetensorsHostile, FileLargerThanMemoryIsRefusedBeforeReading) {
+  const std::string p = path("huge.safetensors");
+  write_bytes(p, "");
+  std::error_code ec;
+  fs::resize_file(p, uint64_t{1} << 43, ec);  // 8 TiB, no blocks allocated
+  if (ec) GTEST_SKIP() << "this file system cannot hold an 8 TiB sparse file: " << ec.message();
+  const std::string e = error_of([&] { safetensors::load(p); });
+  EXPECT_TRUE(contains(e, "'" + p + "' is 8796093022208 bytes, more than the machine's") &&
+              contains(e, "bytes of RAM + swap"))
+      << e;
 }
 
 TEST_F(SafetensorsHostile, FilesOfOtherFormatsAreNamed) {
