@@ -13,8 +13,13 @@ void LRScheduler::step() {
 
 void LRScheduler::set_last_epoch(int64_t epoch) {
   TGRAD_CHECK(epoch >= 0, "LRScheduler::set_last_epoch: epoch=", epoch, " must be non-negative");
+  // The new lr is computed and accepted by the optimizer before the epoch moves, so a step that
+  // throws (a schedule overflowing to an infinite lr) changes neither.
+  const double lr = lr_at(epoch);
+  TGRAD_CHECK(std::isfinite(lr), "LRScheduler: the schedule gives lr=", lr, " at epoch ", epoch,
+              " (base lr ", base_lr_, "); nothing was changed");
+  optimizer_.set_lr(lr);
   last_epoch_ = epoch;
-  optimizer_.set_lr(lr_at(epoch));
 }
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)

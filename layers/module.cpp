@@ -1,7 +1,10 @@
 // nn::Module: registration, dotted names, train/eval, zero_grad, in-place device/dtype moves.
 #include "layers/module.h"
 
+#include <unordered_set>
+
 #include "core/autograd.h"
+#include "layers/utf8.h"
 
 namespace tgrad::nn {
 
@@ -15,6 +18,10 @@ void Module::check_new_name(const std::string& what, const std::string& name) co
   TGRAD_CHECK(!name.empty(), type_name_, ": ", what, " name must not be empty");
   TGRAD_CHECK(name.find('.') == std::string::npos, type_name_, ": ", what, " name '", name,
               "' must not contain '.'");
+  // Names end up in state dicts and checkpoint headers, whose strings must be UTF-8.
+  const size_t bad = detail::utf8_error_at(name);
+  TGRAD_CHECK(bad == std::string::npos, type_name_, ": ", what, " name \"", detail::printable(name),
+              "\" is not valid UTF-8 (at byte ", bad, ")");
   for (const auto& [n, p] : parameters_) {
     TGRAD_CHECK(n != name, type_name_, ": a parameter named '", name, "' is already registered");
   }
@@ -37,20 +44,39 @@ void Module::register_module_impl(const std::string& name, const ModulePtr& modu
   check_new_name("submodule", name);
   TGRAD_CHECK(module != nullptr, type_name_, ": submodule '", name, "' is null");
   TGRAD_CHECK(module.get() != this, type_name_, ": cannot register a module as its own child");
+  // A module that already contains this one would make the tree a cycle, and every walk over it
+  // (parameters(), train(), to()) endless: refuse it now, walking the child's subtree without
+  // recursion.
+  std::vector<const Module*> stack{module.get()};
+  std::unordered_set<const Module*> seen;
+  while (!stack.empty()) {
+    const Module* m = stack.back();
+    stack.pop_back();
+    if (!seen.insert(m).second) continue;
+    TGRAD_CHECK(m != this, type_name_, ": submodule '", name, "' (a ", module->type_name(),
+                ") already contains this module; registering it would make a cycle");
+    for (const auto& [child_name, child] : m->children_)
+      stack.push_back(child.get());
+  }
   children_.emplace_back(name, module);
 }
 
-void Module::collect(const std::string& prefix, bool recurse, NamedTensors& out) const {
-  for (const auto& [name, p] : parameters_)
-    out.emplace_back(prefix + name, p);
+void Module::collect(const std::string& prefix, bool recurse, NamedTensors& out,
+                     std::unordered_set<const TensorImpl*>& seen) const {
+  for (const auto& [name, p] : parameters_) {
+    if (seen.insert(p.impl()).second) out.emplace_back(prefix + name, p);
+  }
   if (!recurse) return;
   for (const auto& [name, child] : children_)
-    child->collect(prefix + name + ".", true, out);
+    child->collect(prefix + name + ".", true, out, seen);
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
+  // A layer reused in several places (one Sequential listing it twice, a shared embedding)
+  // contributes its parameters once, under the first name, as PyTorch's named_parameters().
   NamedTensors out;
-  collect("", recurse, out);
+  std::unordered_set<const TensorImpl*> seen;
+  collect("", recurse, out, seen);
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -31,7 +32,8 @@ class Module {
   Tensor operator()(const Tensor& x) { return forward(x); }
 
   // Parameters of this module and (with recurse) of every descendant, depth first in
-  // registration order; names are dotted paths as in PyTorch's named_parameters().
+  // registration order; names are dotted paths as in PyTorch's named_parameters(). A parameter
+  // reachable twice (a layer reused) is listed once, under its first name.
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<ModulePtr> children() const;
@@ -57,7 +59,8 @@ class Module {
 
  protected:
   // Registers `t` as parameter `name` (requires_grad set as asked) and returns the handle.
-  // Names must be non-empty, contain no '.', and be unique among parameters and children.
+  // Names must be non-empty, valid UTF-8, contain no '.', and be unique among parameters and
+  // children; a child that already contains this module (a cycle) is refused.
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
@@ -68,7 +71,8 @@ class Module {
  private:
   void register_module_impl(const std::string& name, const ModulePtr& module);
   void check_new_name(const std::string& what, const std::string& name) const;
-  void collect(const std::string& prefix, bool recurse, NamedTensors& out) const;
+  void collect(const std::string& prefix, bool recurse, NamedTensors& out,
+               std::unordered_set<const TensorImpl*>& seen) const;
 
   std::string type_name_;
   bool training_ = true;
