@@ -228,8 +228,8 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   const int64_t chunk = pl.chunk(block_rows, sizeof(T));
   const int64_t tasks = pl.batch * pl.groups * n_blocks;
   parallel_for(
-      threads, tasks, [&] { return std::vector<T>(static_cast<size_t>(block_rows * chunk)); },
-      [&](std::vector<T>& cols, int64_t t) {
+      threads, tasks, [&] { return Workspace<T>(block_rows * chunk); },
+      [&](Workspace<T>& cols, int64_t t) {
         const int64_t n = t / (pl.groups * n_blocks);
         const int64_t g = (t / n_blocks) % pl.groups;
         const int64_t co0 = (t % n_blocks) * co_per_block;
@@ -259,8 +259,8 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   const int64_t n_chunks = ceil_div(pl.in_hw, chunk);
   const int64_t tasks = pl.batch * pl.groups * n_chunks;
   parallel_for(
-      threads, tasks, [&] { return std::vector<T>(static_cast<size_t>(pl.rows * chunk)); },
-      [&](std::vector<T>& cols, int64_t t) {
+      threads, tasks, [&] { return Workspace<T>(pl.rows * chunk); },
+      [&](Workspace<T>& cols, int64_t t) {
         const int64_t n = t / (pl.groups * n_chunks);
         const int64_t g = (t / n_chunks) % pl.groups;
         const int64_t p0 = (t % n_chunks) * chunk;
@@ -286,11 +286,10 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
       kMaxWgradPartialBytes / std::max<int64_t>(1, w_numel * static_cast<int64_t>(sizeof(T)));
   const int64_t slices =
       std::max<int64_t>(1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory}));
-  std::vector<T> partial(slices > 1 ? static_cast<size_t>(slices * w_numel) : 0);
+  const Workspace<T> partial(slices > 1 ? slices * w_numel : 0);
   parallel_for(
-      threads, slices * pl.groups,
-      [&] { return std::vector<T>(static_cast<size_t>(pl.rows * chunk)); },
-      [&](std::vector<T>& cols, int64_t t) {
+      threads, slices * pl.groups, [&] { return Workspace<T>(pl.rows * chunk); },
+      [&](Workspace<T>& cols, int64_t t) {
         const int64_t s = t / pl.groups, g = t % pl.groups;
         T* acc_base = slices > 1 ? partial.data() + s * w_numel : dw;
         MutMap<T> acc(acc_base + g * pl.cig * pl.rows, pl.cig, pl.rows);

@@ -250,4 +250,8 @@ Backend& cpu_backend() {
   return instance;
 }
 
+std::shared_ptr<void> cpu::allocate_workspace(int64_t nbytes) {
+  return cpu_backend().allocate(nbytes, Device(kCPU));
+}
+
 }  // namespace tgrad

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/backend.h"
 #include "core/conv_geometry.h"
@@ -37,6 +38,22 @@ void dispatch_all(DType dtype, F&& f) {
     dispatch_floating(dtype, f);
   }
 }
+
+// Scratch bytes for a kernel from the CPU backend's counted allocator: set_memory_limit covers
+// them like tensors, and an allocation past the cap is the same tgrad::Error.
+std::shared_ptr<void> allocate_workspace(int64_t nbytes);
+
+// A kernel's scratch array of `count` elements of T (uninitialised), counted as above.
+template <class T>
+class Workspace {
+ public:
+  explicit Workspace(int64_t count)
+      : storage_(allocate_workspace(count * static_cast<int64_t>(sizeof(T)))) {}
+  T* data() const { return static_cast<T*>(storage_.get()); }
+
+ private:
+  std::shared_ptr<void> storage_;
+};
 
 // The first element of a contiguous CPU tensor, typed.
 template <class T>
