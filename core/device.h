@@ -32,6 +32,14 @@ void cuda_synchronize(int device = 0);
 void set_memory_limit(Device device, int64_t bytes);
 int64_t memory_limit(Device device);
 
+// The threads the CPU backend's kernels may use (as torch::set_num_threads): by default the
+// TGRAD_NUM_THREADS environment variable, else the CPUs of the process's affinity mask. Results
+// are bit-identical for any setting. The threads are one persistent team, started on first use;
+// a call that arrives while the team is busy (from another thread of yours) runs on its own
+// thread rather than oversubscribing the cores.
+void set_num_threads(int threads);
+int get_num_threads();
+
 // The float32 precision: "highest" (default) or "high" (TF32 allowed).
 void set_float32_matmul_precision(const std::string& precision);
 std::string get_float32_matmul_precision();

@@ -15,6 +15,7 @@
 
 #include "core/backend.h"
 #include "cpu/kernels.h"
+#include "cpu/parallel.h"
 
 namespace tgrad {
 namespace {
@@ -56,18 +57,6 @@ int64_t host_memory_bytes() {
   return __builtin_mul_overflow(total, unit, &bytes) ? std::numeric_limits<int64_t>::max() : bytes;
 }
 
-// TGRAD_NUM_THREADS if set (a positive integer), else the hardware's thread count.
-int default_thread_count() {
-  if (const char* env = std::getenv("TGRAD_NUM_THREADS"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(env, &end, 10);
-    TGRAD_CHECK(*end == '\0' && n >= 1 && n <= 4096, "cpu backend: TGRAD_NUM_THREADS='", env,
-                "' must be a positive integer");
-    return static_cast<int>(n);
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 void check_cpu(Device device, const char* fn) {
   TGRAD_CHECK(device.is_cpu(), "cpu backend: ", fn, ": device ", device.str(), " is not the CPU");
 }
@@ -90,7 +79,7 @@ void check_bytes(int64_t nbytes, const char* fn) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : threads_(default_thread_count()), host_bytes_(host_memory_bytes()) {}
+  CpuBackend() : host_bytes_(host_memory_bytes()) {}
 
   std::string name() const override { return "cpu"; }
   int device_count() const override { return 1; }
@@ -183,7 +172,7 @@ class CpuBackend final : public Backend {
     check_tensor(y, "matmul", "y");
     check_same_dtype(a, y, "matmul", "a", "y");
     check_same_dtype(b, y, "matmul", "b", "y");
-    cpu::matmul(a, b, y, transpose_a, transpose_b, threads_);
+    cpu::matmul(a, b, y, transpose_a, transpose_b, cpu::max_threads());
   }
 
   void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
@@ -197,9 +186,9 @@ class CpuBackend final : public Backend {
     if (b != nullptr && b->defined()) {
       check_tensor(*b, fn, "b");
       check_same_dtype(*b, y, fn, "b", "y");
-      cpu::conv_transpose_forward(g, x, w, b, y, threads_);
+      cpu::conv_transpose_forward(g, x, w, b, y, cpu::max_threads());
     } else {
-      cpu::conv_transpose_forward(g, x, w, nullptr, y, threads_);
+      cpu::conv_transpose_forward(g, x, w, nullptr, y, cpu::max_threads());
     }
   }
   void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w,
@@ -210,7 +199,7 @@ class CpuBackend final : public Backend {
     check_tensor(dx, fn, "dx");
     check_same_dtype(dy, dx, fn, "dy", "dx");
     check_same_dtype(w, dx, fn, "w", "dx");
-    cpu::conv_transpose_dgrad(g, dy, w, dx, threads_);
+    cpu::conv_transpose_dgrad(g, dy, w, dx, cpu::max_threads());
   }
   void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy,
                             Tensor& dw) override {
@@ -220,14 +209,14 @@ class CpuBackend final : public Backend {
     check_tensor(dw, fn, "dw");
     check_same_dtype(x, dw, fn, "x", "dw");
     check_same_dtype(dy, dw, fn, "dy", "dw");
-    cpu::conv_transpose_wgrad(g, x, dy, dw, threads_);
+    cpu::conv_transpose_wgrad(g, x, dy, dw, cpu::max_threads());
   }
   void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db) override {
     const char* fn = "conv_transpose_bias_grad";
     check_tensor(dy, fn, "dy");
     check_tensor(db, fn, "db");
     check_same_dtype(dy, db, fn, "dy", "db");
-    cpu::conv_transpose_bias_grad(g, dy, db, threads_);
+    cpu::conv_transpose_bias_grad(g, dy, db, cpu::max_threads());
   }
 
  private:
@@ -239,7 +228,6 @@ class CpuBackend final : public Backend {
   }
 
   std::shared_ptr<ByteCounters> counters_ = std::make_shared<ByteCounters>();
-  int threads_;
   int64_t host_bytes_;
 };
 

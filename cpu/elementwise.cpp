@@ -1,11 +1,13 @@
 // Elementwise CPU kernels: fill, cast, unary y[i] = f(x[i]), binary with broadcasting
 // y[i] = a[i . sa] (op) b[i . sb] (stride 0 on a size-1 axis), and sum_to, which adds x into y in
 // x's row-major order (one fixed order, accumulated in double) over y's size-1 axes.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
 
 #include "cpu/kernels.h"
+#include "cpu/parallel.h"
 
 namespace tgrad::cpu {
 namespace {
@@ -104,13 +106,26 @@ void check_broadcastable(const Tensor& small, const Tensor& big, const char* fn,
               " does not broadcast to ", big_name, " shape ", big.shape());
 }
 
+// Elementwise work is cut into blocks of kGrain elements (fixed by the size, never by the thread
+// count); a tensor of one block stays on the calling thread.
+constexpr int64_t kGrain = int64_t{1} << 15;
+
+// Calls f(begin, end) for consecutive blocks of [0, n), in parallel when there are several.
+template <class F>
+void for_blocks(int64_t n, F f) {
+  const int64_t blocks = (n + kGrain - 1) / kGrain;
+  parallel_for(blocks > 1 ? max_threads() : 1, blocks,
+               [&](int64_t b) { f(b * kGrain, std::min(n, (b + 1) * kGrain)); });
+}
+
 template <class T, class F>
 void map_unary(const Tensor& x, Tensor& y, F f) {
   const T* xp = data<T>(x);
   T* yp = data<T>(y);
-  const int64_t n = y.numel();
-  for (int64_t i = 0; i < n; ++i)
-    yp[i] = f(xp[i]);
+  for_blocks(y.numel(), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      yp[i] = f(xp[i]);
+  });
 }
 
 template <class T>
@@ -165,23 +180,38 @@ void map_binary(const Tensor& a, const Tensor& b, Tensor& y, F f) {
   const T* bp = data<T>(b);
   T* yp = data<T>(y);
   if (a.shape() == y.shape() && b.shape() == y.shape()) {
-    const int64_t n = y.numel();
-    for (int64_t i = 0; i < n; ++i)
-      yp[i] = f(ap[i], bp[i]);
+    for_blocks(y.numel(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        yp[i] = f(ap[i], bp[i]);
+    });
     return;
   }
+  // Broadcasting: the output's first axis is split into slices, each a loop nest of its own.
   const Shape& out = y.shape();
-  const auto nest =
-      make_loop_nest<3>(out, {broadcast_strides(a.shape(), out), broadcast_strides(b.shape(), out),
-                              contiguous_strides(out)});
-  run_loop_nest<3>(
-      nest, [&](const std::array<int64_t, 3>& o, int64_t n, const std::array<int64_t, 3>& s) {
-        const T* ai = ap + o[0];
-        const T* bi = bp + o[1];
-        T* yi = yp + o[2];
-        for (int64_t i = 0; i < n; ++i)
-          yi[i * s[2]] = f(ai[i * s[0]], bi[i * s[1]]);
-      });
+  const Shape sa = broadcast_strides(a.shape(), out), sb = broadcast_strides(b.shape(), out),
+              sy = contiguous_strides(out);
+  const int64_t rows = out.empty() ? 1 : out[0];
+  const Shape inner(out.begin() + (out.empty() ? 0 : 1), out.end());
+  const auto nest = make_loop_nest<3>(inner, {Shape(sa.begin() + (out.empty() ? 0 : 1), sa.end()),
+                                              Shape(sb.begin() + (out.empty() ? 0 : 1), sb.end()),
+                                              Shape(sy.begin() + (out.empty() ? 0 : 1), sy.end())});
+  const int64_t row_elems = rows == 0 ? 0 : y.numel() / rows;
+  const int64_t rows_per_task = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, row_elems));
+  const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+  parallel_for(tasks > 1 ? max_threads() : 1, tasks, [&](int64_t t) {
+    for (int64_t r = t * rows_per_task; r < std::min(rows, (t + 1) * rows_per_task); ++r) {
+      const int64_t oa = out.empty() ? 0 : r * sa[0], ob = out.empty() ? 0 : r * sb[0],
+                    oy = out.empty() ? 0 : r * sy[0];
+      run_loop_nest<3>(
+          nest, [&](const std::array<int64_t, 3>& o, int64_t n, const std::array<int64_t, 3>& s) {
+            const T* ai = ap + oa + o[0];
+            const T* bi = bp + ob + o[1];
+            T* yi = yp + oy + o[2];
+            for (int64_t i = 0; i < n; ++i)
+              yi[i * s[2]] = f(ai[i * s[0]], bi[i * s[1]]);
+          });
+    }
+  });
 }
 
 template <class T>
@@ -205,9 +235,7 @@ void fill(Tensor& y, double value) {
   dispatch_all(y.dtype(), [&]<class T>() {
     T* yp = data<T>(y);
     const T v = static_cast<T>(value);
-    const int64_t n = y.numel();
-    for (int64_t i = 0; i < n; ++i)
-      yp[i] = v;
+    for_blocks(y.numel(), [&](int64_t i0, int64_t i1) { std::fill(yp + i0, yp + i1, v); });
   });
 }
 
@@ -218,9 +246,10 @@ void cast(const Tensor& x, Tensor& y) {
     dispatch_all(y.dtype(), [&]<class To>() {
       const From* xp = data<From>(x);
       To* yp = data<To>(y);
-      const int64_t n = y.numel();
-      for (int64_t i = 0; i < n; ++i)
-        yp[i] = static_cast<To>(xp[i]);
+      for_blocks(y.numel(), [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+          yp[i] = static_cast<To>(xp[i]);
+      });
     });
   });
 }

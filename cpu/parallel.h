@@ -1,6 +1,7 @@
 // Fixed-decomposition parallel loops for the CPU kernels: tasks [0, n) are claimed by up to
-// `threads` threads, the caller being one of them. A kernel splits its work by the problem's
-// shape only, never by the thread count, so its results are bit-identical for any thread count.
+// `threads` threads of one persistent team, the caller being one of them. A kernel splits its work
+// by the problem's shape only, never by the thread count, so its results are bit-identical for any
+// thread count.
 #pragma once
 
 #include <algorithm>
@@ -10,9 +11,16 @@
 
 namespace tgrad::cpu {
 
-// Runs body(worker) for worker in [0, workers): worker 0 on the calling thread, the others on
-// new threads, and joins them all. The first exception any worker throws is rethrown here.
+// Runs body(worker) for worker in [0, workers) on the persistent OpenMP team, the calling thread
+// being worker 0, and waits for them all. The first exception any worker throws is rethrown
+// here. A call made while the team is busy (from another user thread, or nested in a kernel)
+// runs body(0) alone on its own thread: no oversubscription, and, since tasks are claimed
+// dynamically, the same results.
 void run_workers(int workers, const std::function<void(int)>& body);
+
+// The threads a kernel may use: set_num_threads() (core/device.h), by default TGRAD_NUM_THREADS
+// or the CPUs of the process's affinity mask.
+int max_threads();
 
 // The thread count for a kernel doing `flops` of work: 1 when the work is too small to be worth
 // starting a thread for, else max_threads.

@@ -1,0 +1,84 @@
+// The CPU backend's threads: results bit-identical for any thread count, concurrent callers
+// from user threads, and the setting's checks.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/device.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "tests/test_util.h"
+
+namespace tgrad::testing {
+namespace {
+
+class ThreadsScope {
+ public:
+  ThreadsScope() : saved_(get_num_threads()) {}
+  ~ThreadsScope() { set_num_threads(saved_); }
+  ThreadsScope(const ThreadsScope&) = delete;
+  ThreadsScope& operator=(const ThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// Every result of a small training-like computation: conv forward and backward, a regular conv,
+// matmul, elementwise ops with broadcasting, and reductions, sized past the parallel grain.
+std::vector<Tensor> compute_everything() {
+  Generator gen(21);
+  const Tensor x = randn({2, 16, 48, 48}, gen).requires_grad_(true);
+  const Tensor w = randn({16, 8, 4, 4}, gen).requires_grad_(true);
+  const Tensor b = randn({8}, gen).requires_grad_(true);
+  const Tensor y = conv_transpose2d(x, w, b, ConvTranspose2dFuncOptions().stride(2).padding(1));
+  const Tensor z =
+      conv2d(tanh(y), randn({4, 8, 3, 3}, gen), Tensor(), Conv2dFuncOptions().padding(1));
+  const Tensor m = matmul(randn({300, 200}, gen), randn({200, 150}, gen));
+  const Tensor e = exp(randn({70000}, gen) * 0.1) + randn({1, 70000}, gen);
+  const Tensor s = sum(z * z, {0, 2, 3}) + sum(e) + mean(sum(m, {1}));
+  sum(s).backward();
+  return {y.detach(), z.detach(), m, e, s.detach(), x.grad(), w.grad(), b.grad()};
+}
+
+TEST(CpuThreads, ResultsAreBitIdenticalForAnyThreadCount) {
+  ThreadsScope restore;
+  set_num_threads(1);
+  const std::vector<Tensor> one = compute_everything();
+  for (int n : {2, 3, 4, 7}) {
+    set_num_threads(n);
+    EXPECT_EQ(get_num_threads(), n);
+    const std::vector<Tensor> many = compute_everything();
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_TRUE(equal(one[i], many[i])) << "result " << i << " at " << n << " threads";
+  }
+}
+
+TEST(CpuThreads, ConcurrentCallersFromUserThreadsGetTheSameBits) {
+  ThreadsScope restore;
+  set_num_threads(2);
+  const std::vector<Tensor> expected = compute_everything();
+  std::vector<std::vector<Tensor>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&got, t] { got[t] = compute_everything(); });
+  for (auto& th : threads)
+    th.join();
+  for (const auto& g : got) {
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_TRUE(equal(g[i], expected[i])) << "result " << i;
+  }
+}
+
+TEST(CpuThreads, TheSettingIsChecked) {
+  ThreadsScope restore;
+  EXPECT_NE(error_of([] { set_num_threads(0); }).find("set_num_threads: threads=0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { set_num_threads(-3); }).find("must be between 1 and 4096"),
+            std::string::npos);
+  EXPECT_GE(get_num_threads(), 1);
+}
+
+}  // namespace
+}  // namespace tgrad::testing
