@@ -125,6 +125,23 @@ TEST(OpsShape, ViewsShareStorageWhereContiguous) {
   EXPECT_NE(narrow(x, 1, 0, 1).raw_data(), x.raw_data());  // a copy
 }
 
+TEST(OpsShape, Int64AndEmptyTensors) {
+  // Shape ops move elements bit for bit, so int64 tensors go through them unchanged.
+  const Tensor i = from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(permute(i, {1, 0}).to_vector<int64_t>(), (std::vector<int64_t>{1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(cat({i, i}, 1).size(1), 6);
+  EXPECT_EQ(flip(i, {1}).to_vector<int64_t>()[0], 3);
+  EXPECT_EQ(index_select(i, 1, from_vector<int64_t>({2}, {1})).to_vector<int64_t>(),
+            (std::vector<int64_t>{3, 6}));
+  const Tensor e = zeros({2, 0, 3}, kFloat64);
+  EXPECT_EQ(cat({e, e}, 1).shape(), (Shape{2, 0, 3}));
+  EXPECT_EQ(cat({e, zeros({2, 1, 3}, kFloat64)}, 1).shape(), (Shape{2, 1, 3}));
+  EXPECT_EQ(permute(e, {2, 1, 0}).shape(), (Shape{3, 0, 2}));
+  EXPECT_EQ(flip(e, {1}).shape(), e.shape());
+  EXPECT_EQ(split(e, 2, 1).size(), 1u);
+  EXPECT_EQ(index_select(e, 2, from_vector<int64_t>({0, 0}, {2})).shape(), (Shape{2, 0, 2}));
+}
+
 TEST(OpsShape, Gradients) {
   const Tensor x = leaf({2, 3, 4}, 1), y = leaf({2, 2, 4}, 2);
   const Tensor idx = from_vector<int64_t>({3, 0, 3, 1}, {4});
