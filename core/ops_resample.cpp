@@ -55,6 +55,12 @@ Tensor pad(const Tensor& x, const PadFuncOptions& options) {
     for (int64_t d = 0; d < x.dim(); ++d)
       w.offset += before[d] * w.strides[d];
     w.shape = cropped.shape();
+    if (options.value() != 0.0 && !(grad_mode_enabled() && x.requires_grad())) {
+      // Nothing to record: fill and copy in place (this also serves int64 inputs).
+      Tensor y = full(shape, options.value(), TensorOptions(x.dtype()).device(x.device()));
+      if (cropped.numel() > 0) backend(x.device()).strided_scatter(cropped, y, w);
+      return y;
+    }
     Tensor y = detail::strided_embed(cropped, shape, w);
     if (options.value() != 0.0) {
       // The fill outside the window does not depend on x: add it as a constant.

@@ -207,6 +207,12 @@ TEST(OpsResample, ValuesMatchPyTorch) {
                             "pixel_unshuffle"));
 }
 
+TEST(OpsResample, ConstantPadOfInt64) {
+  const Tensor i = from_vector<int64_t>({1, 2}, {1, 2});
+  EXPECT_EQ(pad(i, PadFuncOptions({1, 0}).value(7)).to_vector<int64_t>(),
+            (std::vector<int64_t>{7, 1, 2}));
+}
+
 TEST(OpsResample, Gradients) {
   const Tensor x = leaf({1, 2, 3, 4}, 6);
   check_grads(

@@ -156,6 +156,10 @@ TEST(OpsShape, Gradients) {
   check_grads([](const std::vector<Tensor>& in) { return narrow(in[0], 2, 1, 2); }, {x}, "narrow");
   check_grads([](const std::vector<Tensor>& in) { return slice(in[0], 2, 0, 4, 3); }, {x}, "slice");
   check_grads([](const std::vector<Tensor>& in) { return select(in[0], 1, 2); }, {x}, "select");
+  // The view paths (dim 0, or every earlier dim of size 1) record reshape and dim-0 narrow.
+  check_grads([](const std::vector<Tensor>& in) { return select(in[0], 0, 1); }, {x}, "select 0");
+  check_grads([](const std::vector<Tensor>& in) { return narrow(unsqueeze(in[0], 0), 1, 1, 1); },
+              {x}, "narrow view");
   check_grads([idx](const std::vector<Tensor>& in) { return index_select(in[0], 2, idx); }, {x},
               "index_select");
   check_grads([idx](const std::vector<Tensor>& in) { return index_add(in[0], 2, idx, 5); }, {x},
