@@ -144,6 +144,8 @@ TEST(OpsMathCuda, MatchesCpu) {
   check_cuda_matches_cpu([](const Tensor& t) { return cos(t); }, x);
   check_cuda_matches_cpu([](const Tensor& t) { return std::get<0>(max(t, 1)); }, x);
   check_cuda_matches_cpu([](const Tensor& t) { return std::get<0>(min(t, 0)); }, x);
+  check_cuda_matches_cpu([](const Tensor& t) { return max(t); }, x);
+  check_cuda_matches_cpu([](const Tensor& t) { return min(t); }, x);
   check_cuda_matches_cpu([](const Tensor& t) { return softmax(t, 1); }, x);
   check_cuda_matches_cpu([](const Tensor& t) { return log_softmax(t, 0); }, x);
   EXPECT_TRUE(tensors_close(argmax(x.cuda(), 1), argmax(x, 1), kTight, "argmax"));

@@ -225,6 +225,17 @@ TEST(OpsShapeCuda, MatchesCpu) {
   check_cuda_matches_cpu([](const Tensor& t) { return transpose(t, 0, 2); }, x);
   check_cuda_matches_cpu([](const Tensor& t) { return squeeze(unsqueeze(t, 0)); }, x);
   check_cuda_matches_cpu([](const Tensor& t) { return flip(t, {1, 2}); }, x);
+  check_cuda_matches_cpu([](const Tensor& t) { return chunk(t, 2, 2)[1]; }, x);
+  check_cuda_matches_cpu([](const Tensor& t) { return narrow(t, 0, 1, 1); }, x);  // a view
+  check_cuda_matches_cpu(
+      [](const Tensor& t) {
+        return index_add(t, 1, from_vector<int64_t>({1, 1, 0}, {3}).to(t.device()), 2);
+      },
+      x);
+  const Tensor i = from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_TRUE(
+      tensors_close(permute(i.cuda(), {1, 0}), permute(i, {1, 0}), kTight, "int64 permute"));
+  EXPECT_TRUE(tensors_close(cat({i.cuda(), i.cuda()}, 1), cat({i, i}, 1), kTight, "int64 cat"));
 }
 
 }  // namespace
