@@ -76,6 +76,9 @@ Formula cos(const Tensor& x);
 Formula clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 // max/min along a dim (and over all): dy goes to x's flat positions `flat_index`.
 Formula select_positions(const Shape& source, const Tensor& flat_index);
+// max/min over all elements equal to a number `value`: dy spread evenly over the positions that
+// hold it (PyTorch's rule for ties); `is_max` picks the comparison.
+Formula extreme_all(const Tensor& x, double value, bool is_max);
 // softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). y detached, and
 // recomputed from x when backward records.
 Formula softmax(const Tensor& x, const Tensor& y, int64_t dim);

@@ -88,6 +88,21 @@ Formula select_positions(const Shape& source, const Tensor& flat_index) {
           {flat_index}};
 }
 
+// x == value is x >= value for a max (x <= value for a min); the mask has zero derivative.
+Formula extreme_all(const Tensor& x, double value, bool is_max) {
+  return {[x, value, is_max](const Tensor& dy, const GradMask&) {
+            const Tensor mask =
+                step_of(x.detach(), is_max ? UnaryOp::ge_step : UnaryOp::le_step, value);
+            double count = 0.0;
+            {
+              NoGradGuard no_grad;
+              count = tgrad::sum(mask).item();
+            }
+            return Grads{dy * mask * (1.0 / count)};
+          },
+          {x}};
+}
+
 Formula softmax(const Tensor& x, const Tensor& y, int64_t dim) {
   return {[x, y, dim](const Tensor& dy, const GradMask&) {
             const Tensor s = grad_mode_enabled() ? tgrad::softmax(x, dim) : y;

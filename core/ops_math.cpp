@@ -1,6 +1,8 @@
 // The math ops of the decoder toolbox: clamp, sin, cos, max/min (full and along a dim, with
 // int64 positions), argmax/argmin, and numerically stable softmax/log_softmax. Backward formulas
 // are in core/derivatives_shape.cpp.
+#include <cmath>
+
 #include "core/autograd.h"
 #include "core/derivatives.h"
 #include "core/ops.h"
@@ -79,7 +81,16 @@ Tensor reduce_all(const char* fn, ReduceOp op, const Tensor& x) {
   check_floating(fn, "input", x);
   TGRAD_CHECK(x.numel() > 0, fn, ": the input is empty (shape ", x.shape(),
               "); give a dim to reduce over instead");
-  return std::get<0>(reduce_dim(fn, op, x.reshape({-1}), 0, false));
+  const Tensor flat = x.reshape({-1});
+  const double value = [&] {
+    NoGradGuard no_grad;
+    return std::get<0>(reduce_dim(fn, op, flat, 0, false)).item();
+  }();
+  // A NaN result takes the first NaN's position (through reduce_dim's record); otherwise the
+  // gradient is spread over every position holding the extreme, as PyTorch does for ties.
+  if (std::isnan(value)) return std::get<0>(reduce_dim(fn, op, flat, 0, false));
+  Tensor y = full({}, value, TensorOptions(x.dtype()).device(x.device()));
+  return record(fn, y, {x}, derivatives::extreme_all(x, value, op == ReduceOp::max));
 }
 
 Tensor arg_reduce(const char* fn, ReduceOp op, const Tensor& x, std::optional<int64_t> dim,

@@ -54,8 +54,8 @@ Tensor flip(const Tensor& x, const std::vector<int64_t>& dims);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
-// The largest (smallest) element (0-D); NaN if any. The gradient goes to the first position
-// of it (PyTorch spreads it evenly over ties).
+// The largest (smallest) element (0-D); NaN if any. The gradient is spread evenly over the
+// positions holding it, as in PyTorch.
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 // Along dim: (values, indices), indices int64, the first position on ties, as PyTorch.

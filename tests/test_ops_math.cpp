@@ -100,6 +100,16 @@ TEST(OpsMath, SoftmaxIsStableForLargeInputs) {
   EXPECT_TRUE(std::isfinite(log_softmax(big, 0).to_vector<double>()[2]));
 }
 
+TEST(OpsMath, FullMaxSpreadsTheGradientOverTies) {
+  // torch.tensor([1., 3., 3., -2.], requires_grad=True).max().backward() gives [0, .5, .5, 0].
+  const Tensor t = from_vector<double>({1., 3., 3., -2.}, {4}).requires_grad_(true);
+  max(t).backward();
+  EXPECT_EQ(t.grad().to_vector<double>(), (std::vector<double>{0., 0.5, 0.5, 0.}));
+  const Tensor u = from_vector<double>({1., -2., 3., -2.}, {4}).requires_grad_(true);
+  min(u).backward();
+  EXPECT_EQ(u.grad().to_vector<double>(), (std::vector<double>{0., 0.5, 0., 0.5}));
+}
+
 TEST(OpsMath, MaxPropagatesNaN) {
   const Tensor t = from_vector<double>({1., NAN, 3.}, {3});
   EXPECT_TRUE(std::isnan(max(t).item()));
