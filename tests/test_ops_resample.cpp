@@ -207,6 +207,25 @@ TEST(OpsResample, ValuesMatchPyTorch) {
                             "pixel_unshuffle"));
 }
 
+TEST(OpsResample, NearestOneAndThreeSpatialDims) {
+  const Tensor x = base();
+  EXPECT_TRUE(tensors_close(
+      interpolate(x, InterpolateFuncOptions().size(std::vector<int64_t>{7})),
+      from_vector<double>(
+          {-3.0, -3.0, -2.5, -2.5, -2.0, -2.0, -1.5, -1.0, -1.0, -0.5, -0.5, 0.0, 0.0, 0.5,
+           1.0,  1.0,  1.5,  1.5,  2.0,  2.0,  2.5,  3.0,  3.0,  3.5,  3.5,  4.0, 4.0, 4.5,
+           5.0,  5.0,  5.5,  5.5,  6.0,  6.0,  6.5,  7.0,  7.0,  7.5,  7.5,  8.0, 8.0, 8.5},
+          {2, 3, 7}),
+      kTight, "nearest 1-D"));
+  EXPECT_TRUE(tensors_close(
+      interpolate(x.reshape({1, 1, 2, 3, 4}),
+                  InterpolateFuncOptions().scale_factor(std::vector<double>{1.0, 0.7, 1.5})),
+      from_vector<double>({-3.0, -3.0, -2.5, -2.0, -2.0, -1.5, -1.0, -1.0, -0.5, 0.0, 0.0, 0.5,
+                           3.0,  3.0,  3.5,  4.0,  4.0,  4.5,  5.0,  5.0,  5.5,  6.0, 6.0, 6.5},
+                          {1, 1, 2, 2, 6}),
+      kTight, "nearest 3-D"));
+}
+
 TEST(OpsResample, ConstantPadOfInt64) {
   const Tensor i = from_vector<int64_t>({1, 2}, {1, 2});
   EXPECT_EQ(pad(i, PadFuncOptions({1, 0}).value(7)).to_vector<int64_t>(),
