@@ -42,6 +42,18 @@ const char* unary_op_name(UnaryOp op) {
       return "rsub_scalar";
     case UnaryOp::rdiv_scalar:
       return "rdiv_scalar";
+    case UnaryOp::sin:
+      return "sin";
+    case UnaryOp::cos:
+      return "cos";
+    case UnaryOp::clamp_min:
+      return "clamp_min";
+    case UnaryOp::clamp_max:
+      return "clamp_max";
+    case UnaryOp::ge_step:
+      return "ge_step";
+    case UnaryOp::le_step:
+      return "le_step";
   }
   return "?";
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/conv_geometry.h"
 #include "core/device.h"
@@ -34,6 +35,12 @@ enum class UnaryOp {
   mul_scalar,   // x * p
   rsub_scalar,  // p - x
   rdiv_scalar,  // p / x
+  sin,          // sin x
+  cos,          // cos x
+  clamp_min,    // x < p ? p : x          (NaN stays NaN, as torch.clamp)
+  clamp_max,    // x > p ? p : x
+  ge_step,      // x >= p ? 1 : 0         (clamp's derivative, with le_step)
+  le_step,      // x <= p ? 1 : 0
 };
 const char* unary_op_name(UnaryOp op);
 
@@ -41,6 +48,18 @@ const char* unary_op_name(UnaryOp op);
 // b with y's rank, each size equal to y's or 1).
 enum class BinaryOp { add, sub, mul, div };
 const char* binary_op_name(BinaryOp op);
+
+// A strided window of a contiguous tensor t: the window's element (i_0, ..., i_{r-1}) is
+// t[offset + sum_d i_d * strides[d]], strides in elements (0 or negative allowed). Rank <= 8.
+// Shape ops (permute, slicing, flip, cat, pad, pixel_shuffle) are windows of their operands.
+struct StridedWindow {
+  Shape shape;
+  std::vector<int64_t> strides;
+  int64_t offset = 0;
+};
+
+// Reductions along one dim that return values and positions (max, min, argmax, argmin).
+enum class ReduceOp { max, min };
 
 struct MemoryStats {
   int64_t allocated = 0;  // bytes in live tensors
@@ -79,6 +98,27 @@ class Backend {
   // y(M,N) = op(a) op(b), op = transpose when the flag is set; a, b, y 2-D.
   virtual void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
                       bool transpose_b) = 0;
+
+  // Indexing (cpu/indexing.cpp, cuda/indexing.cu). Any dtype unless said: elements are moved
+  // bit for bit. core checks windows and indices against the tensors' sizes before calling.
+  // y (the window's shape) = x[window].
+  virtual void strided_gather(const Tensor& x, const StridedWindow& window, Tensor& y) = 0;
+  // y[window] = x (x has the window's shape). y's elements outside the window are kept: the one
+  // exception to "overwrites its output". The window must not reach an element twice.
+  virtual void strided_scatter(const Tensor& x, Tensor& y, const StridedWindow& window) = 0;
+  // x seen as (outer, n_x, inner), y as (outer, n_y, inner), index int64 with n_y values in
+  // [0, n_x): y[o, j, i] = x[o, index[j], i].
+  virtual void index_gather(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,
+                            Tensor& y) = 0;
+  // Floating. x seen as (outer, n_x, inner), y as (outer, n_y, inner), index int64 with n_x
+  // values in [0, n_y): y = 0, then y[o, index[j], i] += x[o, j, i] in increasing j.
+  // Deterministic: every element is summed in that fixed order, without float atomics.
+  virtual void index_add(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,
+                         Tensor& y) = 0;
+  // Floating. x seen as (outer, n, inner), n >= 1; values and indices (int64) as (outer, inner):
+  // the max (min) over n and its first position; a NaN wins over any number (as PyTorch).
+  virtual void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t inner,
+                          Tensor& values, Tensor& indices) = 0;
 
   // Transposed convolution. Tensors are contiguous with the 4-D layouts x (N, C_in, H, W),
   // w (C_in, C_out/g, kH, kW), y (N, C_out, H_out, W_out) whatever rank the user passed.

@@ -5,7 +5,11 @@
 // works for every entry. core/derivatives.cpp holds these formulas together.
 #pragma once
 
+#include <optional>
+#include <vector>
+
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/conv_geometry.h"
 #include "core/tensor.h"
 
@@ -56,5 +60,28 @@ Formula conv_transpose(const ConvGeometry& g, const Tensor& x4, const Tensor& w4
 Formula conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy4, const Tensor& w4,
                              bool has_bias);
 Formula conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x4, const Tensor& dy4);
+
+// ---- Shape, indexing, math and resampling ops (core/derivatives_shape.cpp) ----
+// Every shape op reduces to two strided copies that are each other's gradient, and index_select
+// and index_add are each other's gradient too; the rest are written with those and arithmetic.
+Formula strided_gather(const Shape& source, const StridedWindow& window);  // dx = embed(dy)
+Formula strided_embed(const StridedWindow& window);                        // dx = dy[window]
+// cat: dx_i = dy's slice [offsets[i], offsets[i+1]) along dim.
+Formula cat(int64_t dim, const std::vector<int64_t>& offsets);
+Formula index_select(int64_t dim, const Tensor& index, int64_t size);  // dx = index_add(dy)
+Formula index_add(int64_t dim, const Tensor& index);                   // dx = index_select(dy)
+Formula sin(const Tensor& x);
+Formula cos(const Tensor& x);
+// clamp: dy where min <= x <= max (each bound optional), 0 elsewhere.
+Formula clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+// max/min along a dim (and over all): dy goes to x's flat positions `flat_index`.
+Formula select_positions(const Shape& source, const Tensor& flat_index);
+// max/min over all elements equal to a number `value`: dy spread evenly over the positions that
+// hold it (PyTorch's rule for ties); `is_max` picks the comparison.
+Formula extreme_all(const Tensor& x, double value, bool is_max);
+// softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - exp(y) sum(dy). y detached, and
+// recomputed from x when backward records.
+Formula softmax(const Tensor& x, const Tensor& y, int64_t dim);
+Formula log_softmax(const Tensor& x, const Tensor& y, int64_t dim);
 
 }  // namespace tgrad::derivatives

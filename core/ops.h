@@ -179,3 +179,6 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
               const Conv2dFuncOptions& options = {});
 
 }  // namespace tgrad
+
+// The shape, indexing, math and resampling ops.
+#include "core/ops_shape.h"  // IWYU pragma: export

@@ -170,6 +170,18 @@ void unary_typed(UnaryOp op, T p, const Tensor& x, Tensor& y) {
       return map_unary<T>(x, y, [p](T v) { return p - v; });
     case UnaryOp::rdiv_scalar:
       return map_unary<T>(x, y, [p](T v) { return p / v; });
+    case UnaryOp::sin:
+      return map_unary<T>(x, y, [](T v) { return std::sin(v); });
+    case UnaryOp::cos:
+      return map_unary<T>(x, y, [](T v) { return std::cos(v); });
+    case UnaryOp::clamp_min:
+      return map_unary<T>(x, y, [p](T v) { return v < p ? p : v; });
+    case UnaryOp::clamp_max:
+      return map_unary<T>(x, y, [p](T v) { return v > p ? p : v; });
+    case UnaryOp::ge_step:
+      return map_unary<T>(x, y, [p](T v) { return v >= p ? T(1) : T(0); });
+    case UnaryOp::le_step:
+      return map_unary<T>(x, y, [p](T v) { return v <= p ? T(1) : T(0); });
   }
   TGRAD_FAIL("cpu backend: unary: unknown op ", static_cast<int>(op));
 }

@@ -70,6 +70,16 @@ void sum_to(const Tensor& x, Tensor& y);
 void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool transpose_b,
             int threads);
 
+// indexing.cpp: see the Backend methods of the same names.
+void strided_gather(const Tensor& x, const StridedWindow& w, Tensor& y, int threads);
+void strided_scatter(const Tensor& x, Tensor& y, const StridedWindow& w, int threads);
+void index_gather(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index, Tensor& y,
+                  int threads);
+void index_add(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index, Tensor& y,
+               int threads);
+void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t inner, Tensor& values,
+                Tensor& indices, int threads);
+
 void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
                             const Tensor* b, Tensor& y, int threads);
 void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx,

@@ -145,6 +145,30 @@ void CudaBackend::sum_to(const Tensor& x, Tensor& y) {
   cuda::sum_to(allocator_, x, y);
 }
 
+void CudaBackend::strided_gather(const Tensor& x, const StridedWindow& window, Tensor& y) {
+  check_device(y.device(), "strided_gather");
+  cuda::strided_gather(x, window, y);
+}
+void CudaBackend::strided_scatter(const Tensor& x, Tensor& y, const StridedWindow& window) {
+  check_device(y.device(), "strided_scatter");
+  cuda::strided_scatter(x, y, window);
+}
+void CudaBackend::index_gather(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,
+                               Tensor& y) {
+  check_device(y.device(), "index_gather");
+  cuda::index_gather(x, outer, inner, index, y);
+}
+void CudaBackend::index_add(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,
+                            Tensor& y) {
+  check_device(y.device(), "index_add");
+  cuda::index_add(allocator_, x, outer, inner, index, y);
+}
+void CudaBackend::reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t inner,
+                             Tensor& values, Tensor& indices) {
+  check_device(x.device(), "reduce_dim");
+  cuda::reduce_dim(op, x, outer, inner, values, indices);
+}
+
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
                          bool transpose_b) {
   check_device(y.device(), "matmul");

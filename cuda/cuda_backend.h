@@ -52,6 +52,15 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
               bool transpose_b) override;
 
+  void strided_gather(const Tensor& x, const StridedWindow& window, Tensor& y) override;
+  void strided_scatter(const Tensor& x, Tensor& y, const StridedWindow& window) override;
+  void index_gather(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,
+                    Tensor& y) override;
+  void index_add(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,
+                 Tensor& y) override;
+  void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t inner, Tensor& values,
+                  Tensor& indices) override;
+
   void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
                               const Tensor* b, Tensor& y) override;
   void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w,

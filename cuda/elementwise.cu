@@ -59,6 +59,18 @@ __device__ inline float m_tanh(float x) {
 __device__ inline double m_tanh(double x) {
   return ::tanh(x);
 }
+__device__ inline float m_sin(float x) {
+  return sinf(x);
+}
+__device__ inline double m_sin(double x) {
+  return ::sin(x);
+}
+__device__ inline float m_cos(float x) {
+  return cosf(x);
+}
+__device__ inline double m_cos(double x) {
+  return ::cos(x);
+}
 __device__ inline float m_pow(float x, float p) {
   return powf(x, p);
 }
@@ -107,6 +119,18 @@ __device__ inline T apply_unary(UnaryOp op, T x, T p) {
       return p - x;
     case UnaryOp::rdiv_scalar:
       return p / x;
+    case UnaryOp::sin:
+      return m_sin(x);
+    case UnaryOp::cos:
+      return m_cos(x);
+    case UnaryOp::clamp_min:
+      return x < p ? p : x;
+    case UnaryOp::clamp_max:
+      return x > p ? p : x;
+    case UnaryOp::ge_step:
+      return x >= p ? one : zero;
+    case UnaryOp::le_step:
+      return x <= p ? one : zero;
   }
   return x;  // unreachable: the launcher checks the op
 }
@@ -165,7 +189,7 @@ __global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* y, int64_t
 
 bool is_unary_op(UnaryOp op) {
   return static_cast<int>(op) >= static_cast<int>(UnaryOp::neg) &&
-         static_cast<int>(op) <= static_cast<int>(UnaryOp::rdiv_scalar);
+         static_cast<int>(op) <= static_cast<int>(UnaryOp::le_step);
 }
 
 }  // namespace

@@ -22,6 +22,15 @@ void sum_to(CachingAllocator& alloc, const Tensor& x, Tensor& y);
 void sum_to_shape(CachingAllocator& alloc, const Tensor& x, const Shape& x_shape, Tensor& y,
                   const Shape& y_shape);
 
+// indexing.cu: see the Backend methods of the same names. index_add borrows its CSR buffer.
+void strided_gather(const Tensor& x, const StridedWindow& window, Tensor& y);
+void strided_scatter(const Tensor& x, Tensor& y, const StridedWindow& window);
+void index_gather(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index, Tensor& y);
+void index_add(CachingAllocator& alloc, const Tensor& x, int64_t outer, int64_t inner,
+               const Tensor& index, Tensor& y);
+void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t inner, Tensor& values,
+                Tensor& indices);
+
 // matmul.cu
 void matmul(cublasHandle_t handle, const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
             bool transpose_b);

@@ -252,6 +252,79 @@ void check_other_ops(Runner& run, uint64_t seed) {
   }
 }
 
+// The shape, math and resampling ops (core/ops_shape.h), each on one or two configurations.
+void check_shape_ops(Runner& run, uint64_t seed) {
+  tgrad::Generator gen(seed);
+  tgrad::GradcheckOptions o;
+  auto one = [&](const std::string& op, const std::string& config, const tgrad::Shape& shape,
+                 std::function<Tensor(const Tensor&)> f) {
+    o.config = config;
+    run.check(
+        op, [f](const std::vector<Tensor>& in) { return f(in[0]); }, {run.input(shape, gen)}, o);
+  };
+  const tgrad::Shape s = {2, 3, 4};
+  const Tensor idx = tgrad::from_vector<int64_t>({3, 0, 3, 1}, {4}).to(run.device);
+  o.config = "dim 1, (2,3,4) and (2,2,4)";
+  run.check(
+      "cat", [](const std::vector<Tensor>& in) { return tgrad::cat(in, 1); },
+      {run.input(s, gen), run.input({2, 2, 4}, gen)}, o);
+  o.config = "dim -1, two (2,3,4)";
+  run.check(
+      "stack", [](const std::vector<Tensor>& in) { return tgrad::stack(in, -1); },
+      {run.input(s, gen), run.input(s, gen)}, o);
+  one("split", "size 3 on dim 2, piece 1", s,
+      [](const Tensor& x) { return tgrad::split(x, 3, 2)[1]; });
+  one("chunk", "2 on dim 1, piece 0", s, [](const Tensor& x) { return tgrad::chunk(x, 2, 1)[0]; });
+  one("narrow_any_dim", "dim 2 [1, 3)", s,
+      [](const Tensor& x) { return tgrad::narrow(x, 2, 1, 2); });
+  one("slice", "dim 2, 0:4:3", s, [](const Tensor& x) { return tgrad::slice(x, 2, 0, 4, 3); });
+  one("select", "dim 1 index -1", s, [](const Tensor& x) { return tgrad::select(x, 1, -1); });
+  one("index_select", "dim 2 [3,0,3,1]", s,
+      [idx](const Tensor& x) { return tgrad::index_select(x, 2, idx); });
+  one("index_add", "dim 2 [3,0,3,1] into 5", s,
+      [idx](const Tensor& x) { return tgrad::index_add(x, 2, idx, 5); });
+  one("permute", "(1,2,0)", s, [](const Tensor& x) { return tgrad::permute(x, {1, 2, 0}); });
+  one("transpose", "0,2", s, [](const Tensor& x) { return tgrad::transpose(x, 0, 2); });
+  one("unsqueeze_squeeze", "dim 1", s,
+      [](const Tensor& x) { return tgrad::squeeze(tgrad::unsqueeze(x, 1), 1); });
+  one("flip", "dims 0,-1", s, [](const Tensor& x) { return tgrad::flip(x, {0, -1}); });
+  one("clamp", "[-0.5, 0.5]", s, [](const Tensor& x) { return tgrad::clamp(x, -0.5, 0.5); });
+  one("sin", "", s, [](const Tensor& x) { return tgrad::sin(x); });
+  one("cos", "", s, [](const Tensor& x) { return tgrad::cos(x); });
+  one("max", "all", s, [](const Tensor& x) { return tgrad::max(x); });
+  one("max_dim", "dim 1 keepdim", s,
+      [](const Tensor& x) { return std::get<0>(tgrad::max(x, 1, true)); });
+  one("min_dim", "dim -1", s, [](const Tensor& x) { return std::get<0>(tgrad::min(x, -1)); });
+  one("softmax", "dim 1", s, [](const Tensor& x) { return tgrad::softmax(x, 1); });
+  one("log_softmax", "dim -1", s, [](const Tensor& x) { return tgrad::log_softmax(x, -1); });
+  const tgrad::Shape img = {1, 2, 3, 4};
+  one("pad_constant", "(1,2,-1,1) value 0.5", img, [](const Tensor& x) {
+    return tgrad::pad(x, tgrad::PadFuncOptions({1, 2, -1, 1}).value(0.5));
+  });
+  one("pad_reflect", "(2,3,2,1)", img, [](const Tensor& x) {
+    return tgrad::pad(x, tgrad::PadFuncOptions({2, 3, 2, 1}).mode(tgrad::kReflect));
+  });
+  one("pad_replicate", "(3,1,0,2)", img, [](const Tensor& x) {
+    return tgrad::pad(x, tgrad::PadFuncOptions({3, 1, 0, 2}).mode(tgrad::kReplicate));
+  });
+  one("interpolate_nearest", "size (5,3)", img, [](const Tensor& x) {
+    return tgrad::interpolate(x, tgrad::InterpolateFuncOptions().size(std::vector<int64_t>{5, 3}));
+  });
+  for (bool align : {false, true}) {
+    one("interpolate_bilinear", align ? "scale 1.5 align_corners" : "scale 1.5", img,
+        [align](const Tensor& x) {
+          return tgrad::interpolate(x, tgrad::InterpolateFuncOptions()
+                                           .scale_factor(std::vector<double>{1.5})
+                                           .mode(tgrad::kBilinear)
+                                           .align_corners(align));
+        });
+  }
+  one("pixel_shuffle", "r 2", {1, 4, 2, 3},
+      [](const Tensor& x) { return tgrad::pixel_shuffle(x, 2); });
+  one("pixel_unshuffle", "r 2", {1, 1, 4, 2},
+      [](const Tensor& x) { return tgrad::pixel_unshuffle(x, 2); });
+}
+
 }  // namespace
 
 // Exit status when the device cannot be used; ctest reports it as a skip, not a failure.
@@ -280,6 +353,7 @@ int main(int argc, char** argv) {
             << " ConvTranspose configurations (seed " << seed << ") and every other op\n";
   check_conv(run, configs, seed);
   check_other_ops(run, seed);
+  check_shape_ops(run, seed);
 
   std::printf("\n%-24s %8s %9s %12s %12s\n", "op", "configs", "failures", "max abs err",
               "max rel err");

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/gradcheck.h"
 #include "core/ops.h"
+#include "core/ops_shape.h"
 #include "core/random.h"
 #include "core/tensor.h"
 #include "layers/nn.h"
