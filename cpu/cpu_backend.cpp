@@ -179,13 +179,13 @@ class CpuBackend final : public Backend {
     check_tensor(x, "strided_gather", "x");
     check_tensor(y, "strided_gather", "y");
     check_same_dtype(x, y, "strided_gather", "x", "y");
-    cpu::strided_gather(x, window, y, threads_);
+    cpu::strided_gather(x, window, y, cpu::max_threads());
   }
   void strided_scatter(const Tensor& x, Tensor& y, const StridedWindow& window) override {
     check_tensor(x, "strided_scatter", "x");
     check_tensor(y, "strided_scatter", "y");
     check_same_dtype(x, y, "strided_scatter", "x", "y");
-    cpu::strided_scatter(x, y, window, threads_);
+    cpu::strided_scatter(x, y, window, cpu::max_threads());
   }
   void index_gather(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,
                     Tensor& y) override {
@@ -193,7 +193,7 @@ class CpuBackend final : public Backend {
     check_tensor(index, "index_gather", "index");
     check_tensor(y, "index_gather", "y");
     check_same_dtype(x, y, "index_gather", "x", "y");
-    cpu::index_gather(x, outer, inner, index, y, threads_);
+    cpu::index_gather(x, outer, inner, index, y, cpu::max_threads());
   }
   void index_add(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,
                  Tensor& y) override {
@@ -201,7 +201,7 @@ class CpuBackend final : public Backend {
     check_tensor(index, "index_add", "index");
     check_tensor(y, "index_add", "y");
     check_same_dtype(x, y, "index_add", "x", "y");
-    cpu::index_add(x, outer, inner, index, y, threads_);
+    cpu::index_add(x, outer, inner, index, y, cpu::max_threads());
   }
   void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t inner, Tensor& values,
                   Tensor& indices) override {
@@ -209,7 +209,7 @@ class CpuBackend final : public Backend {
     check_tensor(values, "reduce_dim", "values");
     check_tensor(indices, "reduce_dim", "indices");
     check_same_dtype(x, values, "reduce_dim", "x", "values");
-    cpu::reduce_dim(op, x, outer, inner, values, indices, threads_);
+    cpu::reduce_dim(op, x, outer, inner, values, indices, cpu::max_threads());
   }
 
   void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
