@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "core/ops.h"
+#include "core/ops_internal.h"
 
 namespace tgrad {
 
@@ -327,6 +328,9 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph,
       sum = sum.clone();
     }
     if (!create_graph) sum = sum.detach();
+    // A gradient made by a view-like op's copy is still a tensor of its own: the user may write
+    // into .grad (gradient clipping).
+    if (sum.impl()->copy_of_view != nullptr) sum = detail::unmark_copy_of_view(sum);
     updates.emplace_back(&leaf, sum.impl_ptr());
   }
   for (auto& [leaf, grad] : updates)
@@ -360,6 +364,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
       auto it = t.leaves.find(in.impl());
       result.push_back(it == t.leaves.end() ? Tensor() : it->second.second);
     }
+    if (result.back().defined() && result.back().impl()->copy_of_view != nullptr)
+      result.back() = detail::unmark_copy_of_view(result.back());
   }
   return result;
 }

@@ -26,6 +26,16 @@ void check_compatible(const char* fn, const char* a_name, const Tensor& a, const
 // An uninitialised tensor of `shape` with like's dtype and device.
 Tensor new_like(const Tensor& like, const Shape& shape);
 
+// Marks t as the copy an op returned where PyTorch returns a strided view (see
+// TensorImpl::copy_of_view), and returns it.
+inline Tensor mark_copy_of_view(Tensor t, const char* op) {
+  t.impl()->copy_of_view = op;
+  return t;
+}
+// The same tensor (storage, history) through a handle without that mark: gradients handed to the
+// user are tensors of their own.
+Tensor unmark_copy_of_view(const Tensor& t);
+
 // A tensor sharing t's storage (and version counter) with another shape of the same element
 // count; no autograd.
 Tensor alias(const Tensor& t, const Shape& shape);

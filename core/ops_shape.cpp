@@ -126,7 +126,7 @@ Tensor slice_raw(const Tensor& x, int64_t dim, int64_t start, int64_t size, int6
   w.offset = start * w.strides[dim];
   w.shape[dim] = size;
   w.strides[dim] *= step;
-  return detail::strided_gather(x, w);
+  return detail::mark_copy_of_view(detail::strided_gather(x, w), "a slice along an inner dim");
 }
 
 }  // namespace
@@ -300,7 +300,7 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   for (int64_t i = 0; i < rank; ++i)
     identity &= wrap_dim("permute", dims[i], rank) == i;
   if (identity) return x.reshape(x.shape());
-  return detail::strided_gather(x, w);
+  return detail::mark_copy_of_view(detail::strided_gather(x, w), "permute");
 }
 
 Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {

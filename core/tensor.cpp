@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "core/derivatives.h"
 #include "core/ops_internal.h"
+#include "core/ops_shape.h"
 #include "core/random.h"
 
 namespace tgrad {
@@ -80,11 +81,20 @@ Tensor alias(const Tensor& t, const Shape& shape) {
   impl->storage = src.storage;
   impl->version = src.version;
   impl->storage_numel = src.storage_numel;
+  impl->copy_of_view = src.copy_of_view;
   impl->offset = src.offset;
   impl->shape = shape;
   impl->dtype = src.dtype;
   impl->device = src.device;
   return Tensor(std::move(impl));
+}
+
+Tensor unmark_copy_of_view(const Tensor& t) {
+  Tensor out = alias(t, t.shape());
+  out.impl()->copy_of_view = nullptr;
+  out.impl()->requires_grad = t.impl()->requires_grad;
+  out.impl()->grad_fn = t.impl()->grad_fn;
+  return out;
 }
 
 }  // namespace detail
@@ -253,8 +263,9 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   checked("narrow");
   TGRAD_CHECK(this->dim() > 0, "narrow: cannot narrow a 0-D tensor");
-  TGRAD_CHECK(dim == 0, "narrow: only dim 0 keeps storage contiguous; got dim ", dim,
-              " (reshape or copy first)");
+  // Other dims and negative starts go through tgrad::narrow (a view where the result is
+  // contiguous, else a marked copy), which comes back here with dim 0 and a start counted from 0.
+  if (dim != 0 || start < 0) return tgrad::narrow(*this, dim, start, length);
   const int64_t n = size(0);
   TGRAD_CHECK(start >= 0 && length >= 0 && start <= n && length <= n - start, "narrow: start ",
               start, " and length ", length, " do not fit in dim 0 of size ", n);
@@ -332,6 +343,11 @@ namespace detail {
 
 void begin_inplace_write(const char* fn, const Tensor& t) {
   const TensorImpl& impl = *t.impl();
+  TGRAD_CHECK(impl.copy_of_view == nullptr, fn, ": this tensor is the copy that ",
+              impl.copy_of_view ? impl.copy_of_view : "",
+              " returned (tgrad returns a copy where PyTorch returns a strided view), so an "
+              "in-place write would not reach the tensor it came from; write into a clone() if a "
+              "separate tensor is what you want");
   if (grad_mode_enabled() && impl.requires_grad) {
     TGRAD_CHECK(impl.grad_fn != nullptr, fn,
                 ": a leaf tensor that requires grad cannot be written in place while grad mode "

@@ -43,6 +43,10 @@ struct TensorImpl {
   std::shared_ptr<VersionCounter> version;  // shared by every alias of `storage`
   int64_t storage_numel = 0;                // elements the storage holds
   int64_t offset = 0;                       // first element of this tensor, in elements
+  // Set on the copy that an op returns where PyTorch returns a strided view ("permute",
+  // "narrow"...): an in-place write into it would not reach the tensor it came from, so writes
+  // are refused, naming the op. Views of such a copy keep it.
+  const char* copy_of_view = nullptr;
   Shape shape;
   DType dtype = DType::float32;
   Device device;
