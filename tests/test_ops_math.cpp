@@ -9,50 +9,25 @@
 #include "core/gradcheck.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "tests/op_checks.h"
 #include "tests/test_util.h"
 
 namespace tgrad {
 namespace {
 
+using testing::check_cuda_matches_cpu;
+using testing::check_grads;
 using testing::error_of;
 using testing::tensors_close;
 using testing::Tolerance;
+constexpr Tolerance kTight = testing::kOpsTight;
 
-// Exact moves and short float64 sums against PyTorch's float64 values: a few ulps.
-constexpr Tolerance kTight{1e-12, 1e-12, 0.0};
-
-// The (2, 3, 4) tensor tests/python/gen_ops_shape.py starts from: arange(24) * 0.5 - 3.
 Tensor base() {
-  return arange(24.0, TensorOptions(kFloat64)).reshape({2, 3, 4}) * 0.5 - 3.0;
+  return testing::ops_base();
 }
-
 Tensor leaf(const Shape& shape, uint64_t seed) {
-  Generator gen(seed);
-  return randn(shape, gen, TensorOptions(kFloat64)).requires_grad_(true);
+  return testing::ops_leaf(shape, seed);
 }
-
-// gradcheck and gradgradcheck of fn at inputs, both must pass.
-void check_grads(const GradcheckFn& fn, const std::vector<Tensor>& inputs, const char* name) {
-  GradcheckOptions o;
-  o.name = name;
-  const GradcheckResult first = gradcheck(fn, inputs, o);
-  EXPECT_TRUE(first.ok) << first.report;
-  o.fast_mode = true;
-  const GradcheckResult second = gradgradcheck(fn, inputs, o);
-  EXPECT_TRUE(second.ok) << second.report;
-}
-
-// fn's value and its gradient for upstream ones, on CUDA against the CPU's.
-void check_cuda_matches_cpu(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x) {
-  const Tensor xc = x.detach().requires_grad_(true);
-  const Tensor xg = x.detach().cuda().requires_grad_(true);
-  const Tensor yc = fn(xc), yg = fn(xg);
-  EXPECT_TRUE(tensors_close(yg, yc, kTight, "forward"));
-  sum(yc * yc).backward();
-  sum(yg * yg).backward();
-  EXPECT_TRUE(tensors_close(xg.grad(), xc.grad(), kTight, "gradient"));
-}
-
 Tensor two_rows() {
   return from_vector<double>({1., 3., 3., -2., 0.5, -1., 7., 7.}, {2, 4});
 }
