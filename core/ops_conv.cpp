@@ -8,6 +8,7 @@
 #include "core/derivatives.h"
 #include "core/ops.h"
 #include "core/ops_internal.h"
+#include "core/ops_shape.h"
 
 namespace tgrad {
 
@@ -153,22 +154,36 @@ Tensor conv_nd(const char* fn, const Tensor& x, const Tensor& w, const Tensor& b
   } else if (std::holds_alternative<enumtype::kSame>(o.padding())) {
     TGRAD_CHECK(w.dim() == static_cast<int64_t>(D) + 2, fn, ": weight must be ", D + 2,
                 "-D, got shape ", w.shape());
+    // PyTorch's rule: half the kernel's extent on each side, the odd element after.
+    std::vector<int64_t> extra_pads;  // F::pad's list: last dim first
+    bool asymmetric = false;
     for (size_t i = 0; i < D; ++i) {
       TGRAD_CHECK(o.stride()[i] == 1, fn, ": padding=kSame needs stride 1, got stride[", i,
                   "]=", o.stride()[i], " (as in PyTorch)");
+      const int64_t k = w.size(2 + static_cast<int64_t>(i));
       int64_t total = 0;
-      TGRAD_CHECK(o.dilation()[i] > 0 && w.size(2 + static_cast<int64_t>(i)) > 0 &&
-                      !__builtin_mul_overflow(o.dilation()[i],
-                                              w.size(2 + static_cast<int64_t>(i)) - 1, &total),
-                  fn, ": padding=kSame: dilation[", i, "]=", o.dilation()[i], " and kernel size ",
-                  w.size(2 + static_cast<int64_t>(i)),
-                  " must be positive and their span fit int64");
-      TGRAD_CHECK(total % 2 == 0, fn, ": padding=kSame with an even kernel extent (dilation[", i,
-                  "]=", o.dilation()[i], " x (kernel ", w.size(2 + static_cast<int64_t>(i)),
-                  " - 1) = ", total,
-                  " is odd) needs asymmetric padding, which tgrad does not support yet; pad the "
-                  "input by hand and use padding 0");
+      TGRAD_CHECK(
+          o.dilation()[i] > 0 && k > 0 && !__builtin_mul_overflow(o.dilation()[i], k - 1, &total),
+          fn, ": padding=kSame: dilation[", i, "]=", o.dilation()[i], " and kernel size ", k,
+          " must be positive and their span fit int64");
       args.padding[i] = total / 2;
+      asymmetric |= total % 2 != 0;
+    }
+    if (asymmetric) {
+      for (size_t i = D; i-- > 0;) {
+        const int64_t total = o.dilation()[i] * (w.size(2 + static_cast<int64_t>(i)) - 1);
+        extra_pads.push_back(0);
+        extra_pads.push_back(total % 2);
+      }
+      TGRAD_CHECK(x.dim() == static_cast<int64_t>(D) + 1 || x.dim() == static_cast<int64_t>(D) + 2,
+                  fn, ": input must be ", D + 1, "-D (unbatched) or ", D + 2, "-D (batched), got ",
+                  x.dim(), "-D input of shape ", x.shape());
+      const Tensor xp = pad(x, PadFuncOptions(extra_pads));
+      args.x_shape = xp.shape();
+      const ConvGeometry g = make_conv_geometry(args);
+      const Tensor y4 =
+          detail::conv_transpose_dgrad(g, xp.reshape(y4_shape(g)), w.reshape(w4_shape(g)), b);
+      return y4.reshape(user_shape<D>(x, g.batch, g.in_channels, g.in_size[0], g.in_size[1]));
     }
   }  // kValid: no padding
   const ConvGeometry g = make_conv_geometry(args);

@@ -16,7 +16,8 @@ constexpr const char* kOptimizerPrefix = "optimizer.";
 
 void load_state_dict(Module& module, const NamedTensors& state) {
   const std::string fn = "load_state_dict(" + module.type_name() + ")";
-  const NamedTensors params = module.named_parameters();
+  // Parameters and buffers alike: every key of the module's state dict.
+  const NamedTensors params = module.state_dict();
   std::map<std::string, Tensor> given;
   for (const auto& [name, t] : state) {
     TGRAD_CHECK(given.emplace(name, t).second, fn, ": key '", name, "' appears twice");

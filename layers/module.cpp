@@ -28,6 +28,9 @@ void Module::check_new_name(const std::string& what, const std::string& name) co
   for (const auto& [n, m] : children_) {
     TGRAD_CHECK(n != name, type_name_, ": a submodule named '", name, "' is already registered");
   }
+  for (const auto& [n, b] : buffers_) {
+    TGRAD_CHECK(n != name, type_name_, ": a buffer named '", name, "' is already registered");
+  }
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
@@ -61,14 +64,21 @@ void Module::register_module_impl(const std::string& name, const ModulePtr& modu
   children_.emplace_back(name, module);
 }
 
-void Module::collect(const std::string& prefix, bool recurse, NamedTensors& out,
-                     std::unordered_set<const TensorImpl*>& seen) const {
-  for (const auto& [name, p] : parameters_) {
-    if (seen.insert(p.impl()).second) out.emplace_back(prefix + name, p);
+void Module::collect(const std::string& prefix, bool recurse, bool params, bool buffers,
+                     NamedTensors& out, std::unordered_set<const TensorImpl*>& seen) const {
+  if (params) {
+    for (const auto& [name, p] : parameters_) {
+      if (seen.insert(p.impl()).second) out.emplace_back(prefix + name, p);
+    }
+  }
+  if (buffers) {
+    for (const auto& [name, b] : buffers_) {
+      if (seen.insert(b.impl()).second) out.emplace_back(prefix + name, b);
+    }
   }
   if (!recurse) return;
   for (const auto& [name, child] : children_)
-    child->collect(prefix + name + ".", true, out, seen);
+    child->collect(prefix + name + ".", true, params, buffers, out, seen);
 }
 
 NamedTensors Module::named_parameters(bool recurse) const {
@@ -76,8 +86,31 @@ NamedTensors Module::named_parameters(bool recurse) const {
   // contributes its parameters once, under the first name, as PyTorch's named_parameters().
   NamedTensors out;
   std::unordered_set<const TensorImpl*> seen;
-  collect("", recurse, out, seen);
+  collect("", recurse, true, false, out, seen);
   return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  std::unordered_set<const TensorImpl*> seen;
+  collect("", recurse, false, true, out, seen);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, b] : named_buffers(recurse))
+    out.push_back(b);
+  return out;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+  check_new_name("buffer", name);
+  TGRAD_CHECK(t.defined(), type_name_, ": buffer '", name, "' is an undefined tensor");
+  TGRAD_CHECK(!t.requires_grad(), type_name_, ": buffer '", name,
+              "' requires grad; a buffer is state, not a parameter (register_parameter)");
+  buffers_.emplace_back(name, t);
+  return t;
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const {
@@ -105,7 +138,8 @@ namespace {
 // Converts every parameter (and its grad) with `convert`, staging all results first so that a
 // failure (no such device, out of memory) leaves every parameter as it was.
 template <class Convert>
-void move_parameters(const std::vector<Tensor>& params, Convert convert) {
+void move_parameters(const std::vector<Tensor>& params, const std::vector<Tensor>& buffers,
+                     Convert convert) {
   NoGradGuard no_grad;
   std::vector<std::pair<Tensor, Tensor>> staged;  // (target, converted) for params and grads
   for (const Tensor& p : params) {
@@ -113,6 +147,8 @@ void move_parameters(const std::vector<Tensor>& params, Convert convert) {
     const Tensor g = p.grad();
     if (g.defined()) staged.emplace_back(g, convert(g.detach()));
   }
+  for (const Tensor& b : buffers)
+    staged.emplace_back(b, convert(b.detach()));
   // set_data keeps every handle valid and counts as a write, so a graph that saved a parameter
   // before the move refuses to run backward instead of mixing old and new data.
   for (auto& [target, converted] : staged)
@@ -122,11 +158,15 @@ void move_parameters(const std::vector<Tensor>& params, Convert convert) {
 }  // namespace
 
 void Module::to(Device device) {
-  move_parameters(parameters(), [&](const Tensor& t) { return t.to(device); });
+  move_parameters(parameters(), buffers(), [&](const Tensor& t) { return t.to(device); });
 }
 
 void Module::to(DType dtype) {
-  move_parameters(parameters(), [&](const Tensor& t) { return t.to(dtype); });
+  // As PyTorch's Module.to(dtype): floating tensors convert, integer buffers (counters) keep
+  // their dtype.
+  move_parameters(parameters(), buffers(), [&](const Tensor& t) {
+    return t.is_floating_point() ? t.to(dtype) : t;
+  });
 }
 
 void Module::zero_grad() {
@@ -135,8 +175,10 @@ void Module::zero_grad() {
 }
 
 NamedTensors Module::state_dict() const {
-  NamedTensors out;
-  for (auto& [name, p] : named_parameters())
+  NamedTensors all, out;
+  std::unordered_set<const TensorImpl*> seen;
+  collect("", true, true, true, all, seen);
+  for (auto& [name, p] : all)
     out.emplace_back(name, p.detach());
   return out;
 }

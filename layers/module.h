@@ -36,6 +36,11 @@ class Module {
   // reachable twice (a layer reused) is listed once, under its first name.
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_parameters(bool recurse = true) const;
+  // Buffers: tensors that are state but not parameters (BatchNorm's running statistics), in
+  // state_dict() and checkpoints under PyTorch's names, moved by to(), never trained. Listed
+  // like parameters: depth first, registration order, each once.
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
   std::vector<ModulePtr> children() const;
   const std::vector<std::pair<std::string, ModulePtr>>& named_children() const { return children_; }
 
@@ -54,7 +59,8 @@ class Module {
   // Clears the .grad of every parameter (sets it to none, PyTorch's default).
   void zero_grad();
 
-  // The parameters as a state dict: PyTorch names, detached tensors sharing storage.
+  // Parameters and buffers as a state dict, in PyTorch's order (each module's parameters, then
+  // its buffers, then its children's) and names: detached tensors sharing storage.
   NamedTensors state_dict() const;
 
  protected:
@@ -62,6 +68,8 @@ class Module {
   // Names must be non-empty, valid UTF-8, contain no '.', and be unique among parameters and
   // children; a child that already contains this module (a cycle) is refused.
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  // Registers `t` as buffer `name` (same naming rules) and returns the handle.
+  Tensor register_buffer(const std::string& name, Tensor t);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     register_module_impl(name, module);
@@ -71,12 +79,14 @@ class Module {
  private:
   void register_module_impl(const std::string& name, const ModulePtr& module);
   void check_new_name(const std::string& what, const std::string& name) const;
-  void collect(const std::string& prefix, bool recurse, NamedTensors& out,
-               std::unordered_set<const TensorImpl*>& seen) const;
+  // Appends this module's (and, with recurse, its descendants') parameters and/or buffers.
+  void collect(const std::string& prefix, bool recurse, bool params, bool buffers,
+               NamedTensors& out, std::unordered_set<const TensorImpl*>& seen) const;
 
   std::string type_name_;
   bool training_ = true;
   NamedTensors parameters_;
+  NamedTensors buffers_;
   std::vector<std::pair<std::string, ModulePtr>> children_;
 };
 

@@ -36,7 +36,15 @@ using detail::printable;
 using detail::utf8_error_at;
 
 const char* dtype_code(DType dtype) {
-  return dtype == DType::float32 ? "F32" : "F64";
+  switch (dtype) {
+    case DType::float32:
+      return "F32";
+    case DType::float64:
+      return "F64";
+    case DType::int64:
+      return "I64";  // BatchNorm's num_batches_tracked, as PyTorch writes it
+  }
+  return "F32";
 }
 
 struct Entry {
@@ -183,9 +191,9 @@ Entry parse_entry(const std::string& where, const std::string& name, const nlohm
   Entry e;
   e.name = name;
   const std::string dt = v["dtype"].get<std::string>();
-  TGRAD_CHECK(dt == "F32" || dt == "F64", ctx, " has dtype '", dt,
-              "', which tgrad does not support (F32 and F64 only)");
-  e.dtype = dt == "F32" ? DType::float32 : DType::float64;
+  TGRAD_CHECK(dt == "F32" || dt == "F64" || dt == "I64", ctx, " has dtype '", dt,
+              "', which tgrad does not support (F32, F64 and I64 only)");
+  e.dtype = dt == "F32" ? DType::float32 : dt == "F64" ? DType::float64 : DType::int64;
   TGRAD_CHECK(v["shape"].size() <= static_cast<size_t>(kMaxRank), ctx, " has rank ",
               v["shape"].size(), ", above tgrad's maximum rank ", kMaxRank);
   for (const auto& s : v["shape"]) {
