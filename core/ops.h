@@ -133,9 +133,11 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const Tensor& b = Tens
 namespace enumtype {
 struct kValid {};
 struct kSame {};
+struct kZeros {};  // a convolution module's padding_mode
 }  // namespace enumtype
 inline constexpr enumtype::kValid kValid{};
 inline constexpr enumtype::kSame kSame{};
+inline constexpr enumtype::kZeros kZeros{};
 template <size_t D>
 using ConvPaddingT = std::variant<ExpandingArray<D>, enumtype::kValid, enumtype::kSame>;
 

@@ -187,4 +187,44 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return record("log_softmax", y, {x}, derivatives::log_softmax(x, y.detach(), d));
 }
 
+// ---- dropout ----
+
+namespace {
+
+// x times a mask of `mask_shape` (broadcast over x): 0 with probability p, else 1/(1-p). The
+// mask is a constant of the graph, so the gradient is the same mask times dy.
+Tensor dropout_with_mask(const char* fn, const Tensor& x, double p, bool training, Generator& gen,
+                         const Shape& mask_shape) {
+  check_floating(fn, "input", x);
+  TGRAD_CHECK(p >= 0.0 && p <= 1.0, fn, ": p=", p, " must be in [0, 1]");
+  if (!training || p == 0.0) return x;
+  const Tensor u = rand(mask_shape, gen, TensorOptions(x.dtype()).device(x.device()));
+  Tensor mask = detail::new_like(u, mask_shape);
+  if (mask.numel() > 0) {
+    // kept = (u >= p), scaled by 1/(1-p); p == 1 keeps nothing (u < 1 always).
+    backend(x.device()).unary(UnaryOp::ge_step, p, u, mask);
+    if (p < 1.0) backend(x.device()).unary(UnaryOp::mul_scalar, 1.0 / (1.0 - p), mask, mask);
+  }
+  return x * mask;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  check_defined("dropout", "input", x);
+  return dropout_with_mask("dropout", x, p, training, gen, x.shape());
+}
+
+Tensor dropout2d(const Tensor& x, double p, bool training, Generator& gen) {
+  check_defined("dropout2d", "input", x);
+  TGRAD_CHECK(x.dim() == 3 || x.dim() == 4,
+              "dropout2d: input must be 3-D (C, H, W) or 4-D "
+              "(N, C, H, W), got shape ",
+              x.shape());
+  Shape mask_shape = x.shape();
+  for (size_t d = x.dim() == 4 ? 2 : 1; d < mask_shape.size(); ++d)
+    mask_shape[d] = 1;
+  return dropout_with_mask("dropout2d", x, p, training, gen, mask_shape);
+}
+
 }  // namespace tgrad

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "core/random.h"
 #include "core/tensor.h"
 
 namespace tgrad {
@@ -64,6 +65,13 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = fals
 // Positions (int64) of the max/min along dim, or in the flattened tensor without dim.
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+// torch.nn.functional.dropout: while training, each element is zeroed with probability p (drawn
+// from gen) and the others scaled by 1/(1-p); not training, x itself. dropout2d zeroes whole
+// channels of an (N, C, ...) or (C, ...) input. p must be in [0, 1].
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true,
+               Generator& gen = default_generator());
+Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true,
+                 Generator& gen = default_generator());
 // exp(x) / sum exp(x) along dim, computed from x - max(x) so it never overflows.
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -1,0 +1,24 @@
+// Dropout / Dropout2d: p checked at construction, the functional op while training.
+#include "layers/dropout.h"
+
+#include "core/ops.h"
+
+namespace tgrad::nn {
+
+Dropout::Dropout(double p) : Module("Dropout"), p_(p) {
+  TGRAD_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p=", p, " must be in [0, 1]");
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  return dropout(x, p_, is_training());
+}
+
+Dropout2d::Dropout2d(double p) : Module("Dropout2d"), p_(p) {
+  TGRAD_CHECK(p >= 0.0 && p <= 1.0, "Dropout2d: p=", p, " must be in [0, 1]");
+}
+
+Tensor Dropout2d::forward(const Tensor& x) {
+  return dropout2d(x, p_, is_training());
+}
+
+}  // namespace tgrad::nn
