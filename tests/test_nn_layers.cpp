@@ -209,6 +209,40 @@ TEST(NnLayers, BuffersTravelThroughCheckpointsAndMoves) {
   EXPECT_EQ(b[6].second.item<int64_t>(), 1);
 }
 
+// The modules on CUDA against the CPU: forward, input gradient and parameter gradients.
+TEST(NnLayersCuda, ModulesMatchTheCpu) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  Generator gen(12);
+  auto make = [] {
+    manual_seed(7);
+    return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 8, 3).padding(1).padding_mode(kReflect)),
+        std::make_shared<nn::BatchNorm2d>(nn::BatchNorm2dOptions(8)),
+        std::make_shared<nn::LeakyReLU>(0.2),
+        std::make_shared<nn::Conv2d>(nn::Conv2dOptions(8, 8, 4).padding(kSame)),
+        std::make_shared<nn::GroupNorm>(nn::GroupNormOptions(2, 8)),
+        std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({6})),
+        std::make_shared<nn::InstanceNorm2d>(nn::InstanceNormOptions(8).affine(true))});
+  };
+  auto cpu_model = make(), cuda_model = make();
+  cpu_model->to(kFloat64);
+  cuda_model->to(kFloat64);
+  cuda_model->to(Device(kCUDA));
+  const Tensor x = randn({2, 3, 6, 6}, gen, kFloat64);
+  const Tensor xc = x.detach().requires_grad_(true), xg = x.cuda().requires_grad_(true);
+  const Tensor yc = (*cpu_model)(xc), yg = (*cuda_model)(xg);
+  EXPECT_TRUE(tensors_close(yg, yc, kFloat64Tight, "forward"));
+  sum(yc * yc).backward();
+  sum(yg * yg).backward();
+  EXPECT_TRUE(tensors_close(xg.grad(), xc.grad(), kVsTorch, "dx"));
+  const nn::NamedTensors pc = cpu_model->named_parameters(), pg = cuda_model->named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i)
+    EXPECT_TRUE(tensors_close(pg[i].second.grad(), pc[i].second.grad(), kVsTorch, pc[i].first));
+  const nn::NamedTensors bc = cpu_model->named_buffers(), bg = cuda_model->named_buffers();
+  for (size_t i = 0; i < bc.size(); ++i)
+    EXPECT_TRUE(tensors_close(bg[i].second, bc[i].second, kFloat64Tight, bc[i].first));
+}
+
 TEST(NnLayers, BadOptionsAndInputsAreErrorsNamingThem) {
   EXPECT_TRUE(contains(error_of([] { nn::BatchNorm2d(nn::BatchNorm2dOptions(0)); }),
                        "BatchNorm2d: num_features=0"));

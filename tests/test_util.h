@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/device.h"
 #include "core/tensor.h"
 
 namespace tgrad::testing {
