@@ -164,14 +164,24 @@ void Module::to(Device device) {
 void Module::to(DType dtype) {
   // As PyTorch's Module.to(dtype): floating tensors convert, integer buffers (counters) keep
   // their dtype.
-  move_parameters(parameters(), buffers(), [&](const Tensor& t) {
-    return t.is_floating_point() ? t.to(dtype) : t;
-  });
+  move_parameters(parameters(), buffers(),
+                  [&](const Tensor& t) { return t.is_floating_point() ? t.to(dtype) : t; });
 }
 
-void Module::zero_grad() {
-  for (const Tensor& p : parameters())
-    p.zero_grad();
+void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    if (set_to_none) {
+      p.zero_grad();
+    } else if (p.grad().defined()) {
+      Tensor g = p.grad();
+      g.zero_();
+    }
+  }
+}
+
+void Module::zero_grad(bool set_to_none) {
+  zero_grads(parameters(), set_to_none);
 }
 
 NamedTensors Module::state_dict() const {

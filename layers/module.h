@@ -17,6 +17,9 @@ class Module;
 using ModulePtr = std::shared_ptr<Module>;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// Clears the .grad of each tensor: to none, or filled with zeros in place (under NoGradGuard).
+void zero_grads(const std::vector<Tensor>& params, bool set_to_none);
+
 class Module {
  public:
   // `type_name` names the module in messages ("ConvTranspose2d: ...").
@@ -56,8 +59,9 @@ class Module {
   void to(Device device);
   void to(DType dtype);
 
-  // Clears the .grad of every parameter (sets it to none, PyTorch's default).
-  void zero_grad();
+  // Clears the .grad of every parameter: sets it to none (LibTorch's default), or with
+  // set_to_none=false fills it with zeros in place.
+  void zero_grad(bool set_to_none = true);
 
   // Parameters and buffers as a state dict, in PyTorch's order (each module's parameters, then
   // its buffers, then its children's) and names: detached tensors sharing storage.

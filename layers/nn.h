@@ -3,9 +3,11 @@
 
 #include "layers/activation.h"
 #include "layers/checkpoint.h"
+#include "layers/clip_grad.h"
 #include "layers/container.h"
 #include "layers/conv.h"
 #include "layers/conv_transpose.h"
+#include "layers/data.h"
 #include "layers/dropout.h"
 #include "layers/init.h"
 #include "layers/linear.h"

@@ -54,9 +54,8 @@ Optimizer::Optimizer(std::string type_name, std::vector<Tensor> params, double l
   steps_.assign(params_.size(), 0);
 }
 
-void Optimizer::zero_grad() {
-  for (const Tensor& p : params_)
-    p.zero_grad();
+void Optimizer::zero_grad(bool set_to_none) {
+  nn::zero_grads(params_, set_to_none);
 }
 
 void Optimizer::set_lr(double lr) {

@@ -27,8 +27,9 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   virtual void step() = 0;
-  // Clears every parameter's .grad (sets it to none, PyTorch's default).
-  void zero_grad();
+  // Clears every parameter's .grad: sets it to none (LibTorch's default), or with
+  // set_to_none=false fills it with zeros in place (keeping the tensor).
+  void zero_grad(bool set_to_none = true);
 
   const std::string& type_name() const { return type_name_; }
   const std::vector<Tensor>& params() const { return params_; }
