@@ -25,7 +25,19 @@ class BatchNormOptions {
 };
 using BatchNorm1dOptions = BatchNormOptions;
 using BatchNorm2dOptions = BatchNormOptions;
-using InstanceNormOptions = BatchNormOptions;  // InstanceNorm2d: affine and stats off by default
+
+// InstanceNormOptions(num_features).eps(1e-5).momentum(0.1).affine(false)
+//   .track_running_stats(false): LibTorch's defaults, which differ from BatchNorm's.
+class InstanceNormOptions {
+ public:
+  InstanceNormOptions(int64_t num_features) : num_features_(num_features) {}  // NOLINT
+  TGRAD_ARG(int64_t, num_features);
+  TGRAD_ARG(double, eps) = 1e-5;
+  TGRAD_ARG(double, momentum) = 0.1;
+  TGRAD_ARG(bool, affine) = false;
+  TGRAD_ARG(bool, track_running_stats) = false;
+};
+using InstanceNorm2dOptions = InstanceNormOptions;
 
 // Batch normalization over every dim but the channels (dim 1): training uses the batch's mean
 // and biased variance and updates running_mean / running_var (unbiased) / num_batches_tracked;

@@ -101,7 +101,10 @@ TEST(NnLayers, GroupLayerAndInstanceNormMatchPyTorch) {
   set(ln.bias, load(c.at("layernorm").at("bias")));
   EXPECT_TRUE(tensors_close(ln(load(c.at("layernorm").at("x"))), load(c.at("layernorm").at("y")),
                             kVsTorch, "LayerNorm"));
-  nn::InstanceNorm2d in(nn::InstanceNormOptions(2).affine(true).track_running_stats(false));
+  // LibTorch's defaults: no affine, no running statistics (unlike BatchNorm's).
+  EXPECT_FALSE(nn::InstanceNormOptions(2).affine());
+  EXPECT_FALSE(nn::InstanceNormOptions(2).track_running_stats());
+  nn::InstanceNorm2d in(nn::InstanceNormOptions(2).affine(true));
   in.to(kFloat64);
   set(in.weight, from_vector<double>({0.7, -1.2}, {2}));
   set(in.bias, from_vector<double>({0.5, 0.0}, {2}));
