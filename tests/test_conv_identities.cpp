@@ -85,7 +85,7 @@ Leaves leaves(const ConvCase& c, const ConvData& d, DType dtype, Device device) 
 }
 
 // conv_transpose1d(x, w) and conv_transpose2d on the same data with H = 1 must give the same
-// bits: values and all three gradients (DESIGN.md: one code path serves both).
+// bits: values and all three gradients (one code path serves both: 1-D is 2-D with a height of 1).
 void check_1d_equals_2d(Device device, DType dtype) {
   for_each_sweep_case(kDataSeed, [&](const ConvCase& c1, const ConvData& d) {
     if (c1.spatial_dims != 1) return true;
