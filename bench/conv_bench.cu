@@ -1,5 +1,5 @@
 // conv_bench: tgrad's CUDA conv-transpose fwd/dgrad/wgrad against cuDNN, same GPU and run, on
-// DESIGN.md's S1-S5 at precisions highest (float32) and high (TF32): time, TFLOP/s, GB/s, % of
+// the S1-S5 workloads at precisions highest (float32) and high (TF32): time, TFLOP/s, GB/s, % of
 // floor, float64-referenced errors, targets; one table + JSON (method: docs/performance-method.md).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -112,7 +112,7 @@ struct Workload {
   std::array<int64_t, 2> kernel, in_size, stride, padding, dilation;
 };
 
-// DESIGN.md "Precision and performance". groups 1, output_padding 0.
+// docs/performance.md. groups 1, output_padding 0.
 const std::vector<Workload> kWorkloads = {
     {"S1", 1, 16, 32, 64, {3, 0}, {131072, 0}, {2, 0}, {1, 0}, {2, 0}},
     {"S2", 1, 64, 64, 128, {3, 0}, {65536, 0}, {1, 0}, {0, 0}, {1, 0}},
@@ -532,7 +532,7 @@ int run(const Options& opt) {
 int main(int argc, char** argv) {
   conv_bench::Options opt;
   CLI::App app{
-      "conv_bench: tgrad's CUDA conv-transpose fwd/dgrad/wgrad vs cuDNN on DESIGN.md's S1-S5"};
+      "conv_bench: tgrad's CUDA conv-transpose fwd/dgrad/wgrad vs cuDNN on the S1-S5 workloads"};
   app.add_option("--workloads", opt.workloads, "comma-separated subset of S1..S5")
       ->delimiter(',')
       ->check(CLI::IsMember({"S1", "S2", "S3", "S4", "S5"}));

@@ -1,5 +1,5 @@
-// cpu_conv_bench: times the CPU backend's conv_transpose forward, dgrad and wgrad on DESIGN.md's
-// five workloads scaled down (1-D lengths / 64, 2-D height and width / 8), as GFLOP/s
+// cpu_conv_bench: times the CPU backend's conv_transpose forward, dgrad and wgrad on the
+// five S1-S5 workloads scaled down (1-D lengths / 64, 2-D height and width / 8), as GFLOP/s
 // (ConvGeometry::flops(), the median of several runs) next to Eigen's float32 GEMM (1024^3, on
 // the same threads) measured just before each workload in the same run.
 // Usage: cpu_conv_bench [runs=5]. Threads: TGRAD_NUM_THREADS, else every hardware thread.
@@ -30,7 +30,7 @@ struct Workload {
   std::array<int64_t, 2> kernel, in_size, stride, padding, dilation;  // 1-D: entry 0 only
 };
 
-// DESIGN.md's table with 1-D lengths / 64 and 2-D height and width / 8.
+// the S1-S5 table with 1-D lengths / 64 and 2-D height and width / 8.
 const std::vector<Workload> kWorkloads = {
     {"S1", 1, 16, 32, 64, {3, 0}, {131072 / 64, 0}, {2, 0}, {1, 0}, {2, 0}},
     {"S2", 1, 64, 64, 128, {3, 0}, {65536 / 64, 0}, {1, 0}, {0, 0}, {1, 0}},

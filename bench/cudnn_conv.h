@@ -18,7 +18,7 @@
 
 namespace conv_bench {
 
-// The three passes of a transposed convolution, with the words of DESIGN.md.
+// The three passes of a transposed convolution, named fwd, dgrad and wgrad.
 enum class Pass { fwd, dgrad, wgrad };
 
 inline const char* pass_name(Pass pass) {

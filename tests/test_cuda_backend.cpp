@@ -1,8 +1,8 @@
 // The CUDA backend against the CPU backend (elementwise, reductions, matmul), its allocator
 // (statistics, cache, out of memory), device checks, conv determinism, int64 indexing past 2^31
-// elements, and the five S1-S5 workloads (docs/performance.md) at full size in float32 against float64 on the GPU.
-// Tests named CudaLarge.* are heavy (GBs, seconds): scripts/gpu-check keeps them out of the
-// compute-sanitizer runs.
+// elements, and the five S1-S5 workloads (docs/performance.md) at full size in float32 against
+// float64 on the GPU. Tests named CudaLarge.* are heavy (GBs, seconds): scripts/gpu-check keeps
+// them out of the compute-sanitizer runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -397,7 +397,8 @@ TEST(CudaLarge, ConvTransposeIndexesPast2To31Elements) {
   EXPECT_TRUE(tensors_close(bias_grad(g, dy), db_halves, kFloat32Reduction, "db " + g.str()));
 }
 
-// The S1-S5 workloads (docs/performance.md) at full size: float32 kernels against the same kernels in float64.
+// The S1-S5 workloads (docs/performance.md) at full size: float32 kernels against the same kernels
+// in float64.
 struct Workload {
   const char* id;
   ConvGeometry g;
