@@ -2,8 +2,6 @@
 // tgrad::conv1d/conv2d.
 #include "layers/conv.h"
 
-#include <cmath>
-
 #include "layers/init.h"
 
 namespace tgrad::nn {
@@ -56,13 +54,7 @@ ConvNd<D>::ConvNd(const ConvOptions<D>& options, Generator& gen)
 
 template <size_t D>
 void ConvNd<D>::reset_parameters(Generator& gen) {
-  init::kaiming_uniform_(weight, std::sqrt(5.0), init::FanMode::fan_in,
-                         init::Nonlinearity::leaky_relu, gen);
-  if (bias.defined()) {
-    const int64_t fan_in = init::calculate_fan_in_and_fan_out(weight).first;
-    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
-    init::uniform_(bias, -bound, bound, gen);
-  }
+  init::reset_layer_parameters_(weight, bias, gen);
 }
 
 template <size_t D>

@@ -145,4 +145,15 @@ const Tensor& xavier_uniform_(const Tensor& t, double gain, Generator& gen) {
   return uniform_(t, -bound, bound, gen);
 }
 
+void reset_layer_parameters_(const Tensor& weight, const Tensor& bias, Generator& gen) {
+  const int64_t fan_in = calculate_fan_in_and_fan_out(weight).first;
+  if (weight.numel() > 0) {
+    kaiming_uniform_(weight, std::sqrt(5.0), FanMode::fan_in, Nonlinearity::leaky_relu, gen);
+  }
+  if (bias.defined()) {
+    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+    uniform_(bias, -bound, bound, gen);
+  }
+}
+
 }  // namespace tgrad::nn::init

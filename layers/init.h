@@ -47,6 +47,11 @@ const Tensor& ones_(const Tensor& t);
 const Tensor& kaiming_uniform_(const Tensor& t, double a = 0.0, FanMode mode = FanMode::fan_in,
                                Nonlinearity nonlinearity = Nonlinearity::leaky_relu,
                                Generator& gen = default_generator());
+// PyTorch's reset_parameters() of Linear and of every convolution: weight from
+// kaiming_uniform_(a = sqrt(5)), i.e. U(+-1/sqrt(fan_in)), and bias (when defined) from
+// U(+-1/sqrt(fan_in)), zeros when fan_in is 0 (an empty weight is left as it is).
+void reset_layer_parameters_(const Tensor& weight, const Tensor& bias,
+                             Generator& gen = default_generator());
 const Tensor& kaiming_normal_(const Tensor& t, double a = 0.0, FanMode mode = FanMode::fan_in,
                               Nonlinearity nonlinearity = Nonlinearity::leaky_relu,
                               Generator& gen = default_generator());
