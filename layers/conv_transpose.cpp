@@ -3,6 +3,7 @@
 #include "layers/conv_transpose.h"
 
 #include <algorithm>
+#include <array>
 
 #include "layers/init.h"
 
@@ -63,10 +64,40 @@ void ConvTransposeNd<D>::reset_parameters(Generator& gen) {
 
 template <size_t D>
 Tensor ConvTransposeNd<D>::forward(const Tensor& x) {
+  return forward(x, std::vector<int64_t>{});
+}
+
+template <size_t D>
+Tensor ConvTransposeNd<D>::forward(const Tensor& x, const std::vector<int64_t>& output_size) {
+  const char* m = module_name<D>();
+  std::array<int64_t, D> output_padding{};
+  for (size_t i = 0; i < D; ++i)
+    output_padding[i] = options_.output_padding()[i];
+  if (!output_size.empty()) {
+    TGRAD_CHECK(x.defined() && x.dim() >= static_cast<int64_t>(D), m,
+                ": the input is undefined "
+                "or has fewer than ",
+                D, " dims");
+    TGRAD_CHECK(output_size.size() == D || output_size.size() == D + 2, m, ": output_size ",
+                output_size, " must list ", D, " spatial sizes or ", D + 2, " sizes");
+    const size_t skip = output_size.size() - D;
+    for (size_t i = 0; i < D; ++i) {
+      const int64_t in = x.size(x.dim() - static_cast<int64_t>(D) + static_cast<int64_t>(i));
+      const int64_t min_size =
+          conv_transpose_out_size(in, options_.kernel_size()[i], options_.stride()[i],
+                                  options_.padding()[i], options_.dilation()[i], 0);
+      const int64_t max_size = min_size + options_.stride()[i] - 1;
+      const int64_t want = output_size[skip + i];
+      TGRAD_CHECK(want >= min_size && want <= max_size, m, ": requested an output size of ",
+                  output_size, ", but valid sizes of dim ", i, " range from ", min_size, " to ",
+                  max_size, " (for an input of shape ", x.shape(), ")");
+      output_padding[i] = want - min_size;
+    }
+  }
   ConvTransposeFuncOptions<D> f;
   f.stride(options_.stride())
       .padding(options_.padding())
-      .output_padding(options_.output_padding())
+      .output_padding(output_padding)
       .groups(options_.groups())
       .dilation(options_.dilation());
   if constexpr (D == 1) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/ops.h"
 #include "core/random.h"
@@ -41,6 +42,14 @@ class ConvTransposeNd : public Module {
   explicit ConvTransposeNd(const ConvTransposeOptions<D>& options,
                            Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  // LibTorch's forward(input, output_size): the output_padding that gives the requested spatial
+  // size (output_size lists the D spatial sizes, or all D + 2 dims), each between the formula's
+  // size with output_padding 0 and that plus stride - 1.
+  Tensor forward(const Tensor& x, const std::vector<int64_t>& output_size);
+  using Module::operator();
+  Tensor operator()(const Tensor& x, const std::vector<int64_t>& output_size) {
+    return forward(x, output_size);
+  }
   // Draws weight and bias again, as PyTorch's reset_parameters().
   void reset_parameters(Generator& gen = default_generator());
 

@@ -127,6 +127,45 @@ std::vector<ModulePtr> Module::children() const {
   return out;
 }
 
+std::vector<std::pair<std::string, ModulePtr>> Module::named_modules() const {
+  // Pre-order (a module before its children, children in registration order), through a stack;
+  // a module reached twice is listed once, under its first name.
+  std::vector<std::pair<std::string, ModulePtr>> out, stack;
+  std::unordered_set<const Module*> seen{this};
+  auto push_children = [&stack](const std::string& prefix, const Module& m) {
+    for (auto it = m.children_.rbegin(); it != m.children_.rend(); ++it)
+      stack.emplace_back(prefix.empty() ? it->first : prefix + "." + it->first, it->second);
+  };
+  push_children("", *this);
+  while (!stack.empty()) {
+    auto [name, m] = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(m.get()).second) continue;
+    out.emplace_back(name, m);
+    push_children(name, *m);
+  }
+  return out;
+}
+
+std::vector<ModulePtr> Module::modules() const {
+  std::vector<ModulePtr> out;
+  for (auto& [name, m] : named_modules())
+    out.push_back(m);
+  return out;
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  // Children before their parent, each module once, as PyTorch's apply.
+  std::unordered_set<const Module*> seen;
+  std::function<void(Module&)> visit = [&](Module& m) {
+    if (!seen.insert(&m).second) return;
+    for (auto& [name, child] : m.children_)
+      visit(*child);
+    fn(m);
+  };
+  visit(*this);
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_)

@@ -3,6 +3,7 @@
 // ("decoder.2.bias"), train/eval, zero_grad and in-place device/dtype moves.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -46,6 +47,14 @@ class Module {
   NamedTensors named_buffers(bool recurse = true) const;
   std::vector<ModulePtr> children() const;
   const std::vector<std::pair<std::string, ModulePtr>>& named_children() const { return children_; }
+  // Every descendant (each once), a module before its children, with dotted names as PyTorch's
+  // named_modules(), except that the module itself (PyTorch's first entry, named "") is not
+  // listed: these are shared handles, and a Module holds none to itself.
+  std::vector<ModulePtr> modules() const;
+  std::vector<std::pair<std::string, ModulePtr>> named_modules() const;
+  // Calls fn on this module and every descendant (children first, then the module, as PyTorch's
+  // apply), e.g. to re-initialise every Conv2d.
+  void apply(const std::function<void(Module&)>& fn);
 
   // Training mode, propagated to every descendant (no module here behaves differently yet,
   // but user modules may).

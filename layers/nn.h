@@ -17,3 +17,4 @@
 #include "layers/normalization.h"
 #include "layers/optimizer.h"
 #include "layers/safetensors.h"
+#include "layers/upsampling.h"

@@ -341,13 +341,17 @@ std::vector<std::string> temporaries(const std::string& file) {
 TEST_F(CheckpointFaults, WriteErrorKeepsThePreviousCheckpoint) {
   const std::string file = path("model.safetensors");
   safetensors::save(file, uniform_tensors(1.0, 1000), {});
-  // The temporary file cannot be created: no file descriptor is left.
+  // The temporary file cannot be created: no file descriptor is left. Not under the sanitizers:
+  // their runtimes open files of their own (UBSan's type checks read the process's memory map)
+  // and abort the child when they cannot, before tgrad's error is seen.
+#ifndef __SANITIZE_ADDRESS__
   const nn::NamedTensors second = uniform_tensors(2.0, 1000);
   const std::string no_fd =
       error_in_child(RLIMIT_NOFILE, 0, [&] { safetensors::save(file, second, {}); });
   EXPECT_NE(no_fd.find("cannot open a temporary file"), std::string::npos) << no_fd;
   EXPECT_EQ(uniform_value(file), 1.0);
   EXPECT_EQ(temporaries(file), std::vector<std::string>{});
+#endif
   // A write fails part-way (the disk is full, here: the file size limit is reached).
   const nn::NamedTensors third = uniform_tensors(3.0, 100000);
   const std::string full =

@@ -246,6 +246,63 @@ TEST(NnLayersCuda, ModulesMatchTheCpu) {
     EXPECT_TRUE(tensors_close(bg[i].second, bc[i].second, kFloat64Tight, bc[i].first));
 }
 
+// PyTorch: ConvTranspose2d(2, 3, 3, stride=2, padding=1) maps (4, 5) to (7, 9) by the formula,
+// and output_size=[8, 10] is reachable (output_padding 1, 1) while [9, 10] is not (valid sizes
+// range from [7, 9] to [8, 10]).
+TEST(NnLayers, ConvTransposeForwardWithOutputSize) {
+  nn::ConvTranspose2d up(nn::ConvTranspose2dOptions(2, 3, 3).stride(2).padding(1));
+  const Tensor x = randn({1, 2, 4, 5});
+  EXPECT_EQ(up(x).shape(), (Shape{1, 3, 7, 9}));
+  const Tensor y = up(x, {8, 10});
+  EXPECT_EQ(y.shape(), (Shape{1, 3, 8, 10}));
+  EXPECT_TRUE(equal(
+      y, conv_transpose2d(x, up.weight, up.bias,
+                          ConvTranspose2dFuncOptions().stride(2).padding(1).output_padding(1))));
+  EXPECT_EQ(up(x, {1, 3, 7, 10}).shape(), (Shape{1, 3, 7, 10}));  // all dims given
+  const std::string e = error_of([&] { up(x, {9, 10}); });
+  EXPECT_TRUE(contains(e, "valid sizes of dim 0 range from 7 to 8")) << e;
+  EXPECT_TRUE(contains(error_of([&] { up(x, {8}); }), "must list 2 spatial sizes or 4"));
+}
+
+TEST(NnLayers, UpsamplingModulesWrapTheOps) {
+  const Tensor x = randn({1, 8, 3, 4});
+  nn::Upsample nearest(nn::UpsampleOptions().scale_factor(std::vector<double>{2.0, 2.0}));
+  EXPECT_TRUE(equal(nearest(x), interpolate(x, InterpolateFuncOptions().scale_factor(
+                                                   std::vector<double>{2.0, 2.0}))));
+  nn::Upsample bilinear(
+      nn::UpsampleOptions().size(std::vector<int64_t>{5, 7}).mode(kBilinear).align_corners(true));
+  EXPECT_EQ(bilinear(x).shape(), (Shape{1, 8, 5, 7}));
+  nn::PixelShuffle shuffle(2);
+  nn::PixelUnshuffle unshuffle(2);
+  EXPECT_EQ(shuffle(x).shape(), (Shape{1, 2, 6, 8}));
+  EXPECT_TRUE(equal(unshuffle(shuffle(x)), x));
+  EXPECT_TRUE(contains(error_of([] { nn::Upsample(nn::UpsampleOptions()); }),
+                       "exactly one of size and scale_factor"));
+  EXPECT_TRUE(contains(error_of([] { nn::PixelShuffle(0); }), "upscale_factor=0"));
+}
+
+TEST(NnLayers, ModulesAndApplyWalkTheTreeOnce) {
+  auto shared = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 2, 3));
+  auto inner = std::make_shared<nn::Sequential>(
+      std::initializer_list<nn::ModulePtr>{shared, std::make_shared<nn::ReLU>()});
+  nn::Sequential model({inner, shared, std::make_shared<nn::Tanh>()});
+  std::vector<std::string> names;
+  for (const auto& [name, m] : model.named_modules())
+    names.push_back(name);
+  // PyTorch's named_modules() order without its first entry (the model itself, ""); the shared
+  // conv appears once, under its first name.
+  EXPECT_EQ(names, (std::vector<std::string>{"0", "0.0", "0.1", "2"}));
+  EXPECT_EQ(model.modules().size(), 4u);
+  std::vector<std::string> visited;
+  model.apply([&](nn::Module& m) {
+    visited.push_back(m.type_name());
+    if (auto* conv = dynamic_cast<nn::Conv2d*>(&m)) nn::init::zeros_(conv->weight);
+  });
+  EXPECT_EQ(visited,
+            (std::vector<std::string>{"Conv2d", "ReLU", "Sequential", "Tanh", "Sequential"}));
+  EXPECT_EQ(sum(abs(shared->weight)).item(), 0.0);
+}
+
 TEST(NnLayers, BadOptionsAndInputsAreErrorsNamingThem) {
   EXPECT_TRUE(contains(error_of([] { nn::BatchNorm2d(nn::BatchNorm2dOptions(0)); }),
                        "BatchNorm2d: num_features=0"));

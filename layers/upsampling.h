@@ -1,0 +1,43 @@
+// Upsampling modules over the functional ops, as LibTorch's: Upsample (nearest or bilinear, by
+// size or scale factor) and PixelShuffle / PixelUnshuffle, the usual cures for the checkerboard
+// artefacts of strided transposed convolutions.
+#pragma once
+
+#include <cstdint>
+
+#include "core/ops.h"
+#include "layers/module.h"
+
+namespace tgrad::nn {
+
+// UpsampleOptions().scale_factor({2, 2}).mode(kBilinear).align_corners(false), or .size({h, w}).
+using UpsampleOptions = InterpolateFuncOptions;
+
+class Upsample : public Module {
+ public:
+  explicit Upsample(const UpsampleOptions& options);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  UpsampleOptions options_;
+};
+
+class PixelShuffle : public Module {
+ public:
+  explicit PixelShuffle(int64_t upscale_factor);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t factor_;
+};
+
+class PixelUnshuffle : public Module {
+ public:
+  explicit PixelUnshuffle(int64_t downscale_factor);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t factor_;
+};
+
+}  // namespace tgrad::nn
