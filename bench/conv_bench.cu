@@ -1,6 +1,7 @@
 // conv_bench: tgrad's CUDA conv-transpose fwd/dgrad/wgrad against cuDNN, same GPU and run, on
-// the S1-S5 workloads at precisions highest (float32) and high (TF32): time, TFLOP/s, GB/s, % of
-// floor, float64-referenced errors, targets; one table + JSON (method: docs/performance-method.md).
+// S1-S5, the decoder-layer suite (bench/decoder_layers.h) or any --shape, at precisions highest
+// (float32) and high (TF32): time, TFLOP/s, GB/s, % of floor, float64-referenced errors, targets,
+// per-layer totals; one table + JSON (method: docs/performance-method.md).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "bench/cudnn_conv.h"
+#include "bench/decoder_layers.h"
 #include "core/backend.h"
 #include "core/conv_geometry.h"
 #include "core/tensor.h"
@@ -105,37 +107,29 @@ double relative_error(const Tensor& out, const Tensor& ref) {
 // ---------------------------------------------------------------------------------------------
 // Workloads and passes.
 
-struct Workload {
-  const char* id;
-  int dims;  // 1 or 2; for 1-D only entry 0 of each array is used
-  int64_t batch, in_channels, out_channels;
-  std::array<int64_t, 2> kernel, in_size, stride, padding, dilation;
-};
+using Workload = tgrad::bench::ConvLayerSpec;
 
-// docs/performance.md. groups 1, output_padding 0.
-const std::vector<Workload> kWorkloads = {
-    {"S1", 1, 16, 32, 64, {3, 0}, {131072, 0}, {2, 0}, {1, 0}, {2, 0}},
-    {"S2", 1, 64, 64, 128, {3, 0}, {65536, 0}, {1, 0}, {0, 0}, {1, 0}},
-    {"S3", 1, 64, 128, 128, {3, 0}, {65536, 0}, {1, 0}, {0, 0}, {1, 0}},
-    {"S4", 1, 32, 32, 64, {5, 0}, {131072, 0}, {1, 0}, {0, 0}, {3, 0}},
-    {"S5", 2, 8, 32, 32, {3, 7}, {512, 1024}, {1, 1}, {1, 3}, {1, 1}},
-};
+// The project's S1-S5 workloads (docs/performance.md). groups 1, output_padding 0.
+std::vector<Workload> s_workloads() {
+  using tgrad::bench::layer1d;
+  std::vector<Workload> w = {
+      layer1d("S1", "S1", 16, 32, 64, 131072, 3, 2, 1),
+      layer1d("S2", "S2", 64, 64, 128, 65536, 3, 1, 0),
+      layer1d("S3", "S3", 64, 128, 128, 65536, 3, 1, 0),
+      layer1d("S4", "S4", 32, 32, 64, 131072, 5, 1, 0),
+  };
+  w[0].dilation = {2, 0};
+  w[3].dilation = {3, 0};
+  Workload s5 = tgrad::bench::layer2d("S5", "S5", 8, 32, 32, 512, 3, 1, 1);
+  s5.in_size = {512, 1024};
+  s5.kernel = {3, 7};
+  s5.padding = {1, 3};
+  w.push_back(s5);
+  return w;
+}
 
 ConvGeometry make_geometry(const Workload& wl, int64_t batch) {
-  tgrad::ConvTransposeArgs args;
-  args.fn = "conv_bench";
-  args.spatial_dims = wl.dims;
-  args.x_shape = {batch, wl.in_channels};
-  args.w_shape = {wl.in_channels, wl.out_channels};
-  for (int axis = 0; axis < wl.dims; ++axis) {
-    args.x_shape.push_back(wl.in_size[axis]);
-    args.w_shape.push_back(wl.kernel[axis]);
-  }
-  args.stride = wl.stride;
-  args.padding = wl.padding;
-  args.dilation = wl.dilation;
-  args.groups = 1;
-  return tgrad::make_conv_transpose_geometry(args);
+  return tgrad::make_conv_transpose_geometry(tgrad::bench::conv_args(wl, batch));
 }
 
 // The 4-D shapes of one pass's operands, as tgrad's backend takes them:
@@ -210,7 +204,9 @@ Timing time_runs(int warmup, int repeats, int sets, Fn&& fn) {
 // Options, results, report.
 
 struct Options {
-  std::vector<std::string> workloads{"S1", "S2", "S3", "S4", "S5"};
+  std::string suite = "s";             // "s" (S1-S5) or "decoders"
+  std::vector<std::string> workloads;  // ids of the suite to run; empty: all
+  std::vector<std::string> shapes;     // --shape specs; when given, they replace the suite
   std::vector<std::string> passes{"fwd", "dgrad", "wgrad"};
   std::vector<std::string> precisions{"highest", "high"};
   int repeats = 20;
@@ -253,14 +249,13 @@ struct Row {
 // One workload and pass: fresh inputs, a float64 reference from tgrad's float64 CUDA path, the
 // errors of tgrad and cuDNN at each precision, then the timings.
 void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t handle,
-                const Workload& wl, Pass pass, std::vector<Row>& rows) {
+                const Workload& wl, size_t index, Pass pass, std::vector<Row>& rows) {
   const int64_t batch = opt.check ? std::min(opt.check_batch, wl.batch) : wl.batch;
   const ConvGeometry base = make_geometry(wl, batch);
   const PassShapes shapes = pass_shapes(base, pass);
   const tgrad::TensorOptions f32 = tgrad::TensorOptions().device(tgrad::Device(tgrad::kCUDA));
-  const uint64_t seed = opt.seed * 1000003ull +
-                        static_cast<uint64_t>(&wl - kWorkloads.data()) * 16 +
-                        static_cast<uint64_t>(pass) * 4;
+  const uint64_t seed =
+      opt.seed * 1000003ull + static_cast<uint64_t>(index) * 16 + static_cast<uint64_t>(pass) * 4;
 
   std::vector<Precision> precisions;
   for (const std::string& p : opt.precisions) {
@@ -321,8 +316,8 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
         row.err_cudnn = relative_error<double>(out_cudnn, ref);
         row.diff_tgrad_cudnn = relative_error<float>(out_tgrad, out_cudnn);
         std::printf("  %s %-5s %-7s err tgrad %.2e cuDNN %.2e (tgrad vs cuDNN %.2e); cuDNN %s\n",
-                    wl.id, row.pass.c_str(), row.precision.c_str(), row.err_tgrad, row.err_cudnn,
-                    row.diff_tgrad_cudnn, row.cudnn_algo.c_str());
+                    wl.id.c_str(), row.pass.c_str(), row.precision.c_str(), row.err_tgrad,
+                    row.err_cudnn, row.diff_tgrad_cudnn, row.cudnn_algo.c_str());
         if (precisions[i] == Precision::highest && row.err_cudnn > 1e-5) {
           std::printf("  warning: cuDNN's strict float32 error %.2e looks like TF32\n",
                       row.err_cudnn);
@@ -330,7 +325,8 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
       } catch (const std::exception& e) {
         row.failure = e.what();
         cudnn[i].reset();
-        std::printf("  %s %s %s: %s\n", wl.id, row.pass.c_str(), row.precision.c_str(), e.what());
+        std::printf("  %s %s %s: %s\n", wl.id.c_str(), row.pass.c_str(), row.precision.c_str(),
+                    e.what());
       }
     }
     ref = Tensor();
@@ -365,11 +361,12 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
         });
       } catch (const std::exception& e) {
         row.failure = e.what();
-        std::printf("  %s %s %s: %s\n", wl.id, row.pass.c_str(), row.precision.c_str(), e.what());
+        std::printf("  %s %s %s: %s\n", wl.id.c_str(), row.pass.c_str(), row.precision.c_str(),
+                    e.what());
       }
     }
   } catch (const std::exception& e) {
-    std::printf("  %s %s: %s\n", wl.id, pass_name(pass), e.what());
+    std::printf("  %s %s: %s\n", wl.id.c_str(), pass_name(pass), e.what());
     fail_all(e.what());
   }
   tgrad::cuda_empty_cache();
@@ -388,17 +385,17 @@ double geomean_speedup(const std::vector<Row>& rows, const std::string& precisio
 }
 
 void print_table(const Options& opt, const std::vector<Row>& rows) {
-  std::printf("\n%-3s %-5s %-7s %9s %9s %7s %8s %8s %6s %9s %9s %9s %s\n", "wl", "pass", "prec",
+  std::printf("\n%-16s %-5s %-7s %9s %9s %7s %8s %8s %6s %9s %9s %9s %s\n", "wl", "pass", "prec",
               "tgrad_ms", "cudnn_ms", "speedup", "TFLOP/s", "GB/s", "%floor", "err_tgrad",
               "err_cudnn", "tg_vs_cd", "target");
   for (const Row& r : rows) {
     if (!r.failure.empty()) {
-      std::printf("%-3s %-5s %-7s ERROR %s\n", r.workload.c_str(), r.pass.c_str(),
+      std::printf("%-16s %-5s %-7s ERROR %s\n", r.workload.c_str(), r.pass.c_str(),
                   r.precision.c_str(), r.failure.c_str());
       continue;
     }
     const double t = r.tgrad.median_ms;
-    std::printf("%-3s %-5s %-7s %9.3f %9.3f %7.2f %8.2f %8.0f %6.1f %9.2e %9.2e %9.2e %s\n",
+    std::printf("%-16s %-5s %-7s %9.3f %9.3f %7.2f %8.2f %8.0f %6.1f %9.2e %9.2e %9.2e %s\n",
                 r.workload.c_str(), r.pass.c_str(), r.precision.c_str(), t, r.cudnn.median_ms,
                 r.speedup(), r.flops / (t * 1e-3) / 1e12, r.bytes / (t * 1e-3) / 1e9,
                 100.0 * r.floor_ms(opt) / t, r.err_tgrad, r.err_cudnn, r.diff_tgrad_cudnn,
@@ -411,12 +408,67 @@ void print_table(const Options& opt, const std::vector<Row>& rows) {
   }
 }
 
+// Per layer and precision: fwd + dgrad + wgrad times of tgrad and cuDNN (layers with all three
+// passes measured), and the geometric mean of the total speedups.
+struct Total {
+  std::string workload, precision;
+  double tgrad_ms = 0, cudnn_ms = 0;
+  int passes = 0;
+  double speedup() const { return cudnn_ms / tgrad_ms; }
+};
+
+std::vector<Total> layer_totals(const std::vector<Row>& rows) {
+  std::vector<Total> totals;
+  for (const Row& r : rows) {
+    auto it = std::find_if(totals.begin(), totals.end(), [&](const Total& t) {
+      return t.workload == r.workload && t.precision == r.precision;
+    });
+    if (it == totals.end()) {
+      totals.push_back({r.workload, r.precision});
+      it = totals.end() - 1;
+    }
+    if (!r.failure.empty()) {
+      it->passes = -100;  // any failed pass leaves the layer without a total
+      continue;
+    }
+    it->tgrad_ms += r.tgrad.median_ms;
+    it->cudnn_ms += r.cudnn.median_ms;
+    ++it->passes;
+  }
+  std::erase_if(totals, [](const Total& t) { return t.passes != 3; });
+  return totals;
+}
+
+void print_totals(const Options& opt, const std::vector<Row>& rows) {
+  const std::vector<Total> totals = layer_totals(rows);
+  if (totals.empty()) return;
+  std::printf("\n%-16s %-7s %10s %10s %7s   (fwd + dgrad + wgrad)\n", "layer", "prec", "tgrad_ms",
+              "cudnn_ms", "speedup");
+  for (const Total& t : totals) {
+    std::printf("%-16s %-7s %10.3f %10.3f %7.2f\n", t.workload.c_str(), t.precision.c_str(),
+                t.tgrad_ms, t.cudnn_ms, t.speedup());
+  }
+  for (const std::string& p : opt.precisions) {
+    double log_sum = 0.0;
+    int n = 0;
+    for (const Total& t : totals) {
+      if (t.precision != p || !(t.speedup() > 0.0)) continue;
+      log_sum += std::log(t.speedup());
+      ++n;
+    }
+    std::printf("geomean of per-layer total speedups, %s: %.3f over %d layers\n", p.c_str(),
+                n > 0 ? std::exp(log_sum / n) : NAN, n);
+  }
+}
+
 nlohmann::json to_json(const Options& opt, const nlohmann::json& env,
                        const std::vector<Row>& rows) {
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
   nlohmann::json j;
   j["environment"] = env;
-  j["options"] = {{"workloads", opt.workloads},
+  j["options"] = {{"suite", opt.suite},
+                  {"workloads", opt.workloads},
+                  {"shapes", opt.shapes},
                   {"passes", opt.passes},
                   {"precisions", opt.precisions},
                   {"repeats", opt.repeats},
@@ -458,6 +510,14 @@ nlohmann::json to_json(const Options& opt, const nlohmann::json& env,
     int n = 0;
     j["geomean_speedup"][p] = num(geomean_speedup(rows, p, &n));
   }
+  j["layer_totals"] = nlohmann::json::array();
+  for (const Total& t : layer_totals(rows)) {
+    j["layer_totals"].push_back({{"workload", t.workload},
+                                 {"precision", t.precision},
+                                 {"tgrad_ms", t.tgrad_ms},
+                                 {"cudnn_ms", t.cudnn_ms},
+                                 {"speedup", num(t.speedup())}});
+  }
   return j;
 }
 
@@ -496,22 +556,48 @@ int run(const Options& opt) {
     std::printf("warning: NVIDIA_TF32_OVERRIDE=%s changes cuDNN's TF32 use\n", tf32_override);
   }
 
+  // The layers to run: --shape specs, else the chosen suite filtered by --workloads.
+  std::vector<Workload> layers;
+  if (!opt.shapes.empty()) {
+    for (const std::string& spec : opt.shapes) {
+      layers.push_back(tgrad::bench::parse_layer_spec(spec));
+      layers.back().id = "shape" + std::to_string(layers.size());
+      make_geometry(layers.back(), 1);  // a bad geometry fails here, before any timing
+    }
+  } else {
+    const std::vector<Workload> suite =
+        opt.suite == "decoders" ? tgrad::bench::decoder_layers() : s_workloads();
+    for (const std::string& id : opt.workloads) {
+      TGRAD_CHECK(
+          std::any_of(suite.begin(), suite.end(), [&](const Workload& wl) { return wl.id == id; }),
+          "conv_bench: --workloads names '", id, "', not a layer of suite ", opt.suite);
+    }
+    for (const Workload& wl : suite) {
+      if (opt.workloads.empty() ||
+          std::find(opt.workloads.begin(), opt.workloads.end(), wl.id) != opt.workloads.end()) {
+        layers.push_back(wl);
+      }
+    }
+  }
+  for (const Workload& wl : layers) {
+    std::printf("%-16s %s\n", wl.id.c_str(), wl.source.c_str());
+  }
+
   CudnnHandle handle;
   std::vector<Row> rows;
-  for (const Workload& wl : kWorkloads) {
-    if (std::find(opt.workloads.begin(), opt.workloads.end(), wl.id) == opt.workloads.end()) {
-      continue;
-    }
+  for (size_t index = 0; index < layers.size(); ++index) {
+    const Workload& wl = layers[index];
     for (Pass pass : {Pass::fwd, Pass::dgrad, Pass::wgrad}) {
       if (std::find(opt.passes.begin(), opt.passes.end(), pass_name(pass)) == opt.passes.end()) {
         continue;
       }
-      std::printf("%s %s\n", wl.id, pass_name(pass));
+      std::printf("%s %s\n", wl.id.c_str(), pass_name(pass));
       std::fflush(stdout);
-      bench_pass(opt, prop, handle.get(), wl, pass, rows);
+      bench_pass(opt, prop, handle.get(), wl, index, pass, rows);
     }
   }
   print_table(opt, rows);
+  print_totals(opt, rows);
   if (!opt.json_path.empty()) {
     std::ofstream file(opt.json_path);
     TGRAD_CHECK(file.good(), "conv_bench: cannot write --json ", opt.json_path);
@@ -532,10 +618,17 @@ int run(const Options& opt) {
 int main(int argc, char** argv) {
   conv_bench::Options opt;
   CLI::App app{
-      "conv_bench: tgrad's CUDA conv-transpose fwd/dgrad/wgrad vs cuDNN on the S1-S5 workloads"};
-  app.add_option("--workloads", opt.workloads, "comma-separated subset of S1..S5")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"S1", "S2", "S3", "S4", "S5"}));
+      "conv_bench: tgrad's CUDA conv-transpose fwd/dgrad/wgrad vs cuDNN on S1-S5, the decoder "
+      "suite or any --shape"};
+  app.add_option("--suite", opt.suite, "s (S1-S5, default) or decoders (bench/decoder_layers.h)")
+      ->check(CLI::IsMember({"s", "decoders"}));
+  app.add_option("--workloads", opt.workloads,
+                 "comma-separated layer ids of the suite (S1..S5, or decoder ids); default all")
+      ->delimiter(',');
+  app.add_option("--shape", opt.shapes,
+                 "a layer as key=value tokens, e.g. \"n=16 ci=512 co=256 l=32 k=16 s=8 p=4\" "
+                 "(keys n ci co g l|h w k s p op d; k=3x7 per axis); repeatable, replaces the "
+                 "suite");
   app.add_option("--passes", opt.passes, "comma-separated subset of fwd,dgrad,wgrad")
       ->delimiter(',')
       ->check(CLI::IsMember({"fwd", "dgrad", "wgrad"}));

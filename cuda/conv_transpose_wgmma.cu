@@ -43,7 +43,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <mutex>
 #include <type_traits>
 
 #include "cuda/conv_transpose_igemm.cuh"
@@ -431,7 +433,53 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
   }
+#else
+  // Built without sm_90a's features the body would be empty and the output never written;
+  // trap instead (the host probe below normally refuses before a launch gets here).
+  __trap();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// Writes 1 when this file's device code was compiled with sm_90a's features (wgmma), 0 when
+// not: the kernel above is empty without them.
+__global__ void wgmma_arch_probe_kernel(int* has_features) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *has_features = 1;
+#else
+  *has_features = 0;
+#endif
+}
+
+// Whether the wgmma code in this build can run on `device`, asked once per device. A device of
+// compute capability 9.0 whose build lacks the sm_90a code is a broken build: tgrad::Error.
+void check_wgmma_code(int device) {
+  static std::mutex mutex;
+  static std::array<int, 64> checked{};  // 0 unknown, 1 present
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device >= 0 && device < static_cast<int>(checked.size()) && checked[device] == 1) return;
+  cudaFuncAttributes attr{};
+  const cudaError_t found = cudaFuncGetAttributes(&attr, wgmma_arch_probe_kernel);
+  int has = 0;
+  if (found == cudaSuccess) {
+    int* flag = nullptr;
+    TGRAD_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+    TGRAD_CUDA_CHECK(cudaMemset(flag, 0, sizeof(int)));
+    wgmma_arch_probe_kernel<<<1, 1>>>(flag);
+    const cudaError_t launched = cudaGetLastError();
+    const cudaError_t copied = launched == cudaSuccess
+                                   ? cudaMemcpy(&has, flag, sizeof(int), cudaMemcpyDeviceToHost)
+                                   : launched;
+    cudaFree(flag);
+    TGRAD_CUDA_CHECK(copied);
+  } else {
+    (void)cudaGetLastError();  // clear the lookup's error; the check below reports it
+  }
+  TGRAD_CHECK(
+      found == cudaSuccess && has == 1,
+      "conv_wgmma: this tgrad build has no sm_90a code for the wgmma conv kernel on device ",
+      device, " (", cudaGetErrorString(found),
+      "); build cuda/conv_transpose_wgmma.cu with CUDA_ARCHITECTURES 90a-real");
+  if (device >= 0 && device < static_cast<int>(checked.size())) checked[device] = 1;
 }
 
 // The most taps one src row of p contributes to an output row (over the phases).
@@ -481,6 +529,7 @@ int64_t conv_wgmma_launches() {
 bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
                 int device) {
   if (!wgmma_supported(device)) return false;
+  check_wgmma_code(device);
   // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty.
   // Against the unfolded tile (run 20a, S5): fwd high 2.78 -> 1.87 ms, dgrad high 2.55 -> 1.71;
   // "highest" (which declines unfolded M <= 32) fwd 5.19 -> 4.13, dgrad 5.00 -> 3.81 against

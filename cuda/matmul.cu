@@ -1,7 +1,10 @@
 // y(M,N) = op(a) op(b) through cuBLAS. cuBLAS is column-major and a row-major matrix is its
 // transpose in column-major, so we ask cuBLAS for y^T (N,M) = op(b)^T op(a)^T: the operands swap
 // places and keep their transpose flags; leading dimensions are the row-major column counts.
+// float32 follows set_float32_matmul_precision at the time of the call: TF32 at "high".
 #include <cublas_v2.h>
+
+#include "core/backend.h"
 
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -36,8 +39,14 @@ void matmul(cublasHandle_t handle, const Tensor& a, const Tensor& b, Tensor& y, 
   const int lda = static_cast<int>(a.size(1)), ldb = static_cast<int>(b.size(1));
   if (y.dtype() == DType::float32) {
     const float alpha = 1.0f, beta = 0.0f;
-    TGRAD_CUBLAS_CHECK(cublasSgemm(handle, op_b, op_a, in, im, ik, &alpha, b.data_ptr<float>(), ldb,
-                                   a.data_ptr<float>(), lda, &beta, y.data_ptr<float>(), in));
+    // The compute type is given per call rather than through the handle's math mode, so one
+    // handle serves both precisions without state to restore.
+    const cublasComputeType_t compute =
+        float32_precision() == Precision::high ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    TGRAD_CUBLAS_CHECK(cublasGemmEx(handle, op_b, op_a, in, im, ik, &alpha, b.data_ptr<float>(),
+                                    CUDA_R_32F, ldb, a.data_ptr<float>(), CUDA_R_32F, lda, &beta,
+                                    y.data_ptr<float>(), CUDA_R_32F, in, compute,
+                                    CUBLAS_GEMM_DEFAULT));
   } else {
     const double alpha = 1.0, beta = 0.0;
     TGRAD_CUBLAS_CHECK(cublasDgemm(handle, op_b, op_a, in, im, ik, &alpha, b.data_ptr<double>(),
