@@ -2,6 +2,7 @@
 #include "layers/activation.h"
 
 #include <cmath>
+#include <ostream>
 
 #include "core/ops.h"
 
@@ -25,6 +26,10 @@ Tensor Tanh::forward(const Tensor& x) {
 
 Tensor Sigmoid::forward(const Tensor& x) {
   return sigmoid(x);
+}
+
+void LeakyReLU::pretty_print(std::ostream& stream) const {
+  stream << "LeakyReLU(negative_slope=" << negative_slope_ << ")";
 }
 
 }  // namespace tgrad::nn

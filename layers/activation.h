@@ -16,6 +16,7 @@ class LeakyReLU : public Module {
  public:
   explicit LeakyReLU(double negative_slope = 0.01);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
   double negative_slope() const { return negative_slope_; }
 
  private:

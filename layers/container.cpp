@@ -2,6 +2,7 @@
 #include "layers/container.h"
 
 #include <algorithm>
+#include <ostream>
 #include <string>
 
 namespace tgrad::nn {
@@ -81,6 +82,10 @@ Tensor Flatten::forward(const Tensor& x) {
   out.push_back(merged);
   out.insert(out.end(), x.shape().begin() + e + 1, x.shape().end());
   return x.reshape(out);
+}
+
+void Flatten::pretty_print(std::ostream& stream) const {
+  stream << "Flatten(start_dim=" << start_dim_ << ", end_dim=" << end_dim_ << ")";
 }
 
 }  // namespace tgrad::nn

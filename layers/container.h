@@ -38,6 +38,7 @@ class Flatten : public Module {
  public:
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
 
  private:
   int64_t start_dim_;

@@ -2,6 +2,7 @@
 // tgrad::conv1d/conv2d.
 #include "layers/conv.h"
 
+#include <ostream>
 #include "layers/init.h"
 
 namespace tgrad::nn {
@@ -97,6 +98,39 @@ Tensor ConvNd<D>::forward(const Tensor& x) {
   } else {
     return conv2d(padded, weight, bias, f);
   }
+}
+
+template <size_t D>
+void ConvNd<D>::pretty_print(std::ostream& stream) const {
+  const auto list = [&](const ExpandingArray<D>& a) {
+    detail::print_int_list(stream, a.values().data(), D);
+  };
+  stream << "Conv" << D << "d(" << options_.in_channels() << ", " << options_.out_channels()
+         << ", kernel_size=";
+  list(options_.kernel_size());
+  stream << ", stride=";
+  list(options_.stride());
+  const ConvPaddingT<D>& padding = options_.padding();
+  if (std::holds_alternative<enumtype::kSame>(padding)) {
+    stream << ", padding='same'";
+  } else if (std::holds_alternative<enumtype::kValid>(padding)) {
+    stream << ", padding='valid'";
+  } else if (std::get<ExpandingArray<D>>(padding).values() != ExpandingArray<D>(0).values()) {
+    stream << ", padding=";
+    list(std::get<ExpandingArray<D>>(padding));
+  }
+  if (options_.dilation().values() != ExpandingArray<D>(1).values()) {
+    stream << ", dilation=";
+    list(options_.dilation());
+  }
+  if (options_.groups() != 1) stream << ", groups=" << options_.groups();
+  if (!options_.bias()) stream << ", bias=false";
+  if (std::holds_alternative<enumtype::kReflect>(options_.padding_mode())) {
+    stream << ", padding_mode=kReflect";
+  } else if (std::holds_alternative<enumtype::kReplicate>(options_.padding_mode())) {
+    stream << ", padding_mode=kReplicate";
+  }
+  stream << ")";
 }
 
 template class ConvNd<1>;

@@ -61,6 +61,7 @@ class ConvNd : public Module {
  public:
   explicit ConvNd(const ConvOptions<D>& options, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
   void reset_parameters(Generator& gen = default_generator());
   const ConvOptions<D>& options() const { return options_; }
 

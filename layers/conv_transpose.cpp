@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <ostream>
 
 #include "layers/init.h"
 
@@ -105,6 +106,36 @@ Tensor ConvTransposeNd<D>::forward(const Tensor& x, const std::vector<int64_t>& 
   } else {
     return conv_transpose2d(x, weight, bias, f);
   }
+}
+
+template <size_t D>
+void ConvTransposeNd<D>::pretty_print(std::ostream& stream) const {
+  const auto list = [&](const ExpandingArray<D>& a) {
+    detail::print_int_list(stream, a.values().data(), D);
+  };
+  const auto differs = [](const ExpandingArray<D>& a, int64_t v) {
+    return a.values() != ExpandingArray<D>(v).values();
+  };
+  stream << "ConvTranspose" << D << "d(" << options_.in_channels() << ", "
+         << options_.out_channels() << ", kernel_size=";
+  list(options_.kernel_size());
+  stream << ", stride=";
+  list(options_.stride());
+  if (differs(options_.padding(), 0)) {
+    stream << ", padding=";
+    list(options_.padding());
+  }
+  if (differs(options_.dilation(), 1)) {
+    stream << ", dilation=";
+    list(options_.dilation());
+  }
+  if (differs(options_.output_padding(), 0)) {
+    stream << ", output_padding=";
+    list(options_.output_padding());
+  }
+  if (options_.groups() != 1) stream << ", groups=" << options_.groups();
+  if (!options_.bias()) stream << ", bias=false";
+  stream << ")";
 }
 
 template class ConvTransposeNd<1>;

@@ -42,6 +42,7 @@ class ConvTransposeNd : public Module {
   explicit ConvTransposeNd(const ConvTransposeOptions<D>& options,
                            Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
   // LibTorch's forward(input, output_size): the output_padding that gives the requested spatial
   // size (output_size lists the D spatial sizes, or all D + 2 dims), each between the formula's
   // size with output_padding 0 and that plus stride - 1.

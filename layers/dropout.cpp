@@ -1,6 +1,7 @@
 // Dropout / Dropout2d: p checked at construction, the functional op while training.
 #include "layers/dropout.h"
 
+#include <ostream>
 #include "core/ops.h"
 
 namespace tgrad::nn {
@@ -19,6 +20,14 @@ Dropout2d::Dropout2d(double p) : Module("Dropout2d"), p_(p) {
 
 Tensor Dropout2d::forward(const Tensor& x) {
   return dropout2d(x, p_, is_training());
+}
+
+void Dropout::pretty_print(std::ostream& stream) const {
+  stream << "Dropout(p=" << p_ << ", inplace=false)";
+}
+
+void Dropout2d::pretty_print(std::ostream& stream) const {
+  stream << "Dropout2d(p=" << p_ << ", inplace=false)";
 }
 
 }  // namespace tgrad::nn

@@ -11,6 +11,7 @@ class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
 
  private:
   double p_;
@@ -20,6 +21,7 @@ class Dropout2d : public Module {
  public:
   explicit Dropout2d(double p = 0.5);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
 
  private:
   double p_;

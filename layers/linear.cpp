@@ -1,6 +1,7 @@
 // nn::Linear: validation, PyTorch initialisation, forward through tgrad::linear.
 #include "layers/linear.h"
 
+#include <ostream>
 #include "layers/init.h"
 
 namespace tgrad::nn {
@@ -21,6 +22,12 @@ void Linear::reset_parameters(Generator& gen) {
 
 Tensor Linear::forward(const Tensor& x) {
   return linear(x, weight, bias);
+}
+
+void Linear::pretty_print(std::ostream& stream) const {
+  stream << "Linear(in_features=" << options_.in_features()
+         << ", out_features=" << options_.out_features() << ", bias=" << std::boolalpha
+         << options_.bias() << std::noboolalpha << ")";
 }
 
 }  // namespace tgrad::nn

@@ -25,6 +25,7 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, Generator& gen = default_generator())
       : Linear(LinearOptions(in_features, out_features), gen) {}
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
   void reset_parameters(Generator& gen = default_generator());
 
   const LinearOptions& options() const { return options_; }

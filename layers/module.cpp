@@ -1,6 +1,7 @@
 // nn::Module: registration, dotted names, train/eval, zero_grad, in-place device/dtype moves.
 #include "layers/module.h"
 
+#include <ostream>
 #include <unordered_set>
 
 #include "core/autograd.h"
@@ -232,4 +233,45 @@ NamedTensors Module::state_dict() const {
   return out;
 }
 
+void Module::pretty_print(std::ostream& stream) const {
+  // A leaf without options prints as PyTorch's "ReLU()"; a container's parentheses hold its
+  // children and come from operator<<.
+  stream << type_name_;
+  if (children_.empty()) stream << "()";
+}
+
+namespace {
+
+// Registration refuses cycles, so this recursion ends; its depth is the tree's.
+void print_tree(std::ostream& stream, const Module& module, const std::string& indent) {
+  module.pretty_print(stream);
+  if (module.named_children().empty()) return;
+  stream << "(\n";
+  const std::string inner = indent + "  ";
+  for (const auto& [name, child] : module.named_children()) {
+    stream << inner << "(" << name << "): ";
+    print_tree(stream, *child, inner);
+    stream << "\n";
+  }
+  stream << indent << ")";
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& stream, const Module& module) {
+  print_tree(stream, module, "");
+  return stream;
+}
+
 }  // namespace tgrad::nn
+
+namespace tgrad::detail {
+
+void print_int_list(std::ostream& stream, const int64_t* values, size_t n) {
+  stream << "[";
+  for (size_t i = 0; i < n; ++i)
+    stream << (i ? ", " : "") << values[i];
+  stream << "]";
+}
+
+}  // namespace tgrad::detail

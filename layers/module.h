@@ -3,7 +3,10 @@
 // ("decoder.2.bias"), train/eval, zero_grad and in-place device/dtype moves.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -30,6 +33,11 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   const std::string& type_name() const { return type_name_; }
+
+  // Writes this module's one-line description with its options, as LibTorch's pretty_print
+  // ("Linear(in_features=4, out_features=2, bias=true)"); the base writes the type name.
+  // `std::cout << module` adds the children beneath it (see operator<< below).
+  virtual void pretty_print(std::ostream& stream) const;
 
   // Single-input modules override this; the base throws naming the module type.
   virtual Tensor forward(const Tensor& x);
@@ -103,4 +111,13 @@ class Module {
   std::vector<std::pair<std::string, ModulePtr>> children_;
 };
 
+// Prints the module tree as LibTorch does: the module's pretty_print, then (when it has
+// children) one indented line "(name): ..." per child, recursively, closed by ")".
+std::ostream& operator<<(std::ostream& stream, const Module& module);
+
 }  // namespace tgrad::nn
+
+namespace tgrad::detail {
+// Writes "[v0, v1, ...]", the form LibTorch prints an ExpandingArray in.
+void print_int_list(std::ostream& stream, const int64_t* values, size_t n);
+}  // namespace tgrad::detail

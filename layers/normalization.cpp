@@ -3,6 +3,7 @@
 #include "layers/normalization.h"
 
 #include <cmath>
+#include <ostream>
 
 #include "core/autograd.h"
 #include "layers/init.h"
@@ -109,6 +110,29 @@ Tensor BatchNormNd<D>::forward(const Tensor& x) {
   return y;
 }
 
+namespace {
+
+// BatchNorm's and InstanceNorm's shared line, LibTorch's "(16, eps=1e-05, momentum=0.1, ...)".
+void print_norm(std::ostream& stream, const std::string& name, int64_t num_features, double eps,
+                std::optional<double> momentum, bool affine, bool track_running_stats) {
+  stream << name << "(" << num_features << ", eps=" << eps << ", momentum=";
+  if (momentum) {
+    stream << *momentum;
+  } else {
+    stream << "None";
+  }
+  stream << std::boolalpha << ", affine=" << affine
+         << ", track_running_stats=" << track_running_stats << std::noboolalpha << ")";
+}
+
+}  // namespace
+
+template <int D>
+void BatchNormNd<D>::pretty_print(std::ostream& stream) const {
+  print_norm(stream, type_name(), options_.num_features(), options_.eps(), options_.momentum(),
+             options_.affine(), options_.track_running_stats());
+}
+
 template class BatchNormNd<1>;
 template class BatchNormNd<2>;
 
@@ -199,6 +223,25 @@ Tensor LayerNorm::forward(const Tensor& x) {
   Tensor y = normalize(x, dims, options_.eps());
   if (options_.elementwise_affine()) y = y * weight + bias;
   return y;
+}
+
+void InstanceNorm2d::pretty_print(std::ostream& stream) const {
+  print_norm(stream, "InstanceNorm2d", options_.num_features(), options_.eps(), options_.momentum(),
+             options_.affine(), options_.track_running_stats());
+}
+
+void GroupNorm::pretty_print(std::ostream& stream) const {
+  stream << "GroupNorm(" << options_.num_groups() << ", " << options_.num_channels()
+         << ", eps=" << options_.eps() << ", affine=" << std::boolalpha << options_.affine()
+         << std::noboolalpha << ")";
+}
+
+void LayerNorm::pretty_print(std::ostream& stream) const {
+  const Shape& shape = options_.normalized_shape();
+  stream << "LayerNorm(";
+  detail::print_int_list(stream, shape.data(), shape.size());
+  stream << ", eps=" << options_.eps() << ", elementwise_affine=" << std::boolalpha
+         << options_.elementwise_affine() << std::noboolalpha << ")";
 }
 
 }  // namespace tgrad::nn

@@ -48,6 +48,7 @@ class BatchNormNd : public Module {
  public:
   explicit BatchNormNd(const BatchNormOptions& options);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
   void reset_running_stats();
   const BatchNormOptions& options() const { return options_; }
 
@@ -69,6 +70,7 @@ class InstanceNorm2d : public Module {
  public:
   explicit InstanceNorm2d(const InstanceNormOptions& options);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
   Tensor weight, bias;  // (C), when affine
 
  private:
@@ -92,6 +94,7 @@ class GroupNorm : public Module {
  public:
   explicit GroupNorm(const GroupNormOptions& options);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
   const GroupNormOptions& options() const { return options_; }
   Tensor weight, bias;  // (C), when affine
 
@@ -114,6 +117,7 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(const LayerNormOptions& options);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
   Tensor weight, bias;  // normalized_shape, when elementwise_affine
 
  private:

@@ -2,6 +2,8 @@
 // forward.
 #include "layers/upsampling.h"
 
+#include <ostream>
+
 namespace tgrad::nn {
 
 Upsample::Upsample(const UpsampleOptions& options) : Module("Upsample"), options_(options) {
@@ -31,6 +33,14 @@ PixelUnshuffle::PixelUnshuffle(int64_t downscale_factor)
 
 Tensor PixelUnshuffle::forward(const Tensor& x) {
   return pixel_unshuffle(x, factor_);
+}
+
+void PixelShuffle::pretty_print(std::ostream& stream) const {
+  stream << "PixelShuffle(upscale_factor=" << factor_ << ")";
+}
+
+void PixelUnshuffle::pretty_print(std::ostream& stream) const {
+  stream << "PixelUnshuffle(downscale_factor=" << factor_ << ")";
 }
 
 }  // namespace tgrad::nn

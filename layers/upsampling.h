@@ -26,6 +26,7 @@ class PixelShuffle : public Module {
  public:
   explicit PixelShuffle(int64_t upscale_factor);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
 
  private:
   int64_t factor_;
@@ -35,6 +36,7 @@ class PixelUnshuffle : public Module {
  public:
   explicit PixelUnshuffle(int64_t downscale_factor);
   Tensor forward(const Tensor& x) override;
+  void pretty_print(std::ostream& stream) const override;
 
  private:
   int64_t factor_;
