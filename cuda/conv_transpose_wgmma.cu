@@ -530,10 +530,9 @@ bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
                 int device) {
   if (!wgmma_supported(device)) return false;
   check_wgmma_code(device);
-  // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty.
-  // Against the unfolded tile (run 20a, S5): fwd high 2.78 -> 1.87 ms, dgrad high 2.55 -> 1.71;
-  // "highest" (which declines unfolded M <= 32) fwd 5.19 -> 4.13, dgrad 5.00 -> 3.81 against
-  // the mma.sync kernel.
+  // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty, so
+  // folding two output rows into one tile measured faster at both precisions (the numbers are
+  // in docs/performance.md).
   if (p.M <= 32 && p.kH > 1 && p.kH < kIgemmMaxKh && (p.kH + 1) * p.kW <= kIgemmMaxTaps &&
       p.sH == 1 && p.dH == 1 && p.Ho > 1) {
     p.fold_m = p.M, p.fold_ho = p.Ho;
@@ -552,10 +551,9 @@ bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precisi
     if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 64, 16, 3, 2, true>>(alloc, p, w, device);
     return wgmma_try<WgmmaConfig<1, 2, 64, 16, 3, 2, true>>(alloc, p, w, device);
   }
-  // More than three taps a row (S4, S5): two taps' A fragments in flight, whatever the count.
-  // Against the mma.sync kernel (run 18c): S4 fwd 1.29 -> 1.07 ms, S4 dgrad 1.62 -> 1.43, S5
-  // fwd 2.96 -> 2.78, S5 dgrad 2.75 -> 2.54. For three or fewer taps the straight-line
-  // sequence stays ahead (S3 dgrad 3.46 against 4.36 ms pipelined).
+  // More than three taps a row (S4, S5): two taps' A fragments in flight, whatever the count;
+  // this beat the mma.sync kernel there, while for three or fewer taps the straight-line
+  // sequence stays ahead (measurements in docs/performance.md).
   if (taps_per_row(p) > 3)
     return wgmma_try<WgmmaConfig<1, 2, 128, 16, 0, 2, false>>(alloc, p, w, device);
   // 16 channels a step keep the A fragments of a step's three taps in 24 registers.
