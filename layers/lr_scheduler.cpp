@@ -6,7 +6,8 @@
 
 namespace tgrad::optim {
 
-LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer), base_lr_(optimizer.lr()) {}
+LRScheduler::LRScheduler(Optimizer& optimizer)
+    : optimizer_(optimizer), base_lrs_(optimizer.lrs()) {}
 
 void LRScheduler::step() {
   set_last_epoch(last_epoch_ + 1);
@@ -16,10 +17,14 @@ void LRScheduler::set_last_epoch(int64_t epoch) {
   TGRAD_CHECK(epoch >= 0, "LRScheduler::set_last_epoch: epoch=", epoch, " must be non-negative");
   // The new lr is computed and accepted by the optimizer before the epoch moves, so a step that
   // throws (a schedule overflowing to an infinite lr) changes neither.
-  const double lr = lr_at(epoch);
-  TGRAD_CHECK(std::isfinite(lr), "LRScheduler: the schedule gives lr=", lr, " at epoch ", epoch,
-              " (base lr ", base_lr_, "); nothing was changed");
-  optimizer_.set_lr(lr);
+  std::vector<double> lrs;
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    const double lr = lr_at(epoch, base_lrs_[g]);
+    TGRAD_CHECK(std::isfinite(lr), "LRScheduler: the schedule gives lr=", lr, " at epoch ", epoch,
+                " for param group ", g, " (base lr ", base_lrs_[g], "); nothing was changed");
+    lrs.push_back(lr);
+  }
+  optimizer_.set_lrs(lrs);
   last_epoch_ = epoch;
 }
 
@@ -31,9 +36,9 @@ StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
   start();
 }
 
-double StepLR::lr_at(int64_t epoch) const {
+double StepLR::lr_at(int64_t epoch, double base_lr) const {
   // Integer division on purpose: gamma^floor(epoch / step_size), as PyTorch's StepLR.
-  return base_lr() *
+  return base_lr *
          std::pow(gamma_,
                   static_cast<double>(epoch / step_size_));  // NOLINT(bugprone-integer-division)
 }
@@ -46,9 +51,9 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t t_max, double
   start();
 }
 
-double CosineAnnealingLR::lr_at(int64_t epoch) const {
+double CosineAnnealingLR::lr_at(int64_t epoch, double base_lr) const {
   const double cos_term = std::cos(M_PI * static_cast<double>(epoch) / static_cast<double>(t_max_));
-  return eta_min_ + (base_lr() - eta_min_) * (1.0 + cos_term) / 2.0;
+  return eta_min_ + (base_lr - eta_min_) * (1.0 + cos_term) / 2.0;
 }
 
 LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
@@ -65,10 +70,10 @@ LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
   start();
 }
 
-double LinearLR::lr_at(int64_t epoch) const {
+double LinearLR::lr_at(int64_t epoch, double base_lr) const {
   const double progress =
       static_cast<double>(std::min(epoch, total_iters_)) / static_cast<double>(total_iters_);
-  return base_lr() * (start_factor_ + (end_factor_ - start_factor_) * progress);
+  return base_lr * (start_factor_ + (end_factor_ - start_factor_) * progress);
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, const ReduceLROnPlateauOptions& o)
@@ -114,9 +119,12 @@ void ReduceLROnPlateau::step(double metric) {
     bad = 0;
   }
   if (bad > options_.patience()) {
-    const double old_lr = optimizer_.lr();
-    const double new_lr = std::max(old_lr * options_.factor(), options_.min_lr());
-    if (old_lr - new_lr > options_.eps()) optimizer_.set_lr(new_lr);
+    std::vector<double> lrs = optimizer_.lrs();
+    for (double& lr : lrs) {
+      const double reduced = std::max(lr * options_.factor(), options_.min_lr());
+      if (lr - reduced > options_.eps()) lr = reduced;
+    }
+    optimizer_.set_lrs(lrs);
     cooldown = options_.cooldown();
     bad = 0;
   }

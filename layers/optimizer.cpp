@@ -33,34 +33,143 @@ bool parse_state_key(const std::string& key, size_t& index, std::string& name) {
   return !name.empty();
 }
 
-constexpr const char* kLrKey = "param_groups.0.lr";
+// "param_groups.<g>.lr" -> g; false when `key` does not have that form.
+bool parse_lr_key(const std::string& key, size_t& group) {
+  const std::string prefix = "param_groups.", suffix = ".lr";
+  if (key.size() <= prefix.size() + suffix.size() || key.rfind(prefix, 0) != 0 ||
+      key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string digits =
+      key.substr(prefix.size(), key.size() - prefix.size() - suffix.size());
+  if (digits.size() > 9 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  group = std::stoul(digits);
+  return true;
+}
+
+std::string lr_key(size_t group) {
+  return "param_groups." + std::to_string(group) + ".lr";
+}
 
 }  // namespace
 
-Optimizer::Optimizer(std::string type_name, std::vector<Tensor> params, double lr)
-    : type_name_(std::move(type_name)), params_(std::move(params)), lr_(lr) {
-  check_finite_non_negative(type_name_.c_str(), "lr", lr);
-  TGRAD_CHECK(!params_.empty(), type_name_, ": got an empty parameter list");
-  for (size_t i = 0; i < params_.size(); ++i) {
-    TGRAD_CHECK(params_[i].defined(), type_name_, ": parameter ", i, " is undefined");
-    TGRAD_CHECK(params_[i].is_leaf(), type_name_, ": parameter ", i,
+OptimizerParamGroup::OptimizerParamGroup(std::vector<Tensor> params)
+    : params_(std::move(params)) {}
+
+OptimizerParamGroup::OptimizerParamGroup(std::vector<Tensor> params,
+                                         std::unique_ptr<OptimizerOptions> options)
+    : params_(std::move(params)), options_(std::move(options)) {}
+
+OptimizerParamGroup::OptimizerParamGroup(const OptimizerParamGroup& other)
+    : params_(other.params_), options_(other.options_ ? other.options_->clone() : nullptr) {}
+
+OptimizerParamGroup& OptimizerParamGroup::operator=(const OptimizerParamGroup& other) {
+  if (this != &other) {
+    auto options = other.options_ ? other.options_->clone() : nullptr;
+    params_ = other.params_;
+    options_ = std::move(options);
+  }
+  return *this;
+}
+
+OptimizerOptions& OptimizerParamGroup::options() {
+  TGRAD_CHECK(options_ != nullptr,
+              "OptimizerParamGroup::options: this group has no options (it takes the "
+              "optimizer's defaults when added to one)");
+  return *options_;
+}
+
+const OptimizerOptions& OptimizerParamGroup::options() const {
+  return const_cast<OptimizerParamGroup*>(this)->options();
+}
+
+Optimizer::Optimizer(std::string type_name, std::vector<OptimizerParamGroup> param_groups,
+                     std::unique_ptr<OptimizerOptions> defaults)
+    : type_name_(std::move(type_name)),
+      defaults_(std::move(defaults)),
+      pending_groups_(std::move(param_groups)) {
+  TGRAD_CHECK(!pending_groups_.empty(), type_name_, ": got an empty list of parameter groups");
+}
+
+void Optimizer::add_initial_groups() {
+  check_options(*defaults_, "defaults");
+  std::vector<OptimizerParamGroup> groups;
+  groups.swap(pending_groups_);
+  for (const OptimizerParamGroup& group : groups)
+    add_param_group(group);
+}
+
+void Optimizer::add_param_group(const OptimizerParamGroup& group) {
+  const std::string where = "param group " + std::to_string(param_groups_.size());
+  TGRAD_CHECK(!group.params().empty(), type_name_, ": ", where, " has no parameters");
+  // Check everything before anything is added.
+  for (size_t i = 0; i < group.params().size(); ++i) {
+    const Tensor& p = group.params()[i];
+    TGRAD_CHECK(p.defined(), type_name_, ": ", where, ": parameter ", i, " is undefined");
+    TGRAD_CHECK(p.is_leaf(), type_name_, ": ", where, ": parameter ", i,
                 " is not a leaf tensor; optimizers update leaves only");
     for (size_t j = 0; j < i; ++j) {
-      TGRAD_CHECK(params_[i].impl() != params_[j].impl(), type_name_, ": parameter ", i,
-                  " is the same tensor as parameter ", j);
+      TGRAD_CHECK(p.impl() != group.params()[j].impl(), type_name_, ": ", where, ": parameter ",
+                  i, " is the same tensor as parameter ", j);
+    }
+    for (size_t j = 0; j < params_.size(); ++j) {
+      TGRAD_CHECK(p.impl() != params_[j].impl(), type_name_, ": ", where, ": parameter ", i,
+                  " is already in the optimizer (parameter ", j,
+                  "); a parameter may belong to one group only");
     }
   }
-  state_.resize(params_.size());
-  steps_.assign(params_.size(), 0);
+  OptimizerParamGroup added(group.params(),
+                            group.has_options() ? group.options().clone() : defaults_->clone());
+  check_options(added.options(), where);
+  param_groups_.reserve(param_groups_.size() + 1);
+  params_.reserve(params_.size() + group.params().size());
+  state_.reserve(params_.size() + group.params().size());
+  steps_.reserve(params_.size() + group.params().size());
+  // Nothing below can throw (capacity is reserved), so the group is added whole or not at all.
+  for (const Tensor& p : added.params()) {
+    params_.push_back(p);
+    state_.emplace_back();
+    steps_.push_back(0);
+  }
+  param_groups_.push_back(std::move(added));
+}
+
+void Optimizer::check_groups() const {
+  for (size_t g = 0; g < param_groups_.size(); ++g)
+    check_options(param_groups_[g].options(), "param group " + std::to_string(g));
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
   nn::zero_grads(params_, set_to_none);
 }
 
+double Optimizer::lr() const {
+  return param_groups_.front().options().get_lr();
+}
+
+std::vector<double> Optimizer::lrs() const {
+  std::vector<double> out;
+  for (const OptimizerParamGroup& group : param_groups_)
+    out.push_back(group.options().get_lr());
+  return out;
+}
+
 void Optimizer::set_lr(double lr) {
-  check_finite_non_negative(type_name_.c_str(), "lr", lr);
-  lr_ = lr;
+  set_lrs(std::vector<double>(param_groups_.size(), lr));
+}
+
+void Optimizer::set_lrs(const std::vector<double>& lrs) {
+  TGRAD_CHECK(lrs.size() == param_groups_.size(), type_name_, "::set_lrs: got ", lrs.size(),
+              " learning rates for ", param_groups_.size(), " parameter groups");
+  for (size_t g = 0; g < lrs.size(); ++g) {
+    const std::string arg = "lr of param group " + std::to_string(g);
+    check_finite_non_negative(type_name_.c_str(), arg.c_str(), lrs[g]);
+  }
+  for (size_t g = 0; g < lrs.size(); ++g)
+    param_groups_[g].options().set_lr(lrs[g]);
 }
 
 Tensor Optimizer::state(size_t i, const std::string& name) {
@@ -99,7 +208,10 @@ nn::NamedTensors Optimizer::state_dict() const {
     for (const auto& [name, t] : state_[i])
       out.emplace_back(prefix + name, t.detach());
   }
-  out.emplace_back(kLrKey, scalar_tensor(lr_, TensorOptions(kFloat64)));
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    out.emplace_back(lr_key(g), scalar_tensor(param_groups_[g].options().get_lr(),
+                                              TensorOptions(kFloat64)));
+  }
   return out;
 }
 
@@ -108,15 +220,18 @@ void Optimizer::load_state_dict(const nn::NamedTensors& state) {
   const std::vector<std::string> names = state_names();
   std::vector<std::map<std::string, Tensor>> new_state(params_.size());
   std::vector<int64_t> new_steps(params_.size(), 0);
-  double new_lr = -1.0;
+  std::vector<double> new_lrs(param_groups_.size(), -1.0);
   std::vector<std::string> unexpected;
   // Validate and convert everything first; commit only when nothing failed.
   for (const auto& [key, t] : state) {
     TGRAD_CHECK(t.defined(), fn, ": tensor '", key, "' is undefined");
-    if (key == kLrKey) {
+    size_t group = 0;
+    if (parse_lr_key(key, group)) {
+      TGRAD_CHECK(group < param_groups_.size(), fn, ": '", key, "' names a parameter group, but ",
+                  "this optimizer has ", param_groups_.size(), " group(s)");
       TGRAD_CHECK(t.numel() == 1, fn, ": '", key, "' must hold one value, got shape ", t.shape());
-      new_lr = t.item();
-      check_finite_non_negative(fn.c_str(), key.c_str(), new_lr);
+      new_lrs[group] = t.item();
+      check_finite_non_negative(fn.c_str(), key.c_str(), new_lrs[group]);
       continue;
     }
     size_t i = 0;
@@ -143,22 +258,47 @@ void Optimizer::load_state_dict(const nn::NamedTensors& state) {
   }
   TGRAD_CHECK(unexpected.empty(), fn, ": unexpected keys ", unexpected,
               " (parameters: ", params_.size(), ", state names: step, ", names, ")");
-  TGRAD_CHECK(new_lr >= 0.0, fn, ": missing key '", kLrKey, "'");
+  for (size_t g = 0; g < new_lrs.size(); ++g)
+    TGRAD_CHECK(new_lrs[g] >= 0.0, fn, ": missing key '", lr_key(g), "'");
   state_ = std::move(new_state);
   steps_ = std::move(new_steps);
-  lr_ = new_lr;
+  for (size_t g = 0; g < new_lrs.size(); ++g)
+    param_groups_[g].options().set_lr(new_lrs[g]);
 }
 
 // ---- SGD ----
 
-SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
-    : Optimizer("SGD", std::move(params), options.lr()), options_(options) {
-  check_finite_non_negative("SGD", "momentum", options.momentum());
-  check_finite_non_negative("SGD", "dampening", options.dampening());
-  check_finite_non_negative("SGD", "weight_decay", options.weight_decay());
-  TGRAD_CHECK(!options.nesterov() || (options.momentum() > 0.0 && options.dampening() == 0.0),
-              "SGD: nesterov momentum requires momentum > 0 and dampening = 0 (got momentum=",
-              options.momentum(), ", dampening=", options.dampening(), ")");
+namespace {
+
+std::vector<OptimizerParamGroup> one_group(std::vector<Tensor> params) {
+  std::vector<OptimizerParamGroup> groups;
+  groups.emplace_back(std::move(params));
+  return groups;
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& defaults)
+    : SGD(one_group(std::move(params)), defaults) {}
+
+SGD::SGD(std::vector<OptimizerParamGroup> param_groups, const SGDOptions& defaults)
+    : Optimizer("SGD", std::move(param_groups), defaults.clone()) {
+  add_initial_groups();
+}
+
+void SGD::check_options(const OptimizerOptions& base, const std::string& where) const {
+  const auto* options = dynamic_cast<const SGDOptions*>(&base);
+  TGRAD_CHECK(options != nullptr, "SGD: ", where, " has options of another optimizer type; ",
+              "SGD takes SGDOptions");
+  const SGDOptions& o = *options;
+  const std::string fn = "SGD (" + where + ")";
+  check_finite_non_negative(fn.c_str(), "lr", o.lr());
+  check_finite_non_negative(fn.c_str(), "momentum", o.momentum());
+  check_finite_non_negative(fn.c_str(), "dampening", o.dampening());
+  check_finite_non_negative(fn.c_str(), "weight_decay", o.weight_decay());
+  TGRAD_CHECK(!o.nesterov() || (o.momentum() > 0.0 && o.dampening() == 0.0), fn,
+              ": nesterov momentum requires momentum > 0 and dampening = 0 (got momentum=",
+              o.momentum(), ", dampening=", o.dampening(), ")");
 }
 
 std::vector<std::string> SGD::state_names() const {
@@ -167,48 +307,68 @@ std::vector<std::string> SGD::state_names() const {
 
 void SGD::step() {
   NoGradGuard no_grad;
-  const double momentum = options_.momentum();
+  check_groups();
   // Compute every new value first (the part that can run out of memory), then commit.
   std::vector<std::map<std::string, Tensor>> new_state = state_snapshot();
   std::vector<std::pair<Tensor, Tensor>> new_params;
-  for (size_t i = 0; i < params().size(); ++i) {
-    const Tensor& p = params()[i];
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    Tensor d = g;
-    if (options_.weight_decay() != 0.0) d = d + p * options_.weight_decay();
-    if (momentum != 0.0) {
-      Tensor buf = state(i, "momentum_buffer");
-      buf = buf.defined() ? buf * momentum + d * (1.0 - options_.dampening()) : d.clone();
-      new_state[i]["momentum_buffer"] = buf;
-      d = options_.nesterov() ? d + buf * momentum : buf;
+  size_t i = 0;  // index in params(), across groups
+  for (const OptimizerParamGroup& group : param_groups()) {
+    const auto& o = static_cast<const SGDOptions&>(group.options());
+    const double momentum = o.momentum();
+    for (size_t k = 0; k < group.params().size(); ++k, ++i) {
+      const Tensor& p = group.params()[k];
+      const Tensor g = p.grad();
+      if (!g.defined()) continue;
+      Tensor d = g;
+      if (o.weight_decay() != 0.0) d = d + p * o.weight_decay();
+      if (momentum != 0.0) {
+        Tensor buf = state(i, "momentum_buffer");
+        buf = buf.defined() ? buf * momentum + d * (1.0 - o.dampening()) : d.clone();
+        new_state[i]["momentum_buffer"] = buf;
+        d = o.nesterov() ? d + buf * momentum : buf;
+      }
+      new_params.emplace_back(p, p + d * -o.lr());
     }
-    new_params.emplace_back(p, p + d * -lr());
   }
   commit(new_params, std::move(new_state), steps_);
 }
 
 // ---- Adam / AdamW ----
 
-Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
-    : Adam("Adam", std::move(params), options, false) {}
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& defaults)
+    : Adam("Adam", one_group(std::move(params)), defaults, false) {}
 
-Adam::Adam(const char* type_name, std::vector<Tensor> params, const AdamOptions& options,
-           bool decoupled_weight_decay)
-    : Optimizer(type_name, std::move(params), options.lr()),
-      options_(options),
+Adam::Adam(std::vector<OptimizerParamGroup> param_groups, const AdamOptions& defaults)
+    : Adam("Adam", std::move(param_groups), defaults, false) {}
+
+Adam::Adam(const char* type_name, std::vector<OptimizerParamGroup> param_groups,
+           const AdamOptions& defaults, bool decoupled_weight_decay)
+    : Optimizer(type_name, std::move(param_groups), defaults.clone()),
       decoupled_(decoupled_weight_decay) {
   uses_step_ = true;
-  TGRAD_CHECK(options.beta1() >= 0.0 && options.beta1() < 1.0, type_name,
-              ": beta1=", options.beta1(), " must be in [0, 1)");
-  TGRAD_CHECK(options.beta2() >= 0.0 && options.beta2() < 1.0, type_name,
-              ": beta2=", options.beta2(), " must be in [0, 1)");
-  check_finite_non_negative(type_name, "eps", options.eps());
-  check_finite_non_negative(type_name, "weight_decay", options.weight_decay());
+  add_initial_groups();
+}
+
+void Adam::check_options(const OptimizerOptions& base, const std::string& where) const {
+  const auto* options = dynamic_cast<const AdamOptions*>(&base);
+  TGRAD_CHECK(options != nullptr, type_name(), ": ", where,
+              " has options of another optimizer type; ", type_name(), " takes AdamOptions");
+  const AdamOptions& o = *options;
+  const std::string fn = type_name() + " (" + where + ")";
+  check_finite_non_negative(fn.c_str(), "lr", o.lr());
+  TGRAD_CHECK(o.beta1() >= 0.0 && o.beta1() < 1.0, fn, ": beta1=", o.beta1(),
+              " must be in [0, 1)");
+  TGRAD_CHECK(o.beta2() >= 0.0 && o.beta2() < 1.0, fn, ": beta2=", o.beta2(),
+              " must be in [0, 1)");
+  check_finite_non_negative(fn.c_str(), "eps", o.eps());
+  check_finite_non_negative(fn.c_str(), "weight_decay", o.weight_decay());
 }
 
 std::vector<std::string> Adam::state_names() const {
-  if (options_.amsgrad()) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  for (const OptimizerParamGroup& group : param_groups()) {
+    if (static_cast<const AdamOptions&>(group.options()).amsgrad())
+      return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  }
   return {"exp_avg", "exp_avg_sq"};
 }
 
@@ -228,47 +388,55 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 
 void Adam::step() {
   NoGradGuard no_grad;
-  const double b1 = options_.beta1(), b2 = options_.beta2(), wd = options_.weight_decay();
+  check_groups();
   // Compute every new value first (the part that can run out of memory), then commit.
   std::vector<std::map<std::string, Tensor>> new_state = state_snapshot();
   std::vector<int64_t> new_steps = steps_;
   std::vector<std::pair<Tensor, Tensor>> new_params;
-  for (size_t i = 0; i < params().size(); ++i) {
-    const Tensor& p = params()[i];
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    Tensor m = state(i, "exp_avg");
-    Tensor v = state(i, "exp_avg_sq");
-    if (!m.defined()) m = zeros_like(p);
-    if (!v.defined()) v = zeros_like(p);
-    const int64_t t = ++new_steps[i];
-    Tensor p0 = p;
-    if (decoupled_) {
-      if (wd != 0.0) p0 = p * (1.0 - lr() * wd);
-    } else if (wd != 0.0) {
-      g = g + p * wd;
+  size_t i = 0;  // index in params(), across groups
+  for (const OptimizerParamGroup& group : param_groups()) {
+    const auto& o = static_cast<const AdamOptions&>(group.options());
+    const double b1 = o.beta1(), b2 = o.beta2(), wd = o.weight_decay(), lr = o.lr();
+    for (size_t k = 0; k < group.params().size(); ++k, ++i) {
+      const Tensor& p = group.params()[k];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      Tensor m = state(i, "exp_avg");
+      Tensor v = state(i, "exp_avg_sq");
+      if (!m.defined()) m = zeros_like(p);
+      if (!v.defined()) v = zeros_like(p);
+      const int64_t t = ++new_steps[i];
+      Tensor p0 = p;
+      if (decoupled_) {
+        if (wd != 0.0) p0 = p * (1.0 - lr * wd);
+      } else if (wd != 0.0) {
+        g = g + p * wd;
+      }
+      m = m * b1 + g * (1.0 - b1);
+      v = v * b2 + g * g * (1.0 - b2);
+      new_state[i]["exp_avg"] = m;
+      new_state[i]["exp_avg_sq"] = v;
+      const double bias_correction1 = 1.0 - std::pow(b1, static_cast<double>(t));
+      const double bias_correction2 = 1.0 - std::pow(b2, static_cast<double>(t));
+      const double step_size = lr / bias_correction1;
+      const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+      Tensor second = v;
+      if (o.amsgrad()) {
+        Tensor vmax = state(i, "max_exp_avg_sq");
+        second = vmax.defined() ? maximum(vmax, v) : v.clone();
+        new_state[i]["max_exp_avg_sq"] = second;
+      }
+      const Tensor denom = sqrt(second) / bias_correction2_sqrt + o.eps();
+      new_params.emplace_back(p, p0 + (m / denom) * -step_size);
     }
-    m = m * b1 + g * (1.0 - b1);
-    v = v * b2 + g * g * (1.0 - b2);
-    new_state[i]["exp_avg"] = m;
-    new_state[i]["exp_avg_sq"] = v;
-    const double bias_correction1 = 1.0 - std::pow(b1, static_cast<double>(t));
-    const double bias_correction2 = 1.0 - std::pow(b2, static_cast<double>(t));
-    const double step_size = lr() / bias_correction1;
-    const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-    Tensor second = v;
-    if (options_.amsgrad()) {
-      Tensor vmax = state(i, "max_exp_avg_sq");
-      second = vmax.defined() ? maximum(vmax, v) : v.clone();
-      new_state[i]["max_exp_avg_sq"] = second;
-    }
-    const Tensor denom = sqrt(second) / bias_correction2_sqrt + options_.eps();
-    new_params.emplace_back(p, p0 + (m / denom) * -step_size);
   }
   commit(new_params, std::move(new_state), std::move(new_steps));
 }
 
-AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
-    : Adam("AdamW", std::move(params), options, true) {}
+AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& defaults)
+    : Adam("AdamW", one_group(std::move(params)), defaults, true) {}
+
+AdamW::AdamW(std::vector<OptimizerParamGroup> param_groups, const AdamOptions& defaults)
+    : Adam("AdamW", std::move(param_groups), defaults, true) {}
 
 }  // namespace tgrad::optim
