@@ -8,27 +8,27 @@
 
 namespace tgrad::nn {
 
-Tensor ReLU::forward(const Tensor& x) {
+Tensor ReLUImpl::forward(const Tensor& x) {
   return relu(x);
 }
 
-LeakyReLU::LeakyReLU(double negative_slope) : Module("LeakyReLU"), negative_slope_(negative_slope) {
+LeakyReLUImpl::LeakyReLUImpl(double negative_slope) : Module("LeakyReLU"), negative_slope_(negative_slope) {
   TGRAD_CHECK(std::isfinite(negative_slope), "LeakyReLU: negative_slope=", negative_slope,
               " must be finite");
 }
-Tensor LeakyReLU::forward(const Tensor& x) {
+Tensor LeakyReLUImpl::forward(const Tensor& x) {
   return leaky_relu(x, negative_slope_);
 }
 
-Tensor Tanh::forward(const Tensor& x) {
+Tensor TanhImpl::forward(const Tensor& x) {
   return tanh(x);
 }
 
-Tensor Sigmoid::forward(const Tensor& x) {
+Tensor SigmoidImpl::forward(const Tensor& x) {
   return sigmoid(x);
 }
 
-void LeakyReLU::pretty_print(std::ostream& stream) const {
+void LeakyReLUImpl::pretty_print(std::ostream& stream) const {
   stream << "LeakyReLU(negative_slope=" << negative_slope_ << ")";
 }
 

@@ -2,19 +2,28 @@
 // Tanh, Sigmoid. They hold no parameters.
 #pragma once
 
+#include "core/ops.h"
 #include "layers/module.h"
 
 namespace tgrad::nn {
 
-class ReLU : public Module {
+class ReLUImpl : public Module {
  public:
-  ReLU() : Module("ReLU") {}
+  ReLUImpl() : Module("ReLU") {}
   Tensor forward(const Tensor& x) override;
 };
+TGRAD_MODULE(ReLU);
 
-class LeakyReLU : public Module {
+// LeakyReLUOptions().negative_slope(0.2), LibTorch's name and default.
+struct LeakyReLUOptions {
+  TGRAD_ARG(double, negative_slope) = 0.01;
+};
+
+class LeakyReLUImpl : public Module {
  public:
-  explicit LeakyReLU(double negative_slope = 0.01);
+  explicit LeakyReLUImpl(double negative_slope = 0.01);
+  explicit LeakyReLUImpl(const LeakyReLUOptions& options)
+      : LeakyReLUImpl(options.negative_slope()) {}
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
   double negative_slope() const { return negative_slope_; }
@@ -22,17 +31,20 @@ class LeakyReLU : public Module {
  private:
   double negative_slope_;
 };
+TGRAD_MODULE(LeakyReLU);
 
-class Tanh : public Module {
+class TanhImpl : public Module {
  public:
-  Tanh() : Module("Tanh") {}
+  TanhImpl() : Module("Tanh") {}
   Tensor forward(const Tensor& x) override;
 };
+TGRAD_MODULE(Tanh);
 
-class Sigmoid : public Module {
+class SigmoidImpl : public Module {
  public:
-  Sigmoid() : Module("Sigmoid") {}
+  SigmoidImpl() : Module("Sigmoid") {}
   Tensor forward(const Tensor& x) override;
 };
+TGRAD_MODULE(Sigmoid);
 
 }  // namespace tgrad::nn

@@ -19,6 +19,22 @@ void load_state_dict(Module& module, const NamedTensors& state);
 
 void save_module(const Module& module, const std::string& path);
 void load_module(Module& module, const std::string& path);
+// The same for a module given by its holder (nn::Linear, a TGRAD_MODULE class).
+template <class Holder>
+  requires is_module_holder_v<Holder>
+void load_state_dict(const Holder& module, const NamedTensors& state) {
+  load_state_dict(*module.ptr(), state);
+}
+template <class Holder>
+  requires is_module_holder_v<Holder>
+void save_module(const Holder& module, const std::string& path) {
+  save_module(*module.ptr(), path);
+}
+template <class Holder>
+  requires is_module_holder_v<Holder>
+void load_module(const Holder& module, const std::string& path) {
+  load_module(*module.ptr(), path);
+}
 
 // Saves optimizer.state_dict() with keys prefixed "optimizer." and metadata {"format": "pt",
 // "optimizer": type name} plus `extra` (e.g. the training step to resume from).

@@ -7,29 +7,36 @@
 
 namespace tgrad::nn {
 
-Sequential::Sequential(std::initializer_list<ModulePtr> modules) : Sequential() {
+SequentialImpl::SequentialImpl(std::initializer_list<ModulePtr> modules) : SequentialImpl() {
   for (const ModulePtr& m : modules)
     push_back(m);
 }
 
-void Sequential::push_back(ModulePtr module) {
+void SequentialImpl::push_back(ModulePtr module) {
   TGRAD_CHECK(module != nullptr, "Sequential::push_back: module ", size(), " is null");
-  register_module(std::to_string(size()), std::move(module));
+  Module* raw = module.get();
+  append(std::move(module), [raw](const Tensor& x) { return raw->forward(x); });
 }
 
-const ModulePtr& Sequential::operator[](size_t i) const {
+void SequentialImpl::append(ModulePtr module, std::function<Tensor(const Tensor&)> forward) {
+  forwards_.reserve(forwards_.size() + 1);
+  register_module(std::to_string(size()), std::move(module));
+  forwards_.push_back(std::move(forward));  // cannot throw: capacity reserved
+}
+
+const ModulePtr& SequentialImpl::operator[](size_t i) const {
   TGRAD_CHECK(i < size(), "Sequential: index ", i, " is out of range for ", size(), " modules");
   return named_children()[i].second;
 }
 
-Tensor Sequential::forward(const Tensor& x) {
+Tensor SequentialImpl::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& [name, m] : named_children())
-    y = m->forward(y);
+  for (const auto& forward : forwards_)
+    y = forward(y);
   return y;
 }
 
-Unflatten::Unflatten(int64_t dim, Shape sizes)
+UnflattenImpl::UnflattenImpl(int64_t dim, Shape sizes)
     : Module("Unflatten"), dim_(dim), sizes_(std::move(sizes)) {
   TGRAD_CHECK(!sizes_.empty(), "Unflatten: sizes must not be empty");
   int negative = 0;
@@ -40,7 +47,7 @@ Unflatten::Unflatten(int64_t dim, Shape sizes)
   TGRAD_CHECK(negative <= 1, "Unflatten: only one size may be -1, got ", sizes_);
 }
 
-Tensor Unflatten::forward(const Tensor& x) {
+Tensor UnflattenImpl::forward(const Tensor& x) {
   TGRAD_CHECK(x.defined(), "Unflatten: the input is undefined");
   const int64_t rank = x.dim();
   TGRAD_CHECK(dim_ >= -rank && dim_ < rank, "Unflatten: dim=", dim_,
@@ -64,10 +71,10 @@ Tensor Unflatten::forward(const Tensor& x) {
   return x.reshape(out);
 }
 
-Flatten::Flatten(int64_t start_dim, int64_t end_dim)
+FlattenImpl::FlattenImpl(int64_t start_dim, int64_t end_dim)
     : Module("Flatten"), start_dim_(start_dim), end_dim_(end_dim) {}
 
-Tensor Flatten::forward(const Tensor& x) {
+Tensor FlattenImpl::forward(const Tensor& x) {
   TGRAD_CHECK(x.defined(), "Flatten: the input is undefined");
   const int64_t rank = std::max<int64_t>(x.dim(), 1);
   const int64_t s = start_dim_ < 0 ? start_dim_ + rank : start_dim_;
@@ -84,7 +91,7 @@ Tensor Flatten::forward(const Tensor& x) {
   return x.reshape(out);
 }
 
-void Flatten::pretty_print(std::ostream& stream) const {
+void FlattenImpl::pretty_print(std::ostream& stream) const {
   stream << "Flatten(start_dim=" << start_dim_ << ", end_dim=" << end_dim_ << ")";
 }
 

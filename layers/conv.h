@@ -72,8 +72,10 @@ class ConvNd : public Module {
   ConvOptions<D> options_;
 };
 
-using Conv1d = ConvNd<1>;
-using Conv2d = ConvNd<2>;
+using Conv1dImpl = ConvNd<1>;
+TGRAD_MODULE(Conv1d);
+using Conv2dImpl = ConvNd<2>;
+TGRAD_MODULE(Conv2d);
 
 extern template class ConvNd<1>;
 extern template class ConvNd<2>;

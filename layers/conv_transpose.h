@@ -62,8 +62,10 @@ class ConvTransposeNd : public Module {
   ConvTransposeOptions<D> options_;
 };
 
-using ConvTranspose1d = ConvTransposeNd<1>;
-using ConvTranspose2d = ConvTransposeNd<2>;
+using ConvTranspose1dImpl = ConvTransposeNd<1>;
+TGRAD_MODULE(ConvTranspose1d);
+using ConvTranspose2dImpl = ConvTransposeNd<2>;
+TGRAD_MODULE(ConvTranspose2d);
 
 extern template class ConvTransposeNd<1>;
 extern template class ConvTransposeNd<2>;

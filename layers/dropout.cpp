@@ -6,27 +6,27 @@
 
 namespace tgrad::nn {
 
-Dropout::Dropout(double p) : Module("Dropout"), p_(p) {
+DropoutImpl::DropoutImpl(double p) : Module("Dropout"), p_(p) {
   TGRAD_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p=", p, " must be in [0, 1]");
 }
 
-Tensor Dropout::forward(const Tensor& x) {
+Tensor DropoutImpl::forward(const Tensor& x) {
   return dropout(x, p_, is_training());
 }
 
-Dropout2d::Dropout2d(double p) : Module("Dropout2d"), p_(p) {
+Dropout2dImpl::Dropout2dImpl(double p) : Module("Dropout2d"), p_(p) {
   TGRAD_CHECK(p >= 0.0 && p <= 1.0, "Dropout2d: p=", p, " must be in [0, 1]");
 }
 
-Tensor Dropout2d::forward(const Tensor& x) {
+Tensor Dropout2dImpl::forward(const Tensor& x) {
   return dropout2d(x, p_, is_training());
 }
 
-void Dropout::pretty_print(std::ostream& stream) const {
+void DropoutImpl::pretty_print(std::ostream& stream) const {
   stream << "Dropout(p=" << p_ << ", inplace=false)";
 }
 
-void Dropout2d::pretty_print(std::ostream& stream) const {
+void Dropout2dImpl::pretty_print(std::ostream& stream) const {
   stream << "Dropout2d(p=" << p_ << ", inplace=false)";
 }
 

@@ -7,24 +7,26 @@ namespace tgrad::nn {
 
 // Dropout(p) / Dropout2d(p): tgrad::dropout / dropout2d while training, the identity in eval.
 // Draws from the default generator.
-class Dropout : public Module {
+class DropoutImpl : public Module {
  public:
-  explicit Dropout(double p = 0.5);
+  explicit DropoutImpl(double p = 0.5);
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
 
  private:
   double p_;
 };
+TGRAD_MODULE(Dropout);
 
-class Dropout2d : public Module {
+class Dropout2dImpl : public Module {
  public:
-  explicit Dropout2d(double p = 0.5);
+  explicit Dropout2dImpl(double p = 0.5);
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
 
  private:
   double p_;
 };
+TGRAD_MODULE(Dropout2d);
 
 }  // namespace tgrad::nn

@@ -6,7 +6,7 @@
 
 namespace tgrad::nn {
 
-Linear::Linear(const LinearOptions& options, Generator& gen) : Module("Linear"), options_(options) {
+LinearImpl::LinearImpl(const LinearOptions& options, Generator& gen) : Module("Linear"), options_(options) {
   TGRAD_CHECK(options_.in_features() >= 0, "Linear: in_features=", options_.in_features(),
               " must be non-negative");
   TGRAD_CHECK(options_.out_features() > 0, "Linear: out_features=", options_.out_features(),
@@ -16,15 +16,15 @@ Linear::Linear(const LinearOptions& options, Generator& gen) : Module("Linear"),
   reset_parameters(gen);
 }
 
-void Linear::reset_parameters(Generator& gen) {
+void LinearImpl::reset_parameters(Generator& gen) {
   init::reset_layer_parameters_(weight, bias, gen);
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor LinearImpl::forward(const Tensor& x) {
   return linear(x, weight, bias);
 }
 
-void Linear::pretty_print(std::ostream& stream) const {
+void LinearImpl::pretty_print(std::ostream& stream) const {
   stream << "Linear(in_features=" << options_.in_features()
          << ", out_features=" << options_.out_features() << ", bias=" << std::boolalpha
          << options_.bias() << std::noboolalpha << ")";

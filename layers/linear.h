@@ -19,11 +19,11 @@ class LinearOptions {
   TGRAD_ARG(bool, bias) = true;
 };
 
-class Linear : public Module {
+class LinearImpl : public Module {
  public:
-  explicit Linear(const LinearOptions& options, Generator& gen = default_generator());
-  Linear(int64_t in_features, int64_t out_features, Generator& gen = default_generator())
-      : Linear(LinearOptions(in_features, out_features), gen) {}
+  explicit LinearImpl(const LinearOptions& options, Generator& gen = default_generator());
+  LinearImpl(int64_t in_features, int64_t out_features, Generator& gen = default_generator())
+      : LinearImpl(LinearOptions(in_features, out_features), gen) {}
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
   void reset_parameters(Generator& gen = default_generator());
@@ -35,5 +35,6 @@ class Linear : public Module {
  private:
   LinearOptions options_;
 };
+TGRAD_MODULE(Linear);
 
 }  // namespace tgrad::nn

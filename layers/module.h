@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "layers/module_holder.h"
 
 namespace tgrad::nn {
 
@@ -91,10 +92,18 @@ class Module {
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   // Registers `t` as buffer `name` (same naming rules) and returns the handle.
   Tensor register_buffer(const std::string& name, Tensor t);
+  // Registers a child module, given as a shared pointer or a holder (TGRAD_MODULE), and
+  // returns it in the form it was given.
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     register_module_impl(name, module);
     return module;
+  }
+  template <class Holder>
+    requires is_module_holder_v<Holder>
+  Holder register_module(const std::string& name, Holder holder) {
+    register_module_impl(name, holder.ptr());
+    return holder;
   }
 
  private:
@@ -114,6 +123,10 @@ class Module {
 // Prints the module tree as LibTorch does: the module's pretty_print, then (when it has
 // children) one indented line "(name): ..." per child, recursively, closed by ")".
 std::ostream& operator<<(std::ostream& stream, const Module& module);
+template <class Impl>
+std::ostream& operator<<(std::ostream& stream, const ModuleHolder<Impl>& module) {
+  return stream << *module;
+}
 
 }  // namespace tgrad::nn
 

@@ -138,7 +138,7 @@ template class BatchNormNd<2>;
 
 // ---- InstanceNorm2d ----
 
-InstanceNorm2d::InstanceNorm2d(const InstanceNormOptions& options)
+InstanceNorm2dImpl::InstanceNorm2dImpl(const InstanceNormOptions& options)
     : Module("InstanceNorm2d"), options_(options) {
   const int64_t c = options_.num_features();
   TGRAD_CHECK(c > 0, "InstanceNorm2d: num_features=", c, " must be positive");
@@ -152,7 +152,7 @@ InstanceNorm2d::InstanceNorm2d(const InstanceNormOptions& options)
   }
 }
 
-Tensor InstanceNorm2d::forward(const Tensor& x) {
+Tensor InstanceNorm2dImpl::forward(const Tensor& x) {
   TGRAD_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4),
               "InstanceNorm2d: expected 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape ",
               x.defined() ? x.shape() : Shape{});
@@ -169,7 +169,7 @@ Tensor InstanceNorm2d::forward(const Tensor& x) {
 
 // ---- GroupNorm ----
 
-GroupNorm::GroupNorm(const GroupNormOptions& options) : Module("GroupNorm"), options_(options) {
+GroupNormImpl::GroupNormImpl(const GroupNormOptions& options) : Module("GroupNorm"), options_(options) {
   const int64_t g = options_.num_groups(), c = options_.num_channels();
   TGRAD_CHECK(g > 0 && c > 0, "GroupNorm: num_groups=", g, " and num_channels=", c,
               " must be positive");
@@ -181,7 +181,7 @@ GroupNorm::GroupNorm(const GroupNormOptions& options) : Module("GroupNorm"), opt
   }
 }
 
-Tensor GroupNorm::forward(const Tensor& x) {
+Tensor GroupNormImpl::forward(const Tensor& x) {
   const int64_t c = options_.num_channels();
   TGRAD_CHECK(x.defined() && x.dim() >= 2, "GroupNorm: expected an (N, C, ...) input, got shape ",
               x.defined() ? x.shape() : Shape{});
@@ -199,7 +199,7 @@ Tensor GroupNorm::forward(const Tensor& x) {
 
 // ---- LayerNorm ----
 
-LayerNorm::LayerNorm(const LayerNormOptions& options) : Module("LayerNorm"), options_(options) {
+LayerNormImpl::LayerNormImpl(const LayerNormOptions& options) : Module("LayerNorm"), options_(options) {
   const Shape& s = options_.normalized_shape();
   TGRAD_CHECK(!s.empty(), "LayerNorm: normalized_shape must not be empty");
   for (int64_t v : s)
@@ -211,7 +211,7 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : Module("LayerNorm"), opt
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) {
+Tensor LayerNormImpl::forward(const Tensor& x) {
   const Shape& s = options_.normalized_shape();
   const auto k = static_cast<int64_t>(s.size());
   TGRAD_CHECK(x.defined() && x.dim() >= k && Shape(x.shape().end() - k, x.shape().end()) == s,
@@ -225,18 +225,18 @@ Tensor LayerNorm::forward(const Tensor& x) {
   return y;
 }
 
-void InstanceNorm2d::pretty_print(std::ostream& stream) const {
+void InstanceNorm2dImpl::pretty_print(std::ostream& stream) const {
   print_norm(stream, "InstanceNorm2d", options_.num_features(), options_.eps(), options_.momentum(),
              options_.affine(), options_.track_running_stats());
 }
 
-void GroupNorm::pretty_print(std::ostream& stream) const {
+void GroupNormImpl::pretty_print(std::ostream& stream) const {
   stream << "GroupNorm(" << options_.num_groups() << ", " << options_.num_channels()
          << ", eps=" << options_.eps() << ", affine=" << std::boolalpha << options_.affine()
          << std::noboolalpha << ")";
 }
 
-void LayerNorm::pretty_print(std::ostream& stream) const {
+void LayerNormImpl::pretty_print(std::ostream& stream) const {
   const Shape& shape = options_.normalized_shape();
   stream << "LayerNorm(";
   detail::print_int_list(stream, shape.data(), shape.size());

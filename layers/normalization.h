@@ -58,17 +58,19 @@ class BatchNormNd : public Module {
  private:
   BatchNormOptions options_;
 };
-using BatchNorm1d = BatchNormNd<1>;
-using BatchNorm2d = BatchNormNd<2>;
+using BatchNorm1dImpl = BatchNormNd<1>;
+TGRAD_MODULE(BatchNorm1d);
+using BatchNorm2dImpl = BatchNormNd<2>;
+TGRAD_MODULE(BatchNorm2d);
 extern template class BatchNormNd<1>;
 extern template class BatchNormNd<2>;
 
 // InstanceNorm2d: each (sample, channel) of an (N, C, H, W) or (C, H, W) input normalized over
 // its own H x W. LibTorch's defaults: affine false, track_running_stats false (true is refused
 // for now: tgrad does not keep instance-norm running statistics).
-class InstanceNorm2d : public Module {
+class InstanceNorm2dImpl : public Module {
  public:
-  explicit InstanceNorm2d(const InstanceNormOptions& options);
+  explicit InstanceNorm2dImpl(const InstanceNormOptions& options);
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
   Tensor weight, bias;  // (C), when affine
@@ -76,6 +78,7 @@ class InstanceNorm2d : public Module {
  private:
   InstanceNormOptions options_;
 };
+TGRAD_MODULE(InstanceNorm2d);
 
 // GroupNormOptions(num_groups, num_channels).eps(1e-5).affine(true).
 class GroupNormOptions {
@@ -90,9 +93,9 @@ class GroupNormOptions {
 
 // The channels of an (N, C, ...) input split into num_groups groups, each normalized over its
 // channels and positions; then a per-channel affine.
-class GroupNorm : public Module {
+class GroupNormImpl : public Module {
  public:
-  explicit GroupNorm(const GroupNormOptions& options);
+  explicit GroupNormImpl(const GroupNormOptions& options);
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
   const GroupNormOptions& options() const { return options_; }
@@ -101,6 +104,7 @@ class GroupNorm : public Module {
  private:
   GroupNormOptions options_;
 };
+TGRAD_MODULE(GroupNorm);
 
 // LayerNormOptions(normalized_shape).eps(1e-5).elementwise_affine(true).
 class LayerNormOptions {
@@ -113,9 +117,9 @@ class LayerNormOptions {
 };
 
 // The last normalized_shape.size() dims normalized together; weight and bias of that shape.
-class LayerNorm : public Module {
+class LayerNormImpl : public Module {
  public:
-  explicit LayerNorm(const LayerNormOptions& options);
+  explicit LayerNormImpl(const LayerNormOptions& options);
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
   Tensor weight, bias;  // normalized_shape, when elementwise_affine
@@ -123,5 +127,6 @@ class LayerNorm : public Module {
  private:
   LayerNormOptions options_;
 };
+TGRAD_MODULE(LayerNorm);
 
 }  // namespace tgrad::nn

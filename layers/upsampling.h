@@ -13,33 +13,36 @@ namespace tgrad::nn {
 // UpsampleOptions().scale_factor({2, 2}).mode(kBilinear).align_corners(false), or .size({h, w}).
 using UpsampleOptions = InterpolateFuncOptions;
 
-class Upsample : public Module {
+class UpsampleImpl : public Module {
  public:
-  explicit Upsample(const UpsampleOptions& options);
+  explicit UpsampleImpl(const UpsampleOptions& options);
   Tensor forward(const Tensor& x) override;
 
  private:
   UpsampleOptions options_;
 };
+TGRAD_MODULE(Upsample);
 
-class PixelShuffle : public Module {
+class PixelShuffleImpl : public Module {
  public:
-  explicit PixelShuffle(int64_t upscale_factor);
+  explicit PixelShuffleImpl(int64_t upscale_factor);
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
 
  private:
   int64_t factor_;
 };
+TGRAD_MODULE(PixelShuffle);
 
-class PixelUnshuffle : public Module {
+class PixelUnshuffleImpl : public Module {
  public:
-  explicit PixelUnshuffle(int64_t downscale_factor);
+  explicit PixelUnshuffleImpl(int64_t downscale_factor);
   Tensor forward(const Tensor& x) override;
   void pretty_print(std::ostream& stream) const override;
 
  private:
   int64_t factor_;
 };
+TGRAD_MODULE(PixelUnshuffle);
 
 }  // namespace tgrad::nn

@@ -47,7 +47,7 @@ TEST(AutogradVersions, WritingASavedOutputIsCaughtToo) {
 
 TEST(AutogradVersions, AnOptimizerStepBetweenForwardAndBackwardIsCaught) {
   nn::Linear lin(3, 2);
-  optim::SGD opt(lin.parameters(), optim::SGDOptions(0.1));
+  optim::SGD opt(lin->parameters(), optim::SGDOptions(0.1));
   const Tensor x = randn({4, 3});
   const Tensor loss = sum(lin(x) * lin(x));
   sum(lin(x)).backward();
@@ -129,9 +129,9 @@ TEST(AutogradDoubleBackward, BackwardOfAGradientMadeWithoutCreateGraphNamesTheCa
 // compared with the one-thread sum to float64 rounding of a handful of additions.
 TEST(AutogradThreads, ConcurrentBackwardThroughSharedLeavesSumsEveryContribution) {
   Generator gen(6);
-  nn::Sequential model({std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::Tanh>(),
-                        std::make_shared<nn::Linear>(16, 1)});
-  model.to(kFloat64);
+  nn::Sequential model({std::make_shared<nn::LinearImpl>(8, 16), std::make_shared<nn::TanhImpl>(),
+                        std::make_shared<nn::LinearImpl>(16, 1)});
+  model->to(kFloat64);
   constexpr int kThreads = 8, kSteps = 20;
   std::vector<Tensor> batches;
   for (int t = 0; t < kThreads; ++t)
@@ -143,15 +143,15 @@ TEST(AutogradThreads, ConcurrentBackwardThroughSharedLeavesSumsEveryContribution
   for (int t = 0; t < kThreads; ++t)
     run(t);
   std::vector<Tensor> expected;
-  for (const Tensor& p : model.parameters())
+  for (const Tensor& p : model->parameters())
     expected.push_back(p.grad().clone());
-  model.zero_grad();
+  model->zero_grad();
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back(run, t);
   for (auto& th : threads)
     th.join();
-  const std::vector<Tensor> params = model.parameters();
+  const std::vector<Tensor> params = model->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     ASSERT_TRUE(params[i].grad().defined());
     EXPECT_TRUE(tensors_close(params[i].grad(), expected[i], Tolerance{1e-12, 1e-12, 0.0},
@@ -209,10 +209,10 @@ TEST(AutogradGrads, EveryLeafGetsGradientStorageOfItsOwn) {
 TEST(AutogradGrads, MovingAModuleBetweenForwardAndBackwardIsRefusedClearly) {
   nn::Linear lin(3, 2);
   const Tensor loss = sum(lin(randn({4, 3})));
-  lin.to(kFloat64);
+  lin->to(kFloat64);
   const std::string e = error_of([&] { loss.backward(); });
   EXPECT_TRUE(contains(e, "in-place") || contains(e, "moved with Module::to()")) << e;
-  EXPECT_FALSE(lin.weight.grad().defined());
+  EXPECT_FALSE(lin->weight.grad().defined());
   // A leaf that no node saved (the bias) is caught where its gradient arrives.
   const Tensor b = randn({3}).requires_grad_(true);
   const Tensor loss2 = sum(b + 1.0);

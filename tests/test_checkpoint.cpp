@@ -31,12 +31,12 @@ class Checkpoint : public ::testing::Test {
   fs::path dir_;
 };
 
-std::shared_ptr<nn::Sequential> make_net(uint64_t seed) {
+std::shared_ptr<nn::SequentialImpl> make_net(uint64_t seed) {
   Generator gen(seed);
-  return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-      std::make_shared<nn::Linear>(3, 8, gen), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Unflatten>(1, Shape{2, 4}),
-      std::make_shared<nn::ConvTranspose1d>(nn::ConvTranspose1dOptions(2, 3, 3).stride(2), gen)});
+  return std::make_shared<nn::SequentialImpl>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::LinearImpl>(3, 8, gen), std::make_shared<nn::ReLUImpl>(),
+      std::make_shared<nn::UnflattenImpl>(1, Shape{2, 4}),
+      std::make_shared<nn::ConvTranspose1dImpl>(nn::ConvTranspose1dOptions(2, 3, 3).stride(2), gen)});
 }
 
 std::vector<Tensor> snapshot(const nn::Module& m) {
@@ -113,9 +113,9 @@ TEST_F(Checkpoint, MismatchedModuleNamesMissingAndUnexpectedKeys) {
   nn::save_module(*a, path("m.safetensors"));
   Generator gen(3);
   nn::Sequential other{
-      std::make_shared<nn::Linear>(3, 8, gen),
-      std::make_shared<nn::ConvTranspose1d>(nn::ConvTranspose1dOptions(2, 3, 3), gen)};
-  const auto before = snapshot(other);
+      std::make_shared<nn::LinearImpl>(3, 8, gen),
+      std::make_shared<nn::ConvTranspose1dImpl>(nn::ConvTranspose1dOptions(2, 3, 3), gen)};
+  const auto before = snapshot(*other);
   try {
     nn::load_module(other, path("m.safetensors"));
     ADD_FAILURE() << "no error";
@@ -124,7 +124,7 @@ TEST_F(Checkpoint, MismatchedModuleNamesMissingAndUnexpectedKeys) {
     EXPECT_NE(msg.find("missing keys [1.weight, 1.bias]"), std::string::npos) << msg;
     EXPECT_NE(msg.find("unexpected keys [3.bias, 3.weight]"), std::string::npos) << msg;
   }
-  EXPECT_TRUE(same_as(other, before));
+  EXPECT_TRUE(same_as(*other, before));
 }
 
 TEST_F(Checkpoint, MismatchedShapeChangesNothing) {
@@ -132,10 +132,10 @@ TEST_F(Checkpoint, MismatchedShapeChangesNothing) {
   nn::save_module(*a, path("m.safetensors"));
   Generator gen(3);
   nn::Sequential wider{
-      std::make_shared<nn::Linear>(3, 8, gen), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Unflatten>(1, Shape{2, 4}),
-      std::make_shared<nn::ConvTranspose1d>(nn::ConvTranspose1dOptions(2, 3, 5), gen)};
-  const auto before = snapshot(wider);
+      std::make_shared<nn::LinearImpl>(3, 8, gen), std::make_shared<nn::ReLUImpl>(),
+      std::make_shared<nn::UnflattenImpl>(1, Shape{2, 4}),
+      std::make_shared<nn::ConvTranspose1dImpl>(nn::ConvTranspose1dOptions(2, 3, 5), gen)};
+  const auto before = snapshot(*wider);
   try {
     nn::load_module(wider, path("m.safetensors"));
     ADD_FAILURE() << "no error";
@@ -146,7 +146,7 @@ TEST_F(Checkpoint, MismatchedShapeChangesNothing) {
         << e.what();
   }
   // 0.weight and 0.bias matched and come first, yet were not loaded: all or nothing.
-  EXPECT_TRUE(same_as(wider, before));
+  EXPECT_TRUE(same_as(*wider, before));
 }
 
 struct BadFile {

@@ -41,30 +41,30 @@ const std::string& find_python() {
 const fs::path kScript = fs::path(__FILE__).parent_path() / "python" / "checkpoint_interop.py";
 
 // Must match make_model() in tests/python/checkpoint_interop.py layer for layer.
-std::shared_ptr<nn::Sequential> make_model(const std::string& kind, uint64_t seed) {
+std::shared_ptr<nn::SequentialImpl> make_model(const std::string& kind, uint64_t seed) {
   Generator gen(seed);
-  auto net = std::make_shared<nn::Sequential>();
+  auto net = std::make_shared<nn::SequentialImpl>();
   if (kind == "2d") {
-    net->push_back(std::make_shared<nn::Linear>(5, 32, gen));
-    net->push_back(std::make_shared<nn::LeakyReLU>(0.1));
-    net->push_back(std::make_shared<nn::Unflatten>(1, Shape{2, 4, 4}));
-    net->push_back(std::make_shared<nn::ConvTranspose2d>(nn::ConvTranspose2dOptions(2, 4, {3, 2})
+    net->push_back(std::make_shared<nn::LinearImpl>(5, 32, gen));
+    net->push_back(std::make_shared<nn::LeakyReLUImpl>(0.1));
+    net->push_back(std::make_shared<nn::UnflattenImpl>(1, Shape{2, 4, 4}));
+    net->push_back(std::make_shared<nn::ConvTranspose2dImpl>(nn::ConvTranspose2dOptions(2, 4, {3, 2})
                                                              .stride({2, 1})
                                                              .padding({1, 0})
                                                              .output_padding({1, 0})
                                                              .dilation({1, 2}),
                                                          gen));
-    net->push_back(std::make_shared<nn::Tanh>());
-    net->push_back(std::make_shared<nn::ConvTranspose2d>(
+    net->push_back(std::make_shared<nn::TanhImpl>());
+    net->push_back(std::make_shared<nn::ConvTranspose2dImpl>(
         nn::ConvTranspose2dOptions(4, 4, 3).stride(2).padding(1).groups(2).bias(false), gen));
-    net->push_back(std::make_shared<nn::Sigmoid>());
+    net->push_back(std::make_shared<nn::SigmoidImpl>());
   } else {
-    net->push_back(std::make_shared<nn::ConvTranspose1d>(
+    net->push_back(std::make_shared<nn::ConvTranspose1dImpl>(
         nn::ConvTranspose1dOptions(3, 4, 5).stride(3).padding(2).output_padding(1).dilation(2),
         gen));
-    net->push_back(std::make_shared<nn::ReLU>());
+    net->push_back(std::make_shared<nn::ReLUImpl>());
     net->push_back(
-        std::make_shared<nn::ConvTranspose1d>(nn::ConvTranspose1dOptions(4, 2, 3).groups(2), gen));
+        std::make_shared<nn::ConvTranspose1dImpl>(nn::ConvTranspose1dOptions(4, 2, 3).groups(2), gen));
   }
   return net;
 }

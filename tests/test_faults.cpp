@@ -58,12 +58,12 @@ std::vector<Device> devices() {
   return out;
 }
 
-std::shared_ptr<nn::Sequential> make_net(uint64_t seed, Device device) {
+std::shared_ptr<nn::SequentialImpl> make_net(uint64_t seed, Device device) {
   Generator gen(seed);
-  auto net = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-      std::make_shared<nn::Linear>(3, 8, gen), std::make_shared<nn::Tanh>(),
-      std::make_shared<nn::Unflatten>(1, Shape{2, 4}),
-      std::make_shared<nn::ConvTranspose1d>(nn::ConvTranspose1dOptions(2, 3, 3).stride(2), gen)});
+  auto net = std::make_shared<nn::SequentialImpl>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::LinearImpl>(3, 8, gen), std::make_shared<nn::TanhImpl>(),
+      std::make_shared<nn::UnflattenImpl>(1, Shape{2, 4}),
+      std::make_shared<nn::ConvTranspose1dImpl>(nn::ConvTranspose1dOptions(2, 3, 3).stride(2), gen)});
   net->to(device);
   return net;
 }

@@ -74,20 +74,20 @@ TEST(Init, ConvTransposeDefaultInitWithGroups) {
   Generator gen(11);
   // groups = 4: weight (64, 48/4 = 12, 3, 3), fan_in = 12 * 9 = 108.
   nn::ConvTranspose2d conv(nn::ConvTranspose2dOptions(64, 48, 3).groups(4), gen);
-  ASSERT_EQ(conv.weight.shape(), (Shape{64, 12, 3, 3}));
-  expect_uniform(conv.weight, 1.0 / std::sqrt(108.0), "ConvTranspose2d weight");
-  const Stats b = stats_of(conv.bias);
+  ASSERT_EQ(conv->weight.shape(), (Shape{64, 12, 3, 3}));
+  expect_uniform(conv->weight, 1.0 / std::sqrt(108.0), "ConvTranspose2d weight");
+  const Stats b = stats_of(conv->bias);
   EXPECT_LE(std::max(-b.min, b.max), 1.0 / std::sqrt(108.0));
 
   nn::ConvTranspose1d conv1(nn::ConvTranspose1dOptions(32, 40, 5).groups(2), gen);
-  expect_uniform(conv1.weight, 1.0 / std::sqrt(20.0 * 5.0), "ConvTranspose1d weight");
+  expect_uniform(conv1->weight, 1.0 / std::sqrt(20.0 * 5.0), "ConvTranspose1d weight");
 }
 
 TEST(Init, LinearDefaultInit) {
   Generator gen(12);
   nn::Linear lin(200, 300, gen);
-  expect_uniform(lin.weight, 1.0 / std::sqrt(200.0), "Linear weight");
-  const Stats b = stats_of(lin.bias);
+  expect_uniform(lin->weight, 1.0 / std::sqrt(200.0), "Linear weight");
+  const Stats b = stats_of(lin->bias);
   EXPECT_LE(std::max(-b.min, b.max), 1.0 / std::sqrt(200.0));
 }
 
@@ -96,9 +96,9 @@ TEST(Init, SameSeedSameWeights) {
   nn::ConvTranspose2d x(nn::ConvTranspose2dOptions(3, 4, 3), a);
   nn::ConvTranspose2d y(nn::ConvTranspose2dOptions(3, 4, 3), b);
   nn::ConvTranspose2d z(nn::ConvTranspose2dOptions(3, 4, 3), c);
-  EXPECT_TRUE(equal(x.weight, y.weight));
-  EXPECT_TRUE(equal(x.bias, y.bias));
-  EXPECT_FALSE(equal(x.weight, z.weight));
+  EXPECT_TRUE(equal(x->weight, y->weight));
+  EXPECT_TRUE(equal(x->bias, y->bias));
+  EXPECT_FALSE(equal(x->weight, z->weight));
 }
 
 TEST(Init, FunctionsInPlace) {

@@ -30,13 +30,13 @@ class TwoPart : public nn::Module {
   TwoPart() : Module("TwoPart") {
     scale = register_parameter("scale", ones({1}));
     decoder = register_module("decoder",
-                              std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-                                  std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::ReLU>(),
-                                  std::make_shared<nn::Linear>(4, 2)}));
+                              std::make_shared<nn::SequentialImpl>(std::initializer_list<nn::ModulePtr>{
+                                  std::make_shared<nn::LinearImpl>(3, 4), std::make_shared<nn::ReLUImpl>(),
+                                  std::make_shared<nn::LinearImpl>(4, 2)}));
   }
   Tensor forward(const Tensor& x) override { return decoder->forward(x) * scale; }
   Tensor scale;
-  std::shared_ptr<nn::Sequential> decoder;
+  std::shared_ptr<nn::SequentialImpl> decoder;
 };
 
 TEST(Module, DottedNamesInRegistrationOrder) {
@@ -62,7 +62,7 @@ TEST(Module, RejectsBadRegistrations) {
     Bad() : Module("Bad") {}
     void add(const std::string& name) { register_parameter(name, zeros({1})); }
     void add_module(const std::string& name) {
-      register_module(name, std::make_shared<nn::ReLU>());
+      register_module(name, std::make_shared<nn::ReLUImpl>());
     }
   } m;
   m.add("w");
@@ -142,12 +142,12 @@ TEST(ConvTranspose, ForwardEqualsFunctionalCall) {
                                .output_padding({1, 0})
                                .groups(2)
                                .dilation({1, 2}));
-  EXPECT_EQ(conv.weight.shape(), (Shape{4, 3, 3, 2}));
-  EXPECT_EQ(conv.bias.shape(), (Shape{6}));
-  EXPECT_EQ(names_of(conv.named_parameters()), (std::vector<std::string>{"weight", "bias"}));
+  EXPECT_EQ(conv->weight.shape(), (Shape{4, 3, 3, 2}));
+  EXPECT_EQ(conv->bias.shape(), (Shape{6}));
+  EXPECT_EQ(names_of(conv->named_parameters()), (std::vector<std::string>{"weight", "bias"}));
   const Tensor x = randn({2, 4, 5, 3});
-  const Tensor y = conv.forward(x);
-  const Tensor expected = conv_transpose2d(x, conv.weight, conv.bias,
+  const Tensor y = conv->forward(x);
+  const Tensor expected = conv_transpose2d(x, conv->weight, conv->bias,
                                            ConvTranspose2dFuncOptions()
                                                .stride({2, 1})
                                                .padding(1)
@@ -159,9 +159,9 @@ TEST(ConvTranspose, ForwardEqualsFunctionalCall) {
   EXPECT_EQ(y.shape(), (Shape{2, 6, 10, 3}));
 
   nn::ConvTranspose1d conv1(nn::ConvTranspose1dOptions(3, 2, 4).stride(2).padding(1).bias(false));
-  EXPECT_FALSE(conv1.bias.defined());
-  EXPECT_EQ(conv1.parameters().size(), 1u);
-  EXPECT_EQ(conv1.forward(randn({1, 3, 8})).shape(), (Shape{1, 2, 16}));
+  EXPECT_FALSE(conv1->bias.defined());
+  EXPECT_EQ(conv1->parameters().size(), 1u);
+  EXPECT_EQ(conv1->forward(randn({1, 3, 8})).shape(), (Shape{1, 2, 16}));
 }
 
 TEST(ConvTranspose, ValidatesOptionsWithClearMessages) {
@@ -199,48 +199,48 @@ TEST(ConvTranspose, ValidatesOptionsWithClearMessages) {
   EXPECT_THROW(nn::Linear(3, 0), Error);
   // A wrong input shape is reported by the op.
   nn::ConvTranspose2d conv(O2(4, 6, 3));
-  EXPECT_THROW(conv.forward(randn({2, 5, 4, 4})), Error);
+  EXPECT_THROW(conv->forward(randn({2, 5, 4, 4})), Error);
 }
 
 TEST(Shapes, UnflattenAndFlatten) {
-  nn::Unflatten unflatten(1, {2, -1, 3});
+  nn::Unflatten unflatten(1, Shape{2, -1, 3});
   const Tensor x = arange(48.0).reshape({2, 24});
-  const Tensor y = unflatten.forward(x);
+  const Tensor y = unflatten->forward(x);
   EXPECT_EQ(y.shape(), (Shape{2, 2, 4, 3}));
   EXPECT_EQ(y.to_vector<float>(), x.to_vector<float>());
-  EXPECT_EQ(nn::Flatten().forward(y).shape(), (Shape{2, 24}));
-  EXPECT_EQ(nn::Flatten(0, -2).forward(y).shape(), (Shape{16, 3}));
-  EXPECT_EQ(nn::Unflatten(-1, {4, 6}).forward(x).shape(), (Shape{2, 4, 6}));
-  EXPECT_THROW(nn::Unflatten(1, {5, 5}).forward(x), Error);
-  EXPECT_THROW(nn::Unflatten(2, {24}).forward(x), Error);
-  EXPECT_THROW(nn::Unflatten(1, {-1, -1}), Error);
-  EXPECT_THROW(nn::Flatten(2, 1).forward(y), Error);
+  EXPECT_EQ(nn::Flatten()->forward(y).shape(), (Shape{2, 24}));
+  EXPECT_EQ(nn::Flatten(0, -2)->forward(y).shape(), (Shape{16, 3}));
+  EXPECT_EQ(nn::Unflatten(-1, Shape{4, 6})->forward(x).shape(), (Shape{2, 4, 6}));
+  EXPECT_THROW(nn::Unflatten(1, Shape{5, 5})->forward(x), Error);
+  EXPECT_THROW(nn::Unflatten(2, Shape{24})->forward(x), Error);
+  EXPECT_THROW(nn::Unflatten(1, Shape{-1, -1}), Error);
+  EXPECT_THROW(nn::Flatten(2, 1)->forward(y), Error);
 }
 
 TEST(Activations, MatchTheirOps) {
   const Tensor x = from_vector(std::vector<float>{-2.0f, -0.5f, 0.0f, 0.5f, 2.0f}, {5});
-  EXPECT_TRUE(tensors_close(nn::ReLU().forward(x), relu(x), {}, "ReLU"));
-  EXPECT_TRUE(tensors_close(nn::LeakyReLU(0.2).forward(x), leaky_relu(x, 0.2), {}, "LeakyReLU"));
-  EXPECT_TRUE(tensors_close(nn::Tanh().forward(x), tanh(x), {}, "Tanh"));
-  EXPECT_TRUE(tensors_close(nn::Sigmoid().forward(x), sigmoid(x), {}, "Sigmoid"));
-  EXPECT_FLOAT_EQ(nn::LeakyReLU(0.2).forward(x).to_vector<float>()[0], -0.4f);
+  EXPECT_TRUE(tensors_close(nn::ReLU()->forward(x), relu(x), {}, "ReLU"));
+  EXPECT_TRUE(tensors_close(nn::LeakyReLU(0.2)->forward(x), leaky_relu(x, 0.2), {}, "LeakyReLU"));
+  EXPECT_TRUE(tensors_close(nn::Tanh()->forward(x), tanh(x), {}, "Tanh"));
+  EXPECT_TRUE(tensors_close(nn::Sigmoid()->forward(x), sigmoid(x), {}, "Sigmoid"));
+  EXPECT_FLOAT_EQ(nn::LeakyReLU(0.2)->forward(x).to_vector<float>()[0], -0.4f);
 }
 
 TEST(Layers, GradcheckThroughADecoderInFloat64) {
   Generator gen(3);
-  nn::Sequential net{std::make_shared<nn::Linear>(3, 8, gen), std::make_shared<nn::Tanh>(),
-                     std::make_shared<nn::Unflatten>(1, Shape{2, 2, 2}),
-                     std::make_shared<nn::ConvTranspose2d>(
+  nn::Sequential net{std::make_shared<nn::LinearImpl>(3, 8, gen), std::make_shared<nn::TanhImpl>(),
+                     std::make_shared<nn::UnflattenImpl>(1, Shape{2, 2, 2}),
+                     std::make_shared<nn::ConvTranspose2dImpl>(
                          nn::ConvTranspose2dOptions(2, 2, 3).stride(2).padding(1), gen),
-                     std::make_shared<nn::Sigmoid>()};
-  net.to(kFloat64);
+                     std::make_shared<nn::SigmoidImpl>()};
+  net->to(kFloat64);
   // gradcheck perturbs copies of its inputs, so it checks d/dx through the modules here; the
   // parameters' own gradients are the ops' (checked by the op tests).
   std::vector<Tensor> inputs{randn({2, 3}, gen, kFloat64).requires_grad_()};
   GradcheckOptions opt;
   opt.name = "Linear-Tanh-Unflatten-ConvTranspose2d-Sigmoid";
   const auto result =
-      gradcheck([&](const std::vector<Tensor>& in) { return net.forward(in[0]); }, inputs, opt);
+      gradcheck([&](const std::vector<Tensor>& in) { return net->forward(in[0]); }, inputs, opt);
   EXPECT_TRUE(result.ok) << result.report;
 }
 

@@ -13,15 +13,15 @@ namespace {
 
 TEST(Training, SmallDecoderLossFalls) {
   Generator gen(17);
-  nn::Sequential net{std::make_shared<nn::Linear>(4, 8 * 2 * 2, gen),
-                     std::make_shared<nn::ReLU>(),
-                     std::make_shared<nn::Unflatten>(1, Shape{8, 2, 2}),
-                     std::make_shared<nn::ConvTranspose2d>(
+  nn::Sequential net{std::make_shared<nn::LinearImpl>(4, 8 * 2 * 2, gen),
+                     std::make_shared<nn::ReLUImpl>(),
+                     std::make_shared<nn::UnflattenImpl>(1, Shape{8, 2, 2}),
+                     std::make_shared<nn::ConvTranspose2dImpl>(
                          nn::ConvTranspose2dOptions(8, 8, 4).stride(2).padding(1), gen),
-                     std::make_shared<nn::LeakyReLU>(0.1),
-                     std::make_shared<nn::ConvTranspose2d>(
+                     std::make_shared<nn::LeakyReLUImpl>(0.1),
+                     std::make_shared<nn::ConvTranspose2dImpl>(
                          nn::ConvTranspose2dOptions(8, 2, 4).stride(2).padding(1), gen),
-                     std::make_shared<nn::Sigmoid>()};
+                     std::make_shared<nn::SigmoidImpl>()};
   std::vector<float> xs(16 * 4, 0.0f), ts;
   for (int i = 0; i < 16; ++i) {
     const int c = i % 4;
@@ -40,12 +40,12 @@ TEST(Training, SmallDecoderLossFalls) {
   }
   const Tensor x = from_vector(xs, {16, 4});
   const Tensor target = from_vector(ts, {16, 2, 8, 8});
-  optim::Adam adam(net.parameters(), optim::AdamOptions(1e-2));
+  optim::Adam adam(net->parameters(), optim::AdamOptions(1e-2));
   optim::CosineAnnealingLR schedule(adam, 150);
   double first = 0.0, last = 0.0;
   for (int step = 0; step < 150; ++step) {
     adam.zero_grad();
-    const Tensor loss = nn::mse_loss(net.forward(x), target);
+    const Tensor loss = nn::mse_loss(net->forward(x), target);
     loss.backward();
     adam.step();
     schedule.step();

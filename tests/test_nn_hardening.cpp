@@ -27,32 +27,32 @@ class Open : public nn::Module {
 };
 
 TEST(NnHardening, ContainersThatWouldContainEachOtherAreRefused) {
-  auto a = std::make_shared<nn::Sequential>();
-  auto b = std::make_shared<nn::Sequential>();
-  a->push_back(std::make_shared<nn::Linear>(2, 2));
+  auto a = std::make_shared<nn::SequentialImpl>();
+  auto b = std::make_shared<nn::SequentialImpl>();
+  a->push_back(std::make_shared<nn::LinearImpl>(2, 2));
   a->push_back(b);
   const std::string e = error_of([&] { b->push_back(a); });
   EXPECT_TRUE(contains(e, "would make a cycle")) << e;
   EXPECT_EQ(b->size(), 0u);  // nothing registered
   // Deeper: c inside b inside a; registering a under c is a cycle too.
-  auto c = std::make_shared<nn::Sequential>();
+  auto c = std::make_shared<nn::SequentialImpl>();
   b->push_back(c);
   EXPECT_TRUE(contains(error_of([&] { c->push_back(a); }), "would make a cycle"));
   EXPECT_EQ(a->parameters().size(), 2u);  // and the tree still walks
 }
 
 TEST(NnHardening, AReusedLayerListsItsParametersOnce) {
-  auto shared = std::make_shared<nn::Linear>(3, 3);
-  nn::Sequential twice({shared, std::make_shared<nn::Tanh>(), shared});
-  const nn::NamedTensors named = twice.named_parameters();
+  auto shared = std::make_shared<nn::LinearImpl>(3, 3);
+  nn::Sequential twice({shared, std::make_shared<nn::TanhImpl>(), shared});
+  const nn::NamedTensors named = twice->named_parameters();
   ASSERT_EQ(named.size(), 2u);  // weight and bias, once each, as PyTorch
   EXPECT_EQ(named[0].first, "0.weight");
   EXPECT_EQ(named[1].first, "0.bias");
   // An optimizer over them is accepted, and a step moves each parameter once.
-  optim::SGD opt(twice.parameters(), optim::SGDOptions(0.1));
+  optim::SGD opt(twice->parameters(), optim::SGDOptions(0.1));
   sum(twice(randn({2, 3}))).backward();
   opt.step();
-  EXPECT_EQ(twice.state_dict().size(), 2u);
+  EXPECT_EQ(twice->state_dict().size(), 2u);
 }
 
 TEST(NnHardening, NamesThatAreNotUtf8AreRefusedAtRegistration) {
@@ -61,7 +61,7 @@ TEST(NnHardening, NamesThatAreNotUtf8AreRefusedAtRegistration) {
   const std::string e = error_of([&] { m.add_parameter(bad, zeros({1})); });
   EXPECT_TRUE(contains(e, "is not valid UTF-8")) << e;
   EXPECT_TRUE(contains(e, "w\\xff")) << e;  // shown escaped
-  EXPECT_TRUE(contains(error_of([&] { m.add_module("\xc0\x80", std::make_shared<nn::Tanh>()); }),
+  EXPECT_TRUE(contains(error_of([&] { m.add_module("\xc0\x80", std::make_shared<nn::TanhImpl>()); }),
                        "is not valid UTF-8"));
   EXPECT_TRUE(m.named_parameters().empty());
   m.add_parameter("poids_\xc3\xa9", zeros({1}));  // "poids_e-acute": valid UTF-8 is fine
@@ -77,19 +77,19 @@ TEST(NnHardening, LinearWithNoInputFeaturesReturnsTheBiasBroadcast) {
   EXPECT_TRUE(tensors_close(y, zeros({5, 4}), Tolerance{}, "Linear(0, 4)"));
   {
     NoGradGuard no_grad;
-    lin.bias.copy_(from_vector<float>({1, 2, 3, 4}, {4}));
+    lin->bias.copy_(from_vector<float>({1, 2, 3, 4}, {4}));
   }
   const Tensor y3 = lin(randn({2, 3, 0}));
   EXPECT_EQ(y3.shape(), (Shape{2, 3, 4}));
   EXPECT_EQ(y3.to_vector<float>()[7], 4.0f);
   sum(y3).backward();
-  EXPECT_TRUE(tensors_close(lin.bias.grad(), full({4}, 6.0), Tolerance{}, "db = rows"));
-  EXPECT_EQ(lin.weight.grad().shape(), (Shape{4, 0}));
+  EXPECT_TRUE(tensors_close(lin->bias.grad(), full({4}, 6.0), Tolerance{}, "db = rows"));
+  EXPECT_EQ(lin->weight.grad().shape(), (Shape{4, 0}));
 }
 
 TEST(NnHardening, AScheduleStepThatOverflowsChangesNothing) {
   nn::Linear lin(2, 2);
-  optim::SGD opt(lin.parameters(), optim::SGDOptions(1.0));
+  optim::SGD opt(lin->parameters(), optim::SGDOptions(1.0));
   optim::StepLR schedule(opt, 1, 1e300);  // lr * 1e300^epoch: infinite at epoch 2
   schedule.step();
   EXPECT_EQ(schedule.last_epoch(), 1);

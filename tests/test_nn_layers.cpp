@@ -51,63 +51,63 @@ bool contains(const std::string& text, const std::string& piece) {
 TEST(NnLayers, BatchNorm2dTrainsAndEvaluatesAsPyTorch) {
   const nlohmann::json& j = cases().at("batchnorm2d");
   nn::BatchNorm2d bn(nn::BatchNorm2dOptions(3).momentum(0.2));
-  bn.to(kFloat64);
-  set(bn.weight, from_vector<double>({1.5, -0.5, 2.0}, {3}));
-  set(bn.bias, from_vector<double>({0.1, 0.2, -0.3}, {3}));
+  bn->to(kFloat64);
+  set(bn->weight, from_vector<double>({1.5, -0.5, 2.0}, {3}));
+  set(bn->bias, from_vector<double>({0.1, 0.2, -0.3}, {3}));
   const Tensor x1 = load(j.at("x1")).requires_grad_(true);
   const Tensor y1 = bn(x1);
   EXPECT_TRUE(tensors_close(y1, load(j.at("y1")), kVsTorch, "train y"));
   y1.backward(sin((arange(36.0, kFloat64).reshape({2, 3, 2, 3}) * 0.21 + 0.3)) * 2.0);
   EXPECT_TRUE(tensors_close(x1.grad(), load(j.at("dx1")), kVsTorch, "dx"));
-  EXPECT_TRUE(tensors_close(bn.weight.grad(), load(j.at("dweight")), kVsTorch, "dweight"));
-  EXPECT_TRUE(tensors_close(bn.bias.grad(), load(j.at("dbias")), kVsTorch, "dbias"));
+  EXPECT_TRUE(tensors_close(bn->weight.grad(), load(j.at("dweight")), kVsTorch, "dweight"));
+  EXPECT_TRUE(tensors_close(bn->bias.grad(), load(j.at("dbias")), kVsTorch, "dbias"));
   bn(load(j.at("x2")));
-  EXPECT_TRUE(tensors_close(bn.running_mean, load(j.at("running_mean")), kVsTorch, "mean"));
-  EXPECT_TRUE(tensors_close(bn.running_var, load(j.at("running_var")), kVsTorch, "var"));
-  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 2);
-  EXPECT_EQ(bn.num_batches_tracked.dtype(), kInt64);  // to(kFloat64) kept the counter int64
-  bn.eval();
+  EXPECT_TRUE(tensors_close(bn->running_mean, load(j.at("running_mean")), kVsTorch, "mean"));
+  EXPECT_TRUE(tensors_close(bn->running_var, load(j.at("running_var")), kVsTorch, "var"));
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 2);
+  EXPECT_EQ(bn->num_batches_tracked.dtype(), kInt64);  // to(kFloat64) kept the counter int64
+  bn->eval();
   EXPECT_TRUE(tensors_close(bn(load(j.at("x2"))), load(j.at("y_eval")), kVsTorch, "eval"));
   // The state dict has PyTorch's keys, in PyTorch's order.
   std::vector<std::string> keys;
-  for (const auto& [name, t] : bn.state_dict())
+  for (const auto& [name, t] : bn->state_dict())
     keys.push_back(name);
   EXPECT_EQ(keys, j.at("state_dict_keys").get<std::vector<std::string>>());
-  EXPECT_EQ(bn.parameters().size(), 2u);
-  EXPECT_EQ(bn.buffers().size(), 3u);
+  EXPECT_EQ(bn->parameters().size(), 2u);
+  EXPECT_EQ(bn->buffers().size(), 3u);
 }
 
 TEST(NnLayers, BatchNorm1dWithoutMomentumKeepsTheCumulativeAverage) {
   const nlohmann::json& j = cases().at("batchnorm1d_cumulative");
   nn::BatchNorm1d bn(nn::BatchNorm1dOptions(4).momentum(std::nullopt));
-  bn.to(kFloat64);
+  bn->to(kFloat64);
   bn(load(j.at("a")));
   EXPECT_TRUE(tensors_close(bn(load(j.at("b"))), load(j.at("y_b")), kVsTorch, "y"));
-  EXPECT_TRUE(tensors_close(bn.running_mean, load(j.at("running_mean")), kVsTorch, "mean"));
-  EXPECT_TRUE(tensors_close(bn.running_var, load(j.at("running_var")), kVsTorch, "var"));
+  EXPECT_TRUE(tensors_close(bn->running_mean, load(j.at("running_mean")), kVsTorch, "mean"));
+  EXPECT_TRUE(tensors_close(bn->running_var, load(j.at("running_var")), kVsTorch, "var"));
 }
 
 TEST(NnLayers, GroupLayerAndInstanceNormMatchPyTorch) {
   const nlohmann::json& c = cases();
   nn::GroupNorm gn(nn::GroupNormOptions(2, 4));
-  gn.to(kFloat64);
-  set(gn.weight, from_vector<double>({1.0, 2.0, -1.0, 0.5}, {4}));
-  set(gn.bias, from_vector<double>({0.0, 0.1, 0.2, 0.3}, {4}));
+  gn->to(kFloat64);
+  set(gn->weight, from_vector<double>({1.0, 2.0, -1.0, 0.5}, {4}));
+  set(gn->bias, from_vector<double>({0.0, 0.1, 0.2, 0.3}, {4}));
   EXPECT_TRUE(tensors_close(gn(load(c.at("groupnorm").at("x"))), load(c.at("groupnorm").at("y")),
                             kVsTorch, "GroupNorm"));
   nn::LayerNorm ln(nn::LayerNormOptions({3, 2}));
-  ln.to(kFloat64);
-  set(ln.weight, load(c.at("layernorm").at("weight")));
-  set(ln.bias, load(c.at("layernorm").at("bias")));
+  ln->to(kFloat64);
+  set(ln->weight, load(c.at("layernorm").at("weight")));
+  set(ln->bias, load(c.at("layernorm").at("bias")));
   EXPECT_TRUE(tensors_close(ln(load(c.at("layernorm").at("x"))), load(c.at("layernorm").at("y")),
                             kVsTorch, "LayerNorm"));
   // LibTorch's defaults: no affine, no running statistics (unlike BatchNorm's).
   EXPECT_FALSE(nn::InstanceNormOptions(2).affine());
   EXPECT_FALSE(nn::InstanceNormOptions(2).track_running_stats());
   nn::InstanceNorm2d in(nn::InstanceNormOptions(2).affine(true));
-  in.to(kFloat64);
-  set(in.weight, from_vector<double>({0.7, -1.2}, {2}));
-  set(in.bias, from_vector<double>({0.5, 0.0}, {2}));
+  in->to(kFloat64);
+  set(in->weight, from_vector<double>({0.7, -1.2}, {2}));
+  set(in->bias, from_vector<double>({0.5, 0.0}, {2}));
   EXPECT_TRUE(tensors_close(in(load(c.at("instancenorm2d").at("x"))),
                             load(c.at("instancenorm2d").at("y")), kVsTorch, "InstanceNorm2d"));
 }
@@ -117,10 +117,10 @@ TEST(NnLayers, NormalizationGradientsPassFiniteDifferencesTwice) {
   nn::BatchNorm2d bn(nn::BatchNorm2dOptions(2));
   nn::GroupNorm gn(nn::GroupNormOptions(2, 4));
   nn::LayerNorm ln(nn::LayerNormOptions({5}));
-  for (nn::Module* m : std::vector<nn::Module*>{&bn, &gn, &ln})
+  for (nn::Module* m : std::vector<nn::Module*>{bn.get(), gn.get(), ln.get()})
     m->to(kFloat64);
   const std::vector<std::pair<nn::Module*, Shape>> runs = {
-      {&bn, {3, 2, 2, 2}}, {&gn, {2, 4, 3}}, {&ln, {2, 3, 5}}};
+      {bn.get(), {3, 2, 2, 2}}, {gn.get(), {2, 4, 3}}, {ln.get(), {2, 3, 5}}};
   for (const auto& [m, shape] : runs) {
     GradcheckFn f = [m = m](const std::vector<Tensor>& in) { return m->forward(in[0]); };
     const std::vector<Tensor> in = {randn(shape, gen, kFloat64).requires_grad_(true)};
@@ -145,21 +145,21 @@ TEST(NnLayers, ConvModulesPadAsPyTorch) {
       o.padding_mode(kReplicate);
     }
     nn::Conv2d conv(o);
-    conv.to(kFloat64);
-    set(conv.weight, load(j.at("weight")));
-    set(conv.bias, load(j.at("bias")));
+    conv->to(kFloat64);
+    set(conv->weight, load(j.at("weight")));
+    set(conv->bias, load(j.at("bias")));
     EXPECT_TRUE(tensors_close(conv(load(j.at("x"))), load(j.at("y")), kVsTorch, mode));
   }
   // Zero padding goes straight to conv2d; the module's weight has PyTorch's layout and bounds.
   Generator gen(3);
   nn::Conv1d c1(nn::Conv1dOptions(4, 6, 3).stride(2).padding(1).groups(2), gen);
-  EXPECT_EQ(c1.weight.shape(), (Shape{6, 2, 3}));
+  EXPECT_EQ(c1->weight.shape(), (Shape{6, 2, 3}));
   const double bound = 1.0 / std::sqrt(6.0);  // fan_in = C_in/groups * k = 6
-  for (float v : c1.bias.to_vector<float>())
+  for (float v : c1->bias.to_vector<float>())
     EXPECT_LE(std::abs(v), bound);
   const Tensor x = randn({2, 4, 9}, gen);
   EXPECT_TRUE(tensors_close(
-      c1(x), conv1d(x, c1.weight, c1.bias, Conv1dFuncOptions().stride(2).padding(1).groups(2)),
+      c1(x), conv1d(x, c1->weight, c1->bias, Conv1dFuncOptions().stride(2).padding(1).groups(2)),
       Tolerance{}, "Conv1d module = conv1d"));
   nn::Conv2d same(nn::Conv2dOptions(3, 2, 4).padding(kSame));
   EXPECT_EQ(same(randn({1, 3, 7, 6})).shape(), (Shape{1, 2, 7, 6}));
@@ -180,7 +180,7 @@ TEST(NnLayers, DropoutZeroesAndScalesWhileTrainingOnly) {
   EXPECT_NEAR(static_cast<double>(zeros_seen), 5000.0, 265.0);
   sum(y).backward();
   EXPECT_TRUE(tensors_close(x.grad(), y.detach(), Tolerance{}, "gradient is the scaled mask"));
-  drop.eval();
+  drop->eval();
   EXPECT_TRUE(equal(drop(x), x.detach()));
   nn::Dropout2d drop2d(0.5);
   const std::vector<float> m = drop2d(ones({4, 8, 3, 3})).to_vector<float>();
@@ -191,16 +191,16 @@ TEST(NnLayers, DropoutZeroesAndScalesWhileTrainingOnly) {
 }
 
 TEST(NnLayers, BuffersTravelThroughCheckpointsAndMoves) {
-  nn::Sequential model({std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 2, 3).padding(1)),
-                        std::make_shared<nn::BatchNorm2d>(nn::BatchNorm2dOptions(2))});
+  nn::Sequential model({std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(1, 2, 3).padding(1)),
+                        std::make_shared<nn::BatchNorm2dImpl>(nn::BatchNorm2dOptions(2))});
   model(randn({4, 1, 5, 5}));  // one training step moves the running statistics
   const auto path = std::filesystem::temp_directory_path() / "tgrad_nn_layers_bn.safetensors";
   nn::save_module(model, path.string());
-  nn::Sequential fresh({std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 2, 3).padding(1)),
-                        std::make_shared<nn::BatchNorm2d>(nn::BatchNorm2dOptions(2))});
+  nn::Sequential fresh({std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(1, 2, 3).padding(1)),
+                        std::make_shared<nn::BatchNorm2dImpl>(nn::BatchNorm2dOptions(2))});
   nn::load_module(fresh, path.string());
   std::filesystem::remove(path);
-  const nn::NamedTensors a = model.state_dict(), b = fresh.state_dict();
+  const nn::NamedTensors a = model->state_dict(), b = fresh->state_dict();
   ASSERT_EQ(
       a.size(),
       7u);  // 0.weight 0.bias 1.weight 1.bias 1.running_mean 1.running_var 1.num_batches_tracked
@@ -218,14 +218,14 @@ TEST(NnLayersCuda, ModulesMatchTheCpu) {
   Generator gen(12);
   auto make = [] {
     manual_seed(7);
-    return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-        std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 8, 3).padding(1).padding_mode(kReflect)),
-        std::make_shared<nn::BatchNorm2d>(nn::BatchNorm2dOptions(8)),
-        std::make_shared<nn::LeakyReLU>(0.2),
-        std::make_shared<nn::Conv2d>(nn::Conv2dOptions(8, 8, 4).padding(kSame)),
-        std::make_shared<nn::GroupNorm>(nn::GroupNormOptions(2, 8)),
-        std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({6})),
-        std::make_shared<nn::InstanceNorm2d>(nn::InstanceNormOptions(8).affine(true))});
+    return std::make_shared<nn::SequentialImpl>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(3, 8, 3).padding(1).padding_mode(kReflect)),
+        std::make_shared<nn::BatchNorm2dImpl>(nn::BatchNorm2dOptions(8)),
+        std::make_shared<nn::LeakyReLUImpl>(0.2),
+        std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(8, 8, 4).padding(kSame)),
+        std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(2, 8)),
+        std::make_shared<nn::LayerNormImpl>(nn::LayerNormOptions({6})),
+        std::make_shared<nn::InstanceNorm2dImpl>(nn::InstanceNormOptions(8).affine(true))});
   };
   auto cpu_model = make(), cuda_model = make();
   cpu_model->to(kFloat64);
@@ -253,15 +253,15 @@ TEST(NnLayers, ConvTransposeForwardWithOutputSize) {
   nn::ConvTranspose2d up(nn::ConvTranspose2dOptions(2, 3, 3).stride(2).padding(1));
   const Tensor x = randn({1, 2, 4, 5});
   EXPECT_EQ(up(x).shape(), (Shape{1, 3, 7, 9}));
-  const Tensor y = up(x, {8, 10});
+  const Tensor y = up->forward(x, {8, 10});
   EXPECT_EQ(y.shape(), (Shape{1, 3, 8, 10}));
   EXPECT_TRUE(equal(
-      y, conv_transpose2d(x, up.weight, up.bias,
+      y, conv_transpose2d(x, up->weight, up->bias,
                           ConvTranspose2dFuncOptions().stride(2).padding(1).output_padding(1))));
-  EXPECT_EQ(up(x, {1, 3, 7, 10}).shape(), (Shape{1, 3, 7, 10}));  // all dims given
-  const std::string e = error_of([&] { up(x, {9, 10}); });
+  EXPECT_EQ(up->forward(x, {1, 3, 7, 10}).shape(), (Shape{1, 3, 7, 10}));  // all dims given
+  const std::string e = error_of([&] { up->forward(x, {9, 10}); });
   EXPECT_TRUE(contains(e, "valid sizes of dim 0 range from 7 to 8")) << e;
-  EXPECT_TRUE(contains(error_of([&] { up(x, {8}); }), "must list 2 spatial sizes or 4"));
+  EXPECT_TRUE(contains(error_of([&] { up->forward(x, {8}); }), "must list 2 spatial sizes or 4"));
 }
 
 TEST(NnLayers, UpsamplingModulesWrapTheOps) {
@@ -282,21 +282,21 @@ TEST(NnLayers, UpsamplingModulesWrapTheOps) {
 }
 
 TEST(NnLayers, ModulesAndApplyWalkTheTreeOnce) {
-  auto shared = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 2, 3));
-  auto inner = std::make_shared<nn::Sequential>(
-      std::initializer_list<nn::ModulePtr>{shared, std::make_shared<nn::ReLU>()});
-  nn::Sequential model({inner, shared, std::make_shared<nn::Tanh>()});
+  auto shared = std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(2, 2, 3));
+  auto inner = std::make_shared<nn::SequentialImpl>(
+      std::initializer_list<nn::ModulePtr>{shared, std::make_shared<nn::ReLUImpl>()});
+  nn::Sequential model({inner, shared, std::make_shared<nn::TanhImpl>()});
   std::vector<std::string> names;
-  for (const auto& [name, m] : model.named_modules())
+  for (const auto& [name, m] : model->named_modules())
     names.push_back(name);
   // PyTorch's named_modules() order without its first entry (the model itself, ""); the shared
   // conv appears once, under its first name.
   EXPECT_EQ(names, (std::vector<std::string>{"0", "0.0", "0.1", "2"}));
-  EXPECT_EQ(model.modules().size(), 4u);
+  EXPECT_EQ(model->modules().size(), 4u);
   std::vector<std::string> visited;
-  model.apply([&](nn::Module& m) {
+  model->apply([&](nn::Module& m) {
     visited.push_back(m.type_name());
-    if (auto* conv = dynamic_cast<nn::Conv2d*>(&m)) nn::init::zeros_(conv->weight);
+    if (auto* conv = dynamic_cast<nn::Conv2dImpl*>(&m)) nn::init::zeros_(conv->weight);
   });
   EXPECT_EQ(visited,
             (std::vector<std::string>{"Conv2d", "ReLU", "Sequential", "Tanh", "Sequential"}));

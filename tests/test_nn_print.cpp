@@ -33,27 +33,27 @@ struct Net : nn::Module {
 //     nn.Flatten(), nn.PixelShuffle(2), nn.Dropout2d())
 // with LibTorch's spellings: tuples as [..], True/False as true/false, 'same', kReflect.
 TEST(NnPrint, SequentialTreeMatchesPyTorchRepr) {
-  auto inner = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-      std::make_shared<nn::Conv2d>(
+  auto inner = std::make_shared<nn::SequentialImpl>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Conv2dImpl>(
           nn::Conv2dOptions(8, 3, 3).padding(kSame).padding_mode(kReflect)),
-      std::make_shared<nn::Conv1d>(nn::Conv1dOptions(2, 4, 3).stride(2).dilation(2).groups(2)),
-      std::make_shared<nn::Tanh>()});
+      std::make_shared<nn::Conv1dImpl>(nn::Conv1dOptions(2, 4, 3).stride(2).dilation(2).groups(2)),
+      std::make_shared<nn::TanhImpl>()});
   nn::Sequential model{
-      std::make_shared<nn::ConvTranspose2d>(
+      std::make_shared<nn::ConvTranspose2dImpl>(
           nn::ConvTranspose2dOptions(16, 8, 4).stride(2).padding(1).bias(false)),
-      std::make_shared<nn::BatchNorm2d>(nn::BatchNorm2dOptions(8)),
-      std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::BatchNorm2dImpl>(nn::BatchNorm2dOptions(8)),
+      std::make_shared<nn::ReLUImpl>(),
       inner,
-      std::make_shared<nn::Linear>(nn::LinearOptions(3, 2)),
-      std::make_shared<nn::LeakyReLU>(0.2),
-      std::make_shared<nn::Dropout>(0.25),
-      std::make_shared<nn::GroupNorm>(nn::GroupNormOptions(2, 4)),
-      std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({4, 5})),
-      std::make_shared<nn::InstanceNorm2d>(nn::InstanceNorm2dOptions(3)),
-      std::make_shared<nn::BatchNorm1d>(nn::BatchNorm1dOptions(4).momentum(std::nullopt)),
-      std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::PixelShuffle>(2),
-      std::make_shared<nn::Dropout2d>()};
+      std::make_shared<nn::LinearImpl>(nn::LinearOptions(3, 2)),
+      std::make_shared<nn::LeakyReLUImpl>(0.2),
+      std::make_shared<nn::DropoutImpl>(0.25),
+      std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(2, 4)),
+      std::make_shared<nn::LayerNormImpl>(nn::LayerNormOptions({4, 5})),
+      std::make_shared<nn::InstanceNorm2dImpl>(nn::InstanceNorm2dOptions(3)),
+      std::make_shared<nn::BatchNorm1dImpl>(nn::BatchNorm1dOptions(4).momentum(std::nullopt)),
+      std::make_shared<nn::FlattenImpl>(),
+      std::make_shared<nn::PixelShuffleImpl>(2),
+      std::make_shared<nn::Dropout2dImpl>()};
   const std::string expected =
       "Sequential(\n"
       "  (0): ConvTranspose2d(16, 8, kernel_size=[4, 4], stride=[2, 2], padding=[1, 1], "
@@ -78,7 +78,7 @@ TEST(NnPrint, SequentialTreeMatchesPyTorchRepr) {
       "  (12): PixelShuffle(upscale_factor=2)\n"
       "  (13): Dropout2d(p=0.5, inplace=false)\n"
       ")";
-  EXPECT_EQ(print(model), expected);
+  EXPECT_EQ(print(*model), expected);
 }
 
 // PyTorch: a module with no extra_repr prints "Name()" as a leaf and "Name(\n  (child): ...\n)"
@@ -86,7 +86,7 @@ TEST(NnPrint, SequentialTreeMatchesPyTorchRepr) {
 TEST(NnPrint, UserModulesUseTheBasePrint) {
   EXPECT_EQ(print(Net(0)), "Net()");
   EXPECT_EQ(print(Net()), "Net(\n  (body): Net()\n)");
-  EXPECT_EQ(print(nn::Sequential()), "Sequential()");
+  EXPECT_EQ(print(*nn::Sequential()), "Sequential()");
 }
 
 }  // namespace

@@ -96,20 +96,20 @@ TEST(TrainingUtils, ClippingChecksItsArgumentsAndChangesNothingOnError) {
 
 TEST(TrainingUtils, ZeroGradCanKeepTheTensors) {
   nn::Linear lin(3, 2);
-  optim::SGD opt(lin.parameters(), optim::SGDOptions(0.1));
+  optim::SGD opt(lin->parameters(), optim::SGDOptions(0.1));
   sum(lin(randn({4, 3}))).backward();
-  const Tensor before = lin.weight.grad();
+  const Tensor before = lin->weight.grad();
   opt.zero_grad(/*set_to_none=*/false);
-  ASSERT_TRUE(lin.weight.grad().defined());
-  EXPECT_EQ(lin.weight.grad().impl(), before.impl());  // the same tensor, now zeros
-  EXPECT_EQ(sum(abs(lin.weight.grad())).item(), 0.0);
-  lin.zero_grad();  // LibTorch's default: to none
-  EXPECT_FALSE(lin.weight.grad().defined());
+  ASSERT_TRUE(lin->weight.grad().defined());
+  EXPECT_EQ(lin->weight.grad().impl(), before.impl());  // the same tensor, now zeros
+  EXPECT_EQ(sum(abs(lin->weight.grad())).item(), 0.0);
+  lin->zero_grad();  // LibTorch's default: to none
+  EXPECT_FALSE(lin->weight.grad().defined());
 }
 
 TEST(TrainingUtils, LinearLRWarmsUpAsPyTorch) {
   nn::Linear lin(2, 2);
-  optim::SGD opt(lin.parameters(), optim::SGDOptions(0.5));
+  optim::SGD opt(lin->parameters(), optim::SGDOptions(0.5));
   optim::LinearLR warmup(opt, 0.25, 1.0, 4);
   std::vector<double> lrs = {opt.lr()};
   for (int i = 0; i < 6; ++i) {
@@ -125,7 +125,7 @@ TEST(TrainingUtils, LinearLRWarmsUpAsPyTorch) {
 
 TEST(TrainingUtils, ReduceLROnPlateauFollowsTheMetricAsPyTorch) {
   nn::Linear lin(2, 2);
-  optim::SGD opt(lin.parameters(), optim::SGDOptions(1.0));
+  optim::SGD opt(lin->parameters(), optim::SGDOptions(1.0));
   optim::ReduceLROnPlateau plateau(
       opt,
       optim::ReduceLROnPlateauOptions().factor(0.5).patience(2).threshold(0.1).cooldown(1).min_lr(

@@ -18,23 +18,23 @@ int main(int argc, char** argv) {
     // (4 -> 8 -> 16 -> 32 pixels). Children are named "0" ... "8", so the checkpoint's keys
     // ("0.weight", "3.bias", ...) match, as in torch.nn.Sequential.
     auto up = [](int64_t in, int64_t out) {
-      return std::make_shared<nn::ConvTranspose2d>(
+      return std::make_shared<nn::ConvTranspose2dImpl>(
           nn::ConvTranspose2dOptions(in, out, 4).stride(2).padding(1));
     };
-    auto leaky = [] { return std::make_shared<nn::LeakyReLU>(0.1); };
-    nn::Sequential decoder{std::make_shared<nn::Linear>(9, 64 * 4 * 4),
+    auto leaky = [] { return std::make_shared<nn::LeakyReLUImpl>(0.1); };
+    nn::Sequential decoder{std::make_shared<nn::LinearImpl>(9, 64 * 4 * 4),
                            leaky(),
-                           std::make_shared<nn::Unflatten>(1, Shape{64, 4, 4}),
+                           std::make_shared<nn::UnflattenImpl>(1, Shape{64, 4, 4}),
                            up(64, 32),
                            leaky(),
                            up(32, 16),
                            leaky(),
                            up(16, 3),
-                           std::make_shared<nn::Sigmoid>()};
+                           std::make_shared<nn::SigmoidImpl>()};
     nn::load_module(decoder, argv[1]);  // every name, shape and dtype is checked
 
     const Device device = cuda_is_available() ? Device(kCUDA) : Device(kCPU);
-    decoder.to(device);
+    decoder->to(device);
 
     // One row per shape, scaled as the demo scales them: kind (disk, ring, square as one-hot),
     // x, y, size (0 = centred, medium), then r, g, b.

@@ -10,6 +10,6 @@
 
 namespace decoder {
 
-std::shared_ptr<tgrad::nn::Sequential> make_decoder(Mode mode, tgrad::Generator& gen);
+std::shared_ptr<tgrad::nn::SequentialImpl> make_decoder(Mode mode, tgrad::Generator& gen);
 
 }  // namespace decoder

@@ -12,21 +12,21 @@ namespace nn = tgrad::nn;
 
 namespace {
 
-std::shared_ptr<nn::Sequential> seq(std::initializer_list<nn::ModulePtr> modules) {
-  return std::make_shared<nn::Sequential>(modules);
+std::shared_ptr<nn::SequentialImpl> seq(std::initializer_list<nn::ModulePtr> modules) {
+  return std::make_shared<nn::SequentialImpl>(modules);
 }
 
 // Two 3x3 convs, each followed by GroupNorm(groups, out) and ReLU. The convs carry no bias: the
 // norm's own shift makes it redundant.
-std::shared_ptr<nn::Sequential> double_conv(int64_t in, int64_t out, tgrad::Generator& gen) {
+std::shared_ptr<nn::SequentialImpl> double_conv(int64_t in, int64_t out, tgrad::Generator& gen) {
   const int64_t groups = 4;
   return seq(
-      {std::make_shared<nn::Conv2d>(nn::Conv2dOptions(in, out, 3).padding(1).bias(false), gen),
-       std::make_shared<nn::GroupNorm>(nn::GroupNormOptions(groups, out)),
-       std::make_shared<nn::ReLU>(),
-       std::make_shared<nn::Conv2d>(nn::Conv2dOptions(out, out, 3).padding(1).bias(false), gen),
-       std::make_shared<nn::GroupNorm>(nn::GroupNormOptions(groups, out)),
-       std::make_shared<nn::ReLU>()});
+      {std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(in, out, 3).padding(1).bias(false), gen),
+       std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(groups, out)),
+       std::make_shared<nn::ReLUImpl>(),
+       std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(out, out, 3).padding(1).bias(false), gen),
+       std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(groups, out)),
+       std::make_shared<nn::ReLUImpl>()});
 }
 
 }  // namespace
@@ -36,18 +36,18 @@ DcganGenerator::DcganGenerator(int64_t nz, int64_t ngf, tgrad::Generator& gen)
   using nn::ConvTranspose2dOptions;
   main = register_module(
       "main",
-      seq({std::make_shared<nn::ConvTranspose2d>(
+      seq({std::make_shared<nn::ConvTranspose2dImpl>(
                ConvTranspose2dOptions(nz, ngf * 4, 4).stride(1).padding(0).bias(false), gen),
-           std::make_shared<nn::BatchNorm2d>(ngf * 4), std::make_shared<nn::ReLU>(),
-           std::make_shared<nn::ConvTranspose2d>(
+           std::make_shared<nn::BatchNorm2dImpl>(ngf * 4), std::make_shared<nn::ReLUImpl>(),
+           std::make_shared<nn::ConvTranspose2dImpl>(
                ConvTranspose2dOptions(ngf * 4, ngf * 2, 4).stride(2).padding(1).bias(false), gen),
-           std::make_shared<nn::BatchNorm2d>(ngf * 2), std::make_shared<nn::ReLU>(),
-           std::make_shared<nn::ConvTranspose2d>(
+           std::make_shared<nn::BatchNorm2dImpl>(ngf * 2), std::make_shared<nn::ReLUImpl>(),
+           std::make_shared<nn::ConvTranspose2dImpl>(
                ConvTranspose2dOptions(ngf * 2, ngf, 4).stride(2).padding(1).bias(false), gen),
-           std::make_shared<nn::BatchNorm2d>(ngf), std::make_shared<nn::ReLU>(),
-           std::make_shared<nn::ConvTranspose2d>(
+           std::make_shared<nn::BatchNorm2dImpl>(ngf), std::make_shared<nn::ReLUImpl>(),
+           std::make_shared<nn::ConvTranspose2dImpl>(
                ConvTranspose2dOptions(ngf, 3, 4).stride(2).padding(1).bias(false), gen),
-           std::make_shared<nn::Tanh>()}));
+           std::make_shared<nn::TanhImpl>()}));
 }
 
 Tensor DcganGenerator::forward(const Tensor& z) {
@@ -58,16 +58,16 @@ DcganDiscriminator::DcganDiscriminator(int64_t ndf, tgrad::Generator& gen)
     : Module("DcganDiscriminator") {
   using nn::Conv2dOptions;
   main = register_module(
-      "main", seq({std::make_shared<nn::Conv2d>(
+      "main", seq({std::make_shared<nn::Conv2dImpl>(
                        Conv2dOptions(3, ndf, 4).stride(2).padding(1).bias(false), gen),
-                   std::make_shared<nn::LeakyReLU>(0.2),
-                   std::make_shared<nn::Conv2d>(
+                   std::make_shared<nn::LeakyReLUImpl>(0.2),
+                   std::make_shared<nn::Conv2dImpl>(
                        Conv2dOptions(ndf, ndf * 2, 4).stride(2).padding(1).bias(false), gen),
-                   std::make_shared<nn::BatchNorm2d>(ndf * 2), std::make_shared<nn::LeakyReLU>(0.2),
-                   std::make_shared<nn::Conv2d>(
+                   std::make_shared<nn::BatchNorm2dImpl>(ndf * 2), std::make_shared<nn::LeakyReLUImpl>(0.2),
+                   std::make_shared<nn::Conv2dImpl>(
                        Conv2dOptions(ndf * 2, ndf * 4, 4).stride(2).padding(1).bias(false), gen),
-                   std::make_shared<nn::BatchNorm2d>(ndf * 4), std::make_shared<nn::LeakyReLU>(0.2),
-                   std::make_shared<nn::Conv2d>(
+                   std::make_shared<nn::BatchNorm2dImpl>(ndf * 4), std::make_shared<nn::LeakyReLUImpl>(0.2),
+                   std::make_shared<nn::Conv2dImpl>(
                        Conv2dOptions(ndf * 4, 1, 4).stride(1).padding(0).bias(false), gen)}));
 }
 
@@ -82,11 +82,11 @@ void dcgan_init(Module& net, tgrad::Generator& gen) {
     auto normal = [&gen](Tensor t, double mean, double std) {
       t.copy_(tgrad::randn(t.shape(), gen) * std + mean);
     };
-    if (auto* conv = dynamic_cast<nn::Conv2d*>(&m)) {
+    if (auto* conv = dynamic_cast<nn::Conv2dImpl*>(&m)) {
       normal(conv->weight, 0.0, 0.02);
-    } else if (auto* convt = dynamic_cast<nn::ConvTranspose2d*>(&m)) {
+    } else if (auto* convt = dynamic_cast<nn::ConvTranspose2dImpl*>(&m)) {
       normal(convt->weight, 0.0, 0.02);
-    } else if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) {
+    } else if (auto* bn = dynamic_cast<nn::BatchNorm2dImpl*>(&m)) {
       normal(bn->weight, 1.0, 0.02);
       bn->bias.fill_(0.0);
     }
@@ -97,14 +97,14 @@ ResBlock::ResBlock(int64_t channels, int64_t kernel_size, const std::vector<int6
                    tgrad::Generator& gen)
     : Module("ResBlock") {
   using nn::Conv1dOptions;
-  convs1 = register_module("convs1", std::make_shared<nn::Sequential>());
-  convs2 = register_module("convs2", std::make_shared<nn::Sequential>());
+  convs1 = register_module("convs1", std::make_shared<nn::SequentialImpl>());
+  convs2 = register_module("convs2", std::make_shared<nn::SequentialImpl>());
   for (const int64_t d : dilations) {
-    convs1->push_back(std::make_shared<nn::Conv1d>(Conv1dOptions(channels, channels, kernel_size)
+    convs1->push_back(std::make_shared<nn::Conv1dImpl>(Conv1dOptions(channels, channels, kernel_size)
                                                        .dilation(d)
                                                        .padding((kernel_size * d - d) / 2),
                                                    gen));
-    convs2->push_back(std::make_shared<nn::Conv1d>(
+    convs2->push_back(std::make_shared<nn::Conv1dImpl>(
         Conv1dOptions(channels, channels, kernel_size).padding((kernel_size - 1) / 2), gen));
   }
 }
@@ -127,20 +127,20 @@ HifiGenerator::HifiGenerator(int64_t in_bins, int64_t channels, const std::vecto
   const std::vector<int64_t> kernels = {3, 7};
   const std::vector<int64_t> dilations = {1, 3, 5};
   num_kernels_ = static_cast<int64_t>(kernels.size());
-  conv_pre = register_module("conv_pre", std::make_shared<nn::Conv1d>(
+  conv_pre = register_module("conv_pre", std::make_shared<nn::Conv1dImpl>(
                                              Conv1dOptions(in_bins, channels, 7).padding(3), gen));
-  ups = register_module("ups", std::make_shared<nn::Sequential>());
-  resblocks = register_module("resblocks", std::make_shared<nn::Sequential>());
+  ups = register_module("ups", std::make_shared<nn::SequentialImpl>());
+  resblocks = register_module("resblocks", std::make_shared<nn::SequentialImpl>());
   int64_t ch = channels;
   for (const int64_t s : rates) {
-    ups->push_back(std::make_shared<nn::ConvTranspose1d>(
+    ups->push_back(std::make_shared<nn::ConvTranspose1dImpl>(
         nn::ConvTranspose1dOptions(ch, ch / 2, 2 * s).stride(s).padding(s / 2), gen));
     ch /= 2;
     for (const int64_t k : kernels)
       resblocks->push_back(std::make_shared<ResBlock>(ch, k, dilations, gen));
   }
   conv_post = register_module(
-      "conv_post", std::make_shared<nn::Conv1d>(Conv1dOptions(ch, 1, 7).padding(3), gen));
+      "conv_post", std::make_shared<nn::Conv1dImpl>(Conv1dOptions(ch, 1, 7).padding(3), gen));
 }
 
 Tensor HifiGenerator::forward(const Tensor& spec) {
@@ -165,11 +165,11 @@ UNet::UNet(int64_t channels, int64_t base, tgrad::Generator& gen) : Module("UNet
   using nn::ConvTranspose2dOptions;
   const int64_t b = base;
   auto down = [&gen](int64_t c) {
-    return seq({std::make_shared<nn::Conv2d>(Conv2dOptions(c, 2 * c, 4).stride(2).padding(1), gen),
-                std::make_shared<nn::ReLU>()});
+    return seq({std::make_shared<nn::Conv2dImpl>(Conv2dOptions(c, 2 * c, 4).stride(2).padding(1), gen),
+                std::make_shared<nn::ReLUImpl>()});
   };
   auto up = [&gen](int64_t c) {
-    return seq({std::make_shared<nn::ConvTranspose2d>(
+    return seq({std::make_shared<nn::ConvTranspose2dImpl>(
         ConvTranspose2dOptions(c, c / 2, 4).stride(2).padding(1), gen)});
   };
   enc1 = register_module("enc1", double_conv(channels, b, gen));
@@ -181,7 +181,7 @@ UNet::UNet(int64_t channels, int64_t base, tgrad::Generator& gen) : Module("UNet
   dec2 = register_module("dec2", double_conv(4 * b, 2 * b, gen));
   up1 = register_module("up1", up(2 * b));
   dec1 = register_module("dec1", double_conv(2 * b, b, gen));
-  out = register_module("out", std::make_shared<nn::Conv2d>(Conv2dOptions(b, channels, 1), gen));
+  out = register_module("out", std::make_shared<nn::Conv2dImpl>(Conv2dOptions(b, channels, 1), gen));
 }
 
 Tensor UNet::forward(const Tensor& x) {

@@ -21,7 +21,7 @@ class DcganGenerator : public Module {
  public:
   DcganGenerator(int64_t nz, int64_t ngf, tgrad::Generator& gen);
   Tensor forward(const Tensor& z) override;
-  std::shared_ptr<tgrad::nn::Sequential> main;
+  std::shared_ptr<tgrad::nn::SequentialImpl> main;
 };
 
 // Strided Conv2d without bias, BatchNorm2d from the second layer on, LeakyReLU(0.2); one logit
@@ -30,7 +30,7 @@ class DcganDiscriminator : public Module {
  public:
   DcganDiscriminator(int64_t ndf, tgrad::Generator& gen);
   Tensor forward(const Tensor& x) override;  // (N, 3, 32, 32) -> (N)
-  std::shared_ptr<tgrad::nn::Sequential> main;
+  std::shared_ptr<tgrad::nn::SequentialImpl> main;
 };
 
 // The paper's initialisation: conv weights ~ N(0, 0.02), BatchNorm weight ~ N(1, 0.02), bias 0.
@@ -43,7 +43,7 @@ class ResBlock : public Module {
   ResBlock(int64_t channels, int64_t kernel_size, const std::vector<int64_t>& dilations,
            tgrad::Generator& gen);
   Tensor forward(const Tensor& x) override;
-  std::shared_ptr<tgrad::nn::Sequential> convs1, convs2;
+  std::shared_ptr<tgrad::nn::SequentialImpl> convs1, convs2;
 };
 
 // HiFi-GAN-style generator (Kong et al. 2020): conv_pre, then per upsampling rate s a
@@ -54,8 +54,8 @@ class HifiGenerator : public Module {
   HifiGenerator(int64_t in_bins, int64_t channels, const std::vector<int64_t>& rates,
                 tgrad::Generator& gen);
   Tensor forward(const Tensor& spec) override;  // (N, bins, frames) -> (N, 1, frames * prod(s))
-  std::shared_ptr<tgrad::nn::Conv1d> conv_pre, conv_post;
-  std::shared_ptr<tgrad::nn::Sequential> ups, resblocks;
+  std::shared_ptr<tgrad::nn::Conv1dImpl> conv_pre, conv_post;
+  std::shared_ptr<tgrad::nn::SequentialImpl> ups, resblocks;
 
  private:
   int64_t num_kernels_ = 0;
@@ -67,8 +67,8 @@ class UNet : public Module {
  public:
   UNet(int64_t channels, int64_t base, tgrad::Generator& gen);
   Tensor forward(const Tensor& x) override;
-  std::shared_ptr<tgrad::nn::Sequential> enc1, down1, enc2, down2, mid, up2, dec2, up1, dec1;
-  std::shared_ptr<tgrad::nn::Conv2d> out;
+  std::shared_ptr<tgrad::nn::SequentialImpl> enc1, down1, enc2, down2, mid, up2, dec2, up1, dec1;
+  std::shared_ptr<tgrad::nn::Conv2dImpl> out;
 };
 
 }  // namespace zoo
