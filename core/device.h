@@ -19,6 +19,11 @@ enum class Precision { highest, high };
 // True when tgrad was built with CUDA and at least one device is present.
 bool cuda_is_available();
 int cuda_device_count();
+namespace cuda {
+// LibTorch's spellings: tgrad::cuda::is_available(), tgrad::cuda::device_count().
+inline bool is_available() { return cuda_is_available(); }
+inline int device_count() { return cuda_device_count(); }
+}  // namespace cuda
 // The caching allocator's statistics and cache release, as torch.cuda.memory_allocated() etc.
 int64_t cuda_memory_allocated(int device = 0);
 int64_t cuda_memory_reserved(int device = 0);

@@ -586,4 +586,22 @@ bool equal(const Tensor& a, const Tensor& b) {
          std::memcmp(ha.raw_data(), hb.raw_data(), static_cast<size_t>(a.nbytes())) == 0;
 }
 
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  TGRAD_CHECK(a.defined() && b.defined(), "allclose: both tensors must be defined");
+  TGRAD_CHECK(std::isfinite(rtol) && rtol >= 0.0 && std::isfinite(atol) && atol >= 0.0,
+              "allclose: rtol=", rtol, " and atol=", atol, " must be finite and non-negative");
+  if (a.shape() != b.shape()) return false;
+  const std::vector<double> va = a.detach().to_vector<double>();
+  const std::vector<double> vb = b.detach().to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i) {
+    if (std::isnan(va[i]) || std::isnan(vb[i])) {
+      if (!(equal_nan && std::isnan(va[i]) && std::isnan(vb[i]))) return false;
+      continue;
+    }
+    if (va[i] == vb[i]) continue;  // equal infinities
+    if (!(std::abs(va[i] - vb[i]) <= atol + rtol * std::abs(vb[i]))) return false;
+  }
+  return true;
+}
+
 }  // namespace tgrad

@@ -225,5 +225,9 @@ Tensor scalar_tensor(double value, TensorOptions options = {});
 
 // True when two tensors have the same shape, dtype and bit-identical values.
 bool equal(const Tensor& a, const Tensor& b);
+// torch.allclose: same shape and |a - b| <= atol + rtol * |b| element by element (NaNs equal
+// only with equal_nan). Values compare in float64 on the host; dtypes may differ.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
 
 }  // namespace tgrad

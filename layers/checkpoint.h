@@ -45,3 +45,28 @@ void save_optimizer(const optim::Optimizer& optimizer, const std::string& path,
 safetensors::Metadata load_optimizer(optim::Optimizer& optimizer, const std::string& path);
 
 }  // namespace tgrad::nn
+
+namespace tgrad {
+// LibTorch's torch::save / torch::load spellings for a module (its holder or the module
+// itself) and an optimizer. The file is safetensors whatever its name, as save_module writes.
+inline void save(const nn::Module& module, const std::string& path) {
+  nn::save_module(module, path);
+}
+inline void load(nn::Module& module, const std::string& path) { nn::load_module(module, path); }
+template <class Holder>
+  requires nn::is_module_holder_v<Holder>
+void save(const Holder& module, const std::string& path) {
+  nn::save_module(*module.ptr(), path);
+}
+template <class Holder>
+  requires nn::is_module_holder_v<Holder>
+void load(const Holder& module, const std::string& path) {
+  nn::load_module(*module.ptr(), path);
+}
+inline void save(const optim::Optimizer& optimizer, const std::string& path) {
+  nn::save_optimizer(optimizer, path);
+}
+inline void load(optim::Optimizer& optimizer, const std::string& path) {
+  nn::load_optimizer(optimizer, path);
+}
+}  // namespace tgrad

@@ -1,7 +1,9 @@
 // Losses: argument checks, the elementwise formula from core ops, then the reduction.
 #include "layers/loss.h"
 
+#include "core/autograd.h"
 #include "core/ops.h"
+#include "core/ops_shape.h"
 
 namespace tgrad::nn {
 
@@ -41,6 +43,22 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   check_args("l1_loss", input, target);
   return reduce("l1_loss", abs(input - target), reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const char* fn = "binary_cross_entropy";
+  check_args(fn, input, target);
+  if (input.numel() > 0) {
+    NoGradGuard no_grad;
+    const double lo = min(input).item(), hi = max(input).item();
+    TGRAD_CHECK(lo >= 0.0 && hi <= 1.0, fn, ": every input element must be a probability in ",
+                "[0, 1]; got values from ", lo, " to ", hi, " (for logits use ",
+                "binary_cross_entropy_with_logits)");
+  }
+  // PyTorch clamps each log at -100 so that a saturated probability gives a finite loss.
+  const Tensor log_x = clamp(log(input), -100.0);
+  const Tensor log_1mx = clamp(log(1.0 - input), -100.0);
+  return reduce(fn, -(target * log_x + (1.0 - target) * log_1mx), reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,

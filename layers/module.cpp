@@ -1,6 +1,12 @@
 // nn::Module: registration, dotted names, train/eval, zero_grad, in-place device/dtype moves.
 #include "layers/module.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <typeinfo>
+
 #include <ostream>
 #include <unordered_set>
 
@@ -11,33 +17,45 @@ namespace tgrad::nn {
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
 
+std::string Module::type_name() const {
+  if (!type_name_.empty()) return type_name_;
+  // The dynamic type's demangled name without its namespaces ("DCGANGeneratorImpl").
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  std::string name = status == 0 && demangled ? demangled.get() : mangled;
+  const size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
 Tensor Module::forward(const Tensor&) {
-  TGRAD_FAIL(type_name_, ": this module has no single-input forward(const Tensor&)");
+  TGRAD_FAIL(type_name(), ": this module has no single-input forward(const Tensor&)");
 }
 
 void Module::check_new_name(const std::string& what, const std::string& name) const {
-  TGRAD_CHECK(!name.empty(), type_name_, ": ", what, " name must not be empty");
-  TGRAD_CHECK(name.find('.') == std::string::npos, type_name_, ": ", what, " name '", name,
+  TGRAD_CHECK(!name.empty(), type_name(), ": ", what, " name must not be empty");
+  TGRAD_CHECK(name.find('.') == std::string::npos, type_name(), ": ", what, " name '", name,
               "' must not contain '.'");
   // Names end up in state dicts and checkpoint headers, whose strings must be UTF-8.
   const size_t bad = detail::utf8_error_at(name);
-  TGRAD_CHECK(bad == std::string::npos, type_name_, ": ", what, " name \"", detail::printable(name),
+  TGRAD_CHECK(bad == std::string::npos, type_name(), ": ", what, " name \"", detail::printable(name),
               "\" is not valid UTF-8 (at byte ", bad, ")");
   for (const auto& [n, p] : parameters_) {
-    TGRAD_CHECK(n != name, type_name_, ": a parameter named '", name, "' is already registered");
+    TGRAD_CHECK(n != name, type_name(), ": a parameter named '", name, "' is already registered");
   }
   for (const auto& [n, m] : children_) {
-    TGRAD_CHECK(n != name, type_name_, ": a submodule named '", name, "' is already registered");
+    TGRAD_CHECK(n != name, type_name(), ": a submodule named '", name, "' is already registered");
   }
   for (const auto& [n, b] : buffers_) {
-    TGRAD_CHECK(n != name, type_name_, ": a buffer named '", name, "' is already registered");
+    TGRAD_CHECK(n != name, type_name(), ": a buffer named '", name, "' is already registered");
   }
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_new_name("parameter", name);
-  TGRAD_CHECK(t.defined(), type_name_, ": parameter '", name, "' is an undefined tensor");
-  TGRAD_CHECK(t.is_leaf(), type_name_, ": parameter '", name,
+  TGRAD_CHECK(t.defined(), type_name(), ": parameter '", name, "' is an undefined tensor");
+  TGRAD_CHECK(t.is_leaf(), type_name(), ": parameter '", name,
               "' must be a leaf tensor (detach() it first)");
   t.requires_grad_(requires_grad);
   parameters_.emplace_back(name, t);
@@ -46,8 +64,8 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
 
 void Module::register_module_impl(const std::string& name, const ModulePtr& module) {
   check_new_name("submodule", name);
-  TGRAD_CHECK(module != nullptr, type_name_, ": submodule '", name, "' is null");
-  TGRAD_CHECK(module.get() != this, type_name_, ": cannot register a module as its own child");
+  TGRAD_CHECK(module != nullptr, type_name(), ": submodule '", name, "' is null");
+  TGRAD_CHECK(module.get() != this, type_name(), ": cannot register a module as its own child");
   // A module that already contains this one would make the tree a cycle, and every walk over it
   // (parameters(), train(), to()) endless: refuse it now, walking the child's subtree without
   // recursion.
@@ -57,7 +75,7 @@ void Module::register_module_impl(const std::string& name, const ModulePtr& modu
     const Module* m = stack.back();
     stack.pop_back();
     if (!seen.insert(m).second) continue;
-    TGRAD_CHECK(m != this, type_name_, ": submodule '", name, "' (a ", module->type_name(),
+    TGRAD_CHECK(m != this, type_name(), ": submodule '", name, "' (a ", module->type_name(),
                 ") already contains this module; registering it would make a cycle");
     for (const auto& [child_name, child] : m->children_)
       stack.push_back(child.get());
@@ -107,8 +125,8 @@ std::vector<Tensor> Module::buffers(bool recurse) const {
 
 Tensor Module::register_buffer(const std::string& name, Tensor t) {
   check_new_name("buffer", name);
-  TGRAD_CHECK(t.defined(), type_name_, ": buffer '", name, "' is an undefined tensor");
-  TGRAD_CHECK(!t.requires_grad(), type_name_, ": buffer '", name,
+  TGRAD_CHECK(t.defined(), type_name(), ": buffer '", name, "' is an undefined tensor");
+  TGRAD_CHECK(!t.requires_grad(), type_name(), ": buffer '", name,
               "' requires grad; a buffer is state, not a parameter (register_parameter)");
   buffers_.emplace_back(name, t);
   return t;
@@ -236,7 +254,7 @@ NamedTensors Module::state_dict() const {
 void Module::pretty_print(std::ostream& stream) const {
   // A leaf without options prints as PyTorch's "ReLU()"; a container's parentheses hold its
   // children and come from operator<<.
-  stream << type_name_;
+  stream << type_name();
   if (children_.empty()) stream << "()";
 }
 

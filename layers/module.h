@@ -27,13 +27,16 @@ void zero_grads(const std::vector<Tensor>& params, bool set_to_none);
 
 class Module {
  public:
-  // `type_name` names the module in messages ("ConvTranspose2d: ...").
+  // `type_name` names the module in messages ("ConvTranspose2d: ...") and when printed. A
+  // module made with the default constructor (LibTorch style, `struct NetImpl : nn::Module`)
+  // is named by its C++ class, as LibTorch names it.
+  Module() = default;
   explicit Module(std::string type_name);
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  const std::string& type_name() const { return type_name_; }
+  std::string type_name() const;
 
   // Writes this module's one-line description with its options, as LibTorch's pretty_print
   // ("Linear(in_features=4, out_features=2, bias=true)"); the base writes the type name.

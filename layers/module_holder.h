@@ -52,7 +52,8 @@ class ModuleHolder {
       : impl_(std::move(module)) {}
   // A new Impl built from the arguments: `nn::Conv2d conv(nn::Conv2dOptions(3, 8, 3));`.
   template <class Arg, class... Args>
-    requires(!is_module_holder_v<Arg> && !std::is_same_v<std::decay_t<Arg>, std::nullptr_t> &&
+    requires(!(std::is_base_of_v<ModuleHolder, std::decay_t<Arg>> && sizeof...(Args) == 0) &&
+             !std::is_same_v<std::decay_t<Arg>, std::nullptr_t> &&
              !std::is_same_v<std::decay_t<Arg>, std::shared_ptr<Impl>> &&
              std::is_constructible_v<Impl, Arg &&, Args && ...>)
   explicit ModuleHolder(Arg&& arg, Args&&... args)
@@ -86,14 +87,6 @@ class ModuleHolder {
   template <class... Args>
   decltype(auto) operator()(Args&&... args) {
     return get()->forward(std::forward<Args>(args)...);
-  }
-
-  // A holder converts to a shared pointer to its module (or a base of it), so it can go where a
-  // ModulePtr is expected (Sequential, register_module).
-  template <class T>
-    requires std::is_convertible_v<Impl*, T*>
-  operator std::shared_ptr<T>() const {  // NOLINT(google-explicit-constructor)
-    return ptr();
   }
 
  private:
