@@ -2,7 +2,8 @@
 // inputs' edges, a backward closure holding only what it saved, the versions of the tensors it
 // saved, a sequence number). backward() walks the nodes reachable from the root in decreasing
 // sequence number, without recursion, and graphs are released without recursion too, so a chain
-// of millions of nodes is fine. docs/architecture.md describes the engine.
+// of millions of nodes is fine. docs/architecture.md describes the engine; docs/design.md,
+// "Saved tensors and in-place writes", why saved versions are checked.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // The convolution family: conv_transpose1d/2d and conv1d/conv2d on top of one geometry and three
 // recorded passes (forward, input gradient, weight gradient), each the others' gradient (see
-// core/derivatives.h). A regular convolution is the transposed one's input-gradient pass.
+// core/derivatives.h). A regular convolution is the transposed one's input-gradient pass
+// (docs/design.md, "One formula per op, written with ops").
 #include <variant>
 
 #include "core/autograd.h"

@@ -2,7 +2,8 @@
 // cat/stack/split/chunk/narrow/slice/select/index_select/permute/transpose/unsqueeze/squeeze/
 // flip, clamp/sin/cos/max/min/argmax/argmin/softmax/log_softmax, pad/interpolate/pixel_shuffle.
 // Storage stays contiguous: an op returns a view only where its result is contiguous in its
-// input (docs/api.md lists which); the others return copies.
+// input (docs/api.md lists which); the others return marked copies (docs/design.md,
+// "Views and copies").
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,7 @@ namespace tgrad::cpu {
 // being worker 0, and waits for them all. The first exception any worker throws is rethrown
 // here. A call made while the team is busy (from another user thread, or nested in a kernel)
 // runs body(0) alone on its own thread: no oversubscription, and, since tasks are claimed
-// dynamically, the same results.
+// dynamically, the same results (docs/design.md, "Determinism" and "Threads").
 void run_workers(int workers, const std::function<void(int)>& body);
 
 // The threads a kernel may use: set_num_threads() (core/device.h), by default TGRAD_NUM_THREADS

@@ -3,7 +3,7 @@
 // `x->member` reaches it and `x(input)` calls its forward, so LibTorch code such as
 //   struct GeneratorImpl : nn::Module { nn::ConvTranspose2d up{nullptr}; ... };
 //   TGRAD_MODULE(Generator);
-// reads the same in tgrad.
+// reads the same in tgrad (docs/design.md, "LibTorch's names and habits").
 #pragma once
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 // valid; parameters whose .grad is undefined are skipped, as in PyTorch. A step is all or
 // nothing: it computes every new parameter and state tensor first (holding one extra copy of
 // the parameters), then commits, so an error (out of memory) leaves parameters and state as
-// they were.
+// they were (docs/design.md, "Errors").
 #pragma once
 
 #include <cstdint>
