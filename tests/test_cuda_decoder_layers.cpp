@@ -1,0 +1,146 @@
+// Every layer of the decoder-layer suite (bench/decoder_layers.h) on the GPU at a reduced batch,
+// at both float32 precisions: forward, input gradient and weight gradient through the public API,
+// each element checked against a float64 CPU run of the same inputs within its own error budget,
+// so a single wrong element fails the test (a relative L2 over a whole tensor would hide it).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "bench/decoder_layers.h"
+#include "core/autograd.h"
+#include "core/device.h"
+#include "core/ops.h"
+#include "tests/test_util.h"
+
+namespace tgrad {
+namespace {
+
+using bench::ConvLayerSpec;
+
+// The layer's transposed convolution with the spec's options (bias omitted: its gradient is a
+// plain sum, checked elsewhere).
+Tensor conv(const ConvLayerSpec& l, const Tensor& x, const Tensor& w) {
+  if (l.dims == 1) {
+    return conv_transpose1d(x, w, Tensor(),
+                            ConvTranspose1dFuncOptions()
+                                .stride(l.stride[0])
+                                .padding(l.padding[0])
+                                .output_padding(l.output_padding[0])
+                                .groups(l.groups)
+                                .dilation(l.dilation[0]));
+  }
+  return conv_transpose2d(x, w, Tensor(),
+                          ConvTranspose2dFuncOptions()
+                              .stride(l.stride)
+                              .padding(l.padding)
+                              .output_padding(l.output_padding)
+                              .groups(l.groups)
+                              .dilation(l.dilation));
+}
+
+struct Passes {
+  Tensor y, dx, dw;
+};
+
+// y = conv(x, w); dx, dw = the gradients of sum(y * dy), i.e. dgrad(dy) and wgrad(x, dy).
+Passes run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& dy) {
+  const Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
+  const Tensor y = conv(l, xr, wr);
+  sum(y * dy).backward();
+  return {y.detach(), xr.grad(), wr.grad()};
+}
+
+// Per-element budget: c * u * S, where S is the same pass run in float64 on |inputs| (for each
+// element the sum over its taps of |a||b|). u is float32's unit roundoff (2^-24) at "highest";
+// at "high" the inputs are rounded to TF32 (unit roundoff 2^-11), so each product may be off by
+// 2 * 2^-11 relative, plus the float32 accumulation. The accumulation of K terms is bounded by
+// sqrt(K)-growth in practice (K up to a few thousand here; worst case K, which would be too loose
+// to catch a missing tap), hence c_acc = 2 sqrt(K) + 8.
+double budget_factor(bool high, int64_t k) {
+  const double acc = (2.0 * std::sqrt(static_cast<double>(k)) + 8.0) * std::ldexp(1.0, -24);
+  return high ? 2.0 * std::ldexp(1.0, -11) + acc : acc;
+}
+
+// The index and size of the worst element (|got - ref| / budget), and whether all are within.
+::testing::AssertionResult within_budget(const Tensor& got, const Tensor& ref, const Tensor& scale,
+                                         double factor, const std::string& what) {
+  const std::vector<double> g = got.to(Device(kCPU), kFloat64).to_vector<double>();
+  const std::vector<double> r = ref.to_vector<double>();
+  const std::vector<double> s = scale.to_vector<double>();
+  if (g.size() != r.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  size_t worst = 0;
+  double worst_ratio = 0.0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    // The budget is at least one float32 ulp of the reference, for elements whose taps cancel.
+    const double budget = std::max(factor * s[i], std::abs(r[i]) * std::ldexp(1.0, -23));
+    const double err = std::abs(g[i] - r[i]);
+    const double ratio = budget > 0.0 ? err / budget : (err > 0.0 ? INFINITY : 0.0);
+    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = i;
+  }
+  if (worst_ratio <= 1.0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": element " << worst << " is " << g[worst] << ", float64 gives " << r[worst]
+         << ", error " << std::abs(g[worst] - r[worst]) << " against a budget of "
+         << std::max(factor * s[worst], std::abs(r[worst]) * std::ldexp(1.0, -23)) << " ("
+         << worst_ratio << "x)";
+}
+
+class CudaDecoderLayers : public ::testing::TestWithParam<ConvLayerSpec> {};
+
+TEST_P(CudaDecoderLayers, EveryElementWithinItsBudgetAtBothPrecisions) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  const ConvLayerSpec& l = GetParam();
+  // Batch 1 keeps the float64 CPU reference of every layer quick; the layer's channels, sizes
+  // and options are the suite's.
+  const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, 1));
+  Generator gen(7);
+  Shape x_shape = {1, l.in_channels}, w_shape = {l.in_channels, l.out_channels / l.groups};
+  for (int a = 0; a < l.dims; ++a) {
+    x_shape.push_back(l.in_size[static_cast<size_t>(a)]);
+    w_shape.push_back(l.kernel[static_cast<size_t>(a)]);
+  }
+  const Tensor x = randn(x_shape, gen, TensorOptions(kFloat32));
+  const Tensor w = randn(w_shape, gen, TensorOptions(kFloat32)) * 0.05;
+  Shape y_shape = {1, l.out_channels};
+  for (int a = 0; a < l.dims; ++a)
+    y_shape.push_back(g.out_size[static_cast<size_t>(2 - l.dims + a)]);
+  const Tensor dy = randn(y_shape, gen, TensorOptions(kFloat32));
+
+  // Reference and budget scale: float64 on the CPU, from the same float32 values.
+  const Passes ref = run(l, x.to(kFloat64), w.to(kFloat64), dy.to(kFloat64));
+  const Passes mag = run(l, abs(x).to(kFloat64), abs(w).to(kFloat64), abs(dy).to(kFloat64));
+  int64_t taps = 1;
+  for (int a = 0; a < l.dims; ++a)
+    taps *= l.kernel[static_cast<size_t>(a)];
+  int64_t positions = 1;
+  for (int a = 0; a < l.dims; ++a)
+    positions *= l.in_size[static_cast<size_t>(a)];
+  const int64_t k_fwd = l.in_channels / l.groups * taps, k_dgrad = l.out_channels / l.groups * taps,
+                k_wgrad = positions;
+
+  const Device cuda(kCUDA);
+  struct RestorePrecision {
+    std::string saved = get_float32_matmul_precision();
+    ~RestorePrecision() { set_float32_matmul_precision(saved); }
+  } restore;
+  for (const char* precision : {"highest", "high"}) {
+    SCOPED_TRACE(std::string(l.id) + " at " + precision);
+    set_float32_matmul_precision(precision);
+    const bool high = std::string(precision) == "high";
+    const Passes got = run(l, x.to(cuda), w.to(cuda), dy.to(cuda));
+    EXPECT_TRUE(within_budget(got.y, ref.y, mag.y, budget_factor(high, k_fwd), "forward"));
+    EXPECT_TRUE(within_budget(got.dx, ref.dx, mag.dx, budget_factor(high, k_dgrad), "dgrad"));
+    EXPECT_TRUE(within_budget(got.dw, ref.dw, mag.dw, budget_factor(high, k_wgrad), "wgrad"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Suite, CudaDecoderLayers, ::testing::ValuesIn(bench::decoder_layers()),
+                         [](const ::testing::TestParamInfo<ConvLayerSpec>& layer) {
+                           return layer.param.id;
+                         });
+
+}  // namespace
+}  // namespace tgrad
