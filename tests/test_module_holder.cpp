@@ -1,6 +1,12 @@
 // LibTorch idioms: module holders (TGRAD_MODULE), modules named by their class, Sequential over
 // user modules whose forward hides Module::forward, tgrad::save / load, binary_cross_entropy
 // and allclose. The whole-program check is tests/libtorch (a LibTorch DCGAN built by renames).
+// These modules declare forward as LibTorch code does (by value, no override), which hides
+// Module's virtual forward: what is tested here is that holders and Sequential still call it.
+// -Woverloaded-virtual (in GCC 13's and clang's -Wall) reports the hiding, so it is off in this
+// file (before the includes: GCC reports it at Module's declaration).
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,11 +17,6 @@
 #include "core/ops.h"
 #include "layers/nn.h"
 #include "tests/test_util.h"
-
-// These modules declare forward as LibTorch code does (by value, no override), which hides
-// Module's virtual forward: what is tested here is that holders and Sequential still call it.
-// -Woverloaded-virtual (in GCC 13's and clang's -Wall) reports the hiding, so it is off here.
-#pragma GCC diagnostic ignored "-Woverloaded-virtual"
 
 namespace tgrad {
 namespace {
