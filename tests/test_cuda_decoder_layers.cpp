@@ -137,6 +137,27 @@ TEST_P(CudaDecoderLayers, EveryElementWithinItsBudgetAtBothPrecisions) {
   }
 }
 
+// The budget itself, on the CPU: float32 results of a suite layer fit it at "highest", and one
+// element moved by one tap's worth (|x||w| of one of its taps, here a thousandth of its
+// magnitude sum, below any single tap of these inputs) fails it.
+TEST(DecoderLayerBudget, FitsFloat32AndCatchesOneWrongElement) {
+  ConvLayerSpec l = bench::decoder_layers().front();
+  for (const ConvLayerSpec& candidate : bench::decoder_layers())
+    if (candidate.id == "hifigan_v3_up3") l = candidate;
+  Generator gen(3);
+  const Tensor x = randn({1, l.in_channels, l.in_size[0]}, gen);
+  const Tensor w = randn({l.in_channels, l.out_channels / l.groups, l.kernel[0]}, gen) * 0.05;
+  const Tensor y32 = conv(l, x, w);
+  const Tensor y64 = conv(l, x.to(kFloat64), w.to(kFloat64));
+  const Tensor mag = conv(l, abs(x).to(kFloat64), abs(w).to(kFloat64));
+  const double factor = budget_factor(false, l.in_channels / l.groups * l.kernel[0]);
+  EXPECT_TRUE(within_budget(y32, y64, mag, factor, "float32 CPU forward"));
+  std::vector<float> moved = y32.to_vector<float>();
+  const size_t e = moved.size() / 2;
+  moved[e] += static_cast<float>(mag.to_vector<double>()[e] * 1e-3);
+  EXPECT_FALSE(within_budget(from_vector(moved, y32.shape()), y64, mag, factor, "one element"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Suite, CudaDecoderLayers, ::testing::ValuesIn(bench::decoder_layers()),
                          [](const ::testing::TestParamInfo<ConvLayerSpec>& layer) {
                            return layer.param.id;
