@@ -1,7 +1,8 @@
 // conv_bench: tgrad's CUDA conv-transpose fwd/dgrad/wgrad against cuDNN, same GPU and run, on
 // S1-S5, the decoder-layer suite (bench/decoder_layers.h) or any --shape, at precisions highest
 // (float32) and high (TF32): time, TFLOP/s, GB/s, % of floor, float64-referenced errors, targets,
-// per-layer totals; one table + JSON (method: docs/performance-method.md).
+// per-layer totals, the kernel each cell ran (the planner's label); one table + JSON (method:
+// docs/performance-method.md).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -22,7 +23,9 @@
 #include "bench/decoder_layers.h"
 #include "core/backend.h"
 #include "core/conv_geometry.h"
+#include "core/device.h"
 #include "core/tensor.h"
+#include "cuda/conv_plan.h"
 
 namespace conv_bench {
 namespace {
@@ -153,6 +156,18 @@ PassShapes pass_shapes(const ConvGeometry& g, Pass pass) {
   return {};
 }
 
+tgrad::cuda::ConvPass conv_pass(Pass pass) {
+  switch (pass) {
+    case Pass::fwd:
+      return tgrad::cuda::ConvPass::forward;
+    case Pass::dgrad:
+      return tgrad::cuda::ConvPass::dgrad;
+    case Pass::wgrad:
+      return tgrad::cuda::ConvPass::wgrad;
+  }
+  return tgrad::cuda::ConvPass::forward;
+}
+
 void run_tgrad(const ConvGeometry& g, Pass pass, const Tensor& a, const Tensor& b, Tensor& out) {
   tgrad::Backend& be = tgrad::backend(out.device());
   switch (pass) {
@@ -214,6 +229,7 @@ struct Options {
   bool check = false;
   int64_t check_batch = 2;
   std::string json_path;
+  std::string kernel;  // set_conv_kernel spec: force a kernel ("" lets the planner choose)
   double peak_flops_highest = 50e12;
   double peak_flops_high = 380e12;
   double peak_bw = 4.3e12;
@@ -229,6 +245,8 @@ struct Row {
   Timing tgrad, cudnn;
   double err_tgrad = NAN, err_cudnn = NAN, diff_tgrad_cudnn = NAN;
   std::string cudnn_algo;
+  std::string kernel;   // the planner's label of the kernel tgrad ran ("wgmma, fill", "fma", ...)
+  std::string plan;     // the full plan line (configuration and declined candidates)
   std::string failure;  // non-empty when the row could not be measured
 
   double speedup() const { return cudnn.median_ms / tgrad.median_ms; }
@@ -300,6 +318,9 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
         ConvGeometry g = base;
         g.precision = precisions[i];
         run_tgrad(g, pass, a[0], b[0], out_tgrad);
+        const tgrad::cuda::ConvPlan plan = tgrad::cuda::last_conv_plan(conv_pass(pass));
+        row.kernel = plan.label();
+        row.plan = plan.describe();
         row.err_tgrad = relative_error<double>(out_tgrad, ref);
 
         cudnn[i].emplace(handle, g, pass, precisions[i]);
@@ -315,9 +336,10 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
         cudnn[i]->run(a[0].raw_data(), b[0].raw_data(), out_cudnn.raw_data());
         row.err_cudnn = relative_error<double>(out_cudnn, ref);
         row.diff_tgrad_cudnn = relative_error<float>(out_tgrad, out_cudnn);
-        std::printf("  %s %-5s %-7s err tgrad %.2e cuDNN %.2e (tgrad vs cuDNN %.2e); cuDNN %s\n",
-                    wl.id.c_str(), row.pass.c_str(), row.precision.c_str(), row.err_tgrad,
-                    row.err_cudnn, row.diff_tgrad_cudnn, row.cudnn_algo.c_str());
+        std::printf(
+            "  %s %-5s %-7s err tgrad %.2e cuDNN %.2e (tgrad vs cuDNN %.2e); tgrad %s; cuDNN %s\n",
+            wl.id.c_str(), row.pass.c_str(), row.precision.c_str(), row.err_tgrad, row.err_cudnn,
+            row.diff_tgrad_cudnn, row.kernel.c_str(), row.cudnn_algo.c_str());
         if (precisions[i] == Precision::highest && row.err_cudnn > 1e-5) {
           std::printf("  warning: cuDNN's strict float32 error %.2e looks like TF32\n",
                       row.err_cudnn);
@@ -385,9 +407,9 @@ double geomean_speedup(const std::vector<Row>& rows, const std::string& precisio
 }
 
 void print_table(const Options& opt, const std::vector<Row>& rows) {
-  std::printf("\n%-16s %-5s %-7s %9s %9s %7s %8s %8s %6s %9s %9s %9s %s\n", "wl", "pass", "prec",
-              "tgrad_ms", "cudnn_ms", "speedup", "TFLOP/s", "GB/s", "%floor", "err_tgrad",
-              "err_cudnn", "tg_vs_cd", "target");
+  std::printf("\n%-16s %-5s %-7s %9s %9s %7s %8s %8s %6s %9s %9s %9s %-6s %s\n", "wl", "pass",
+              "prec", "tgrad_ms", "cudnn_ms", "speedup", "TFLOP/s", "GB/s", "%floor", "err_tgrad",
+              "err_cudnn", "tg_vs_cd", "target", "kernel");
   for (const Row& r : rows) {
     if (!r.failure.empty()) {
       std::printf("%-16s %-5s %-7s ERROR %s\n", r.workload.c_str(), r.pass.c_str(),
@@ -395,11 +417,11 @@ void print_table(const Options& opt, const std::vector<Row>& rows) {
       continue;
     }
     const double t = r.tgrad.median_ms;
-    std::printf("%-16s %-5s %-7s %9.3f %9.3f %7.2f %8.2f %8.0f %6.1f %9.2e %9.2e %9.2e %s\n",
+    std::printf("%-16s %-5s %-7s %9.3f %9.3f %7.2f %8.2f %8.0f %6.1f %9.2e %9.2e %9.2e %-6s %s\n",
                 r.workload.c_str(), r.pass.c_str(), r.precision.c_str(), t, r.cudnn.median_ms,
                 r.speedup(), r.flops / (t * 1e-3) / 1e12, r.bytes / (t * 1e-3) / 1e9,
                 100.0 * r.floor_ms(opt) / t, r.err_tgrad, r.err_cudnn, r.diff_tgrad_cudnn,
-                r.target_met() ? "PASS" : "FAIL");
+                r.target_met() ? "PASS" : "FAIL", r.kernel.c_str());
   }
   for (const std::string& p : opt.precisions) {
     int n = 0;
@@ -478,11 +500,16 @@ nlohmann::json to_json(const Options& opt, const nlohmann::json& env,
                   {"peak_flops_high", opt.peak_flops_high},
                   {"peak_bw", opt.peak_bw},
                   {"deterministic_cudnn", opt.deterministic_cudnn},
-                  {"seed", opt.seed}};
+                  {"seed", opt.seed},
+                  {"forced_kernel", opt.kernel}};
   j["results"] = nlohmann::json::array();
   for (const Row& r : rows) {
     nlohmann::json o = {{"workload", r.workload}, {"pass", r.pass},   {"precision", r.precision},
                         {"geometry", r.geometry}, {"flops", r.flops}, {"min_bytes", r.bytes}};
+    if (!r.kernel.empty()) {
+      o["kernel"] = r.kernel;
+      o["plan"] = r.plan;
+    }
     if (!r.failure.empty()) {
       o["error"] = r.failure;
     } else {
@@ -526,6 +553,7 @@ int run(const Options& opt) {
     std::fprintf(stderr, "conv_bench: no CUDA device (or tgrad built without CUDA)\n");
     return 2;
   }
+  tgrad::set_conv_kernel(opt.kernel);  // an unknown name throws here, before any work
   BENCH_CUDA_CHECK(cudaSetDevice(0));
   cudaDeviceProp prop{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -655,6 +683,9 @@ int main(int argc, char** argv) {
   app.add_flag("--cudnn-deterministic", opt.deterministic_cudnn,
                "only let cuDNN choose deterministic algorithms (tgrad's always are)");
   app.add_option("--seed", opt.seed, "seed of the random inputs");
+  app.add_option("--kernel", opt.kernel,
+                 "force tgrad's conv kernel: a name (wgmma, mma.sync, fma) or fwd=..,dgrad=..,"
+                 "wgrad=.. (set_conv_kernel); cells it cannot run report the planner's reason");
   CLI11_PARSE(app, argc, argv);
   if (opt.check && repeats->count() == 0) opt.repeats = 5;
   try {

@@ -1,6 +1,6 @@
-// Transposed-convolution input gradient (a regular convolution of dy with w). float32 with
-// groups == 1 runs the tensor-core implicit GEMM of conv_transpose_igemm.cuh (M = C_in,
-// N = N*H_in*W_in, K = C_out*taps); every other case runs the general kernel below.
+// Transposed-convolution input gradient (a regular convolution of dy with w): runs the kernel the
+// planner (cuda/conv_plan.cpp) chose, the tensor-core implicit GEMM of conv_transpose_igemm.cuh
+// (M = C_in, N = N*H_in*W_in, K = C_out*taps) or the general kernel below.
 // General kernel: one thread owns
 // kTileCi inputs of one group,
 //   dx[n, g*Cig+ci, ih, iw] = sum_{co<Cog, kh, kw} dy[n, g*Cog+co, oh, ow] * w[g*Cig+ci, co, kh,
@@ -9,6 +9,7 @@
 // Fixed order: taps, then co.
 #include <cuda_runtime.h>
 
+#include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
@@ -68,48 +69,23 @@ __global__ void conv_transpose_dgrad_kernel(const T* __restrict__ dy, const T* _
 
 }  // namespace
 
-namespace {
-
-// The implicit-GEMM form of dgrad: src = dy, M = C_in, channels = C_out, src column
-// iw*sW - pW + kw*dW (a window read with column stride sW).
-bool dgrad_fast(CachingAllocator& alloc, const ConvParams& p, const ConvGeometry& g,
-                const Tensor& dy, const Tensor& w, Tensor& dx) {
-  if (dx.dtype() != DType::float32 || p.G != 1) return false;
-  IgemmProblem q{};
-  q.src = dy.data_ptr<float>();
-  q.bias = nullptr;
-  q.out = dx.data_ptr<float>();
-  q.N = p.N;
-  q.C = p.Co;
-  q.M = p.Ci;
-  q.Hs = p.Ho;
-  q.Ws = p.Wo;
-  q.Ho = p.Hi;
-  q.Wo = p.Wi;
-  q.kH = p.kH;
-  q.kW = p.kW;
-  q.sH = p.sH;
-  q.pH = p.pH;
-  q.dH = p.dH;
-  q.sW = p.sW;
-  q.pW = p.pW;
-  q.dW = p.dW;
-  q.gather = false;
-  q.phases = 1;
-  q.s_in = p.sW;
-  q.s_out = 1;
-  return conv_igemm(alloc, q, w.data_ptr<float>(), g.precision, dx.device().index());
-}
-
-}  // namespace
-
 void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& dy,
                           const Tensor& w, Tensor& dx) {
   const ConvParams p = make_conv_params("CUDA conv_transpose_dgrad", g, dx, w, dy);
   const int64_t total = p.N * p.G * ceil_div(p.Cig, kTileCi) * p.Hi * p.Wi;
   if (total == 0) return;
   DeviceGuard guard(dx.device());
-  if (dgrad_fast(alloc, p, g, dy, w, dx)) return;
+  const int device = dx.device().index();
+  const ConvPlan plan = plan_conv_call(ConvPass::dgrad, g, dx.dtype(), conv_device_caps(device));
+  if (plan.kernel != kKernelFma) {
+    // The implicit GEMM (wgmma or mma.sync): src = dy, M = C_in, channels = C_out.
+    IgemmProblem q = plan.igemm;
+    q.src = dy.data_ptr<float>();
+    q.bias = nullptr;
+    q.out = dx.data_ptr<float>();
+    conv_igemm(alloc, plan, q, w.data_ptr<float>(), device);
+    return;
+  }
   dispatch_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     conv_transpose_dgrad_kernel<T>

@@ -1,6 +1,7 @@
-// Transposed-convolution forward. float32 with groups == 1 runs the tensor-core implicit GEMM of
-// conv_transpose_igemm.cuh (M = C_out, N = N*positions, K = C_in*taps, per stride phase); every
-// other case (float64, groups, shapes it does not tile) runs the general gather kernel below.
+// Transposed-convolution forward: runs the kernel the planner (cuda/conv_plan.cpp) chose, the
+// tensor-core implicit GEMM of conv_transpose_igemm.cuh (M = C_out, N = N*positions, K =
+// C_in*taps, per stride phase) or the general gather kernel below (float64, groups, shapes the
+// GEMM does not tile).
 // General kernel, gather form: one thread owns kTileCo outputs
 //   y[n, g*Cog+co, oh, ow] = b[g*Cog+co] + sum_{ci<Cig, kh, kw} x[n, g*Cig+ci, ih, iw] *
 //   w[g*Cig+ci, co, kh, kw]
@@ -8,6 +9,7 @@
 // co = co0 .. co0+kTileCo-1 (one x load feeds kTileCo products). Fixed order: taps, then ci.
 #include <cuda_runtime.h>
 
+#include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
@@ -78,41 +80,6 @@ __global__ void conv_transpose_fwd_kernel(const T* __restrict__ x, const T* __re
 
 }  // namespace
 
-namespace {
-
-// The implicit-GEMM form of the forward pass: src = x, M = C_out, channels = C_in, taps
-// gathered per phase r = ow mod sW.
-bool forward_fast(CachingAllocator& alloc, const ConvParams& p, const ConvGeometry& g,
-                  const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
-  if (y.dtype() != DType::float32 || p.G != 1) return false;
-  IgemmProblem q{};
-  q.src = x.data_ptr<float>();
-  q.bias = b ? b->data_ptr<float>() : nullptr;
-  q.out = y.data_ptr<float>();
-  q.N = p.N;
-  q.C = p.Ci;
-  q.M = p.Co;
-  q.Hs = p.Hi;
-  q.Ws = p.Wi;
-  q.Ho = p.Ho;
-  q.Wo = p.Wo;
-  q.kH = p.kH;
-  q.kW = p.kW;
-  q.sH = p.sH;
-  q.pH = p.pH;
-  q.dH = p.dH;
-  q.sW = p.sW;
-  q.pW = p.pW;
-  q.dW = p.dW;
-  q.gather = true;
-  q.phases = p.sW;
-  q.s_in = 1;
-  q.s_out = p.sW;
-  return conv_igemm(alloc, q, w.data_ptr<float>(), g.precision, y.device().index());
-}
-
-}  // namespace
-
 void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& x,
                             const Tensor& w, const Tensor* b, Tensor& y) {
   const ConvParams p = make_conv_params("CUDA conv_transpose_forward", g, x, w, y);
@@ -123,7 +90,17 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
   const int64_t total = p.N * p.G * ceil_div(p.Cog, kTileCo) * p.Ho * p.Wo;
   if (total == 0) return;
   DeviceGuard guard(y.device());
-  if (forward_fast(alloc, p, g, x, w, b, y)) return;
+  const int device = y.device().index();
+  const ConvPlan plan = plan_conv_call(ConvPass::forward, g, y.dtype(), conv_device_caps(device));
+  if (plan.kernel != kKernelFma) {
+    // The implicit GEMM (wgmma or mma.sync): src = x, M = C_out, channels = C_in.
+    IgemmProblem q = plan.igemm;
+    q.src = x.data_ptr<float>();
+    q.bias = b ? b->data_ptr<float>() : nullptr;
+    q.out = y.data_ptr<float>();
+    conv_igemm(alloc, plan, q, w.data_ptr<float>(), device);
+    return;
+  }
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     conv_transpose_fwd_kernel<T><<<grid_for(total), kThreads>>>(

@@ -1,6 +1,6 @@
 // Kernels of the forward/dgrad implicit GEMM declared in conv_transpose_igemm.cuh (index formula
 // there): weight packing, the tensor-core kernel for three tile shapes and two precisions, and
-// the planner that picks a shape or declines.
+// the launcher of the shape the planner chose (cuda/conv_plan.cpp).
 //
 // A CTA owns kBM rows m x kBN positions q of one (n, oh, phase) output row. Its K loop runs over
 // steps (kChunk channels of one src row kh); each step stages in shared memory one window of
@@ -251,12 +251,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
-// Fills p's tiling fields for Cfg; false when the geometry does not fit this kernel.
-template <class Cfg, bool kSplit>
-bool igemm_plan(IgemmProblem& p) {
-  return igemm_plan_tiles(p, {Cfg::kBM, Cfg::kBN, Cfg::kChunk, Cfg::kMinBlocks, kSplit});
-}
-
 template <class Cfg, bool kSplit>
 void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
   std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, kSplit, device);
@@ -270,83 +264,22 @@ void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int d
   TGRAD_CUDA_CHECK_LAUNCH("conv_igemm_kernel");
 }
 
-// Plans p for Cfg and launches it; false (nothing launched) when the geometry does not fit.
-template <class Cfg, bool kSplit>
-bool igemm_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
-  if (!igemm_plan<Cfg, kSplit>(p)) return false;
-  igemm_launch<Cfg, kSplit>(alloc, p, w, device);
-  return true;
-}
-
-// Launches the first of Cfgs whose plan fits; false (nothing launched) when none does.
+// Launches the one of Cfgs whose tile is t; false (nothing launched) when none is.
 template <bool kSplit, class... Cfgs>
-bool igemm_first_fit(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
-  return (igemm_try<Cfgs, kSplit>(alloc, p, w, device) || ...);
+bool igemm_launch_tile(CachingAllocator& alloc, const IgemmProblem& p, const IgemmTiling& t,
+                       const float* w, int device) {
+  auto try_one = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    if (Cfg::kBM != t.bm || Cfg::kBN != t.bn || Cfg::kChunk != t.chunk ||
+        Cfg::kMinBlocks != t.min_blocks)
+      return false;
+    igemm_launch<Cfg, kSplit>(alloc, p, w, device);
+    return true;
+  };
+  return (try_one(Cfgs{}) || ...);
 }
 
 }  // namespace
-
-int64_t igemm_phase_taps(const IgemmProblem& p, int64_t r) {
-  int64_t count = 0;
-  for (int64_t kw = 0; kw < p.kW; ++kw)
-    count += (((r + p.pW - kw * p.dW) % p.sW) + p.sW) % p.sW == 0;
-  return count;
-}
-
-bool igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t) {
-  if (p.kH * p.kW > kIgemmMaxTaps || p.kH > kIgemmMaxKh) return false;
-  // Fill mode when exactly one phase of the output columns gets taps.
-  if (p.gather && p.phases > 1 && !p.fill && p.fold_m == 0) {
-    int with_taps = 0, which = 0;
-    for (int64_t r = 0; r < p.phases; ++r) {
-      if (igemm_phase_taps(p, r) > 0) ++with_taps, which = static_cast<int>(r);
-    }
-    if (with_taps == 1) p.fill = true, p.phase0 = which, p.phases = 1;
-  }
-  // The kernels list taps in 32-bit arithmetic.
-  constexpr int64_t kSmall = int64_t{1} << 30;
-  if (p.Hs >= kSmall || p.Ho * p.sH >= kSmall || p.kH * p.dH + p.pH >= kSmall ||
-      p.kW * p.dW + p.pW >= kSmall || p.sW >= kSmall)
-    return false;
-  // Column span of the taps of one row, in window columns.
-  int64_t span;
-  if (p.gather) {
-    p.win_step = 1, p.b_step = 1;
-    span = (p.kW - 1) * p.dW / p.sW;
-  } else if (p.dW % p.sW == 0) {
-    p.win_step = static_cast<int>(p.sW), p.b_step = 1;
-    span = (p.kW - 1) * p.dW / p.sW;
-  } else {
-    p.win_step = 1, p.b_step = static_cast<int>(p.s_in);
-    span = (p.kW - 1) * p.dW;
-  }
-  const int64_t win_cols = (t.bn - 1) * int64_t{p.b_step} + span + 1;
-  if (win_cols > 4096) return false;
-  p.win_cols = static_cast<int>(win_cols);
-  p.raw_pitch = static_cast<int>(ceil_div(win_cols, 32) * 32 + 8);  // == 8 mod 32: no conflicts
-  // The converted window of one stage: every value once, twice (value, residual) for 3xTF32.
-  p.conv_floats = t.chunk * p.win_cols * (t.split ? 2 : 1);
-  // 227 KB is the most one CTA may have; min_blocks CTAs share an SM's 228 KB (1 KB each is
-  // reserved, and the kernels' static arrays take about 0.5 KB). Up to 4 raw stages (3 steps
-  // of copies in flight: one step's multiply is shorter than a DRAM round trip), at least 2.
-  const int64_t limit = 227 * 1024 / t.min_blocks - 2048;
-  p.raw_stages = 4;
-  int64_t bytes = 0;
-  for (; p.raw_stages >= 2; --p.raw_stages) {
-    bytes = (2 * int64_t{p.conv_floats} + p.raw_stages * t.chunk * int64_t{p.raw_pitch}) * 4;
-    if (bytes <= limit) break;
-  }
-  if (p.raw_stages < 2) return false;
-  p.smem_bytes = static_cast<int>(bytes);
-  p.c_pad = ceil_div(p.C, t.chunk) * t.chunk;
-  if (p.c_pad / t.chunk * p.kH >= kSmall) return false;  // steps counted in 32 bits
-  p.m_tiles = ceil_div(p.M, t.bm);
-  p.m_pad = p.m_tiles * t.bm;
-  const int64_t q_max = ceil_div(p.Wo, p.s_out);
-  p.q_tiles = ceil_div(q_max, t.bn);
-  const int64_t blocks = p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N;
-  return blocks > 0 && blocks < (int64_t{1} << 31);
-}
 
 std::shared_ptr<void> igemm_pack_weights(CachingAllocator& alloc, const IgemmProblem& p,
                                          const float* w, bool split, int device) {
@@ -363,37 +296,35 @@ std::shared_ptr<void> igemm_pack_weights(CachingAllocator& alloc, const IgemmPro
   return packed;
 }
 
-bool conv_igemm(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
+void conv_igemm(CachingAllocator& alloc, const ConvPlan& plan, IgemmProblem p, const float* w,
                 int device) {
-  // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
-  // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
-  // does not allow it (wide dilations).
-  // The wgmma kernel where the device and the geometry allow it.
-  if (conv_wgmma(alloc, p, w, precision, device)) return true;
-  if (precision == Precision::highest) {
-    // 3xTF32 keeps the tensor-core chain and the FADD sum: one CTA per SM at 64x32 / 32x64
-    // warp tiles, two at 32x32.
-    using Big = IgemmConfig<2, 4, 4, 4, 32, 1>;    // 128 x 128, warp tile 64 x 32
-    using Mid = IgemmConfig<2, 4, 2, 8, 32, 1>;    // 64 x 256, warp tile 32 x 64
-    using Small = IgemmConfig<1, 8, 2, 4, 16, 2>;  // 32 x 256, warp tile 32 x 32
-    if (p.M > 64)
-      return igemm_first_fit<true, Big, IgemmConfig<2, 4, 4, 4, 16, 1>,
-                             IgemmConfig<2, 4, 4, 4, 8, 1>>(alloc, p, w, device);
-    if (p.M > 32)
-      return igemm_first_fit<true, Mid, IgemmConfig<2, 4, 2, 8, 16, 1>,
-                             IgemmConfig<2, 4, 2, 8, 8, 1>>(alloc, p, w, device);
-    return igemm_first_fit<true, Small, IgemmConfig<1, 8, 2, 4, 8, 2>>(alloc, p, w, device);
+  if (plan.kernel == kKernelWgmma) {
+    conv_wgmma_launch(alloc, p, plan.tile, plan.wgmma_max_taps, w, device);
+    return;
   }
-  using Big = IgemmConfig<2, 4, 4, 4, 32>;    // 128 x 128, warp tile 64 x 32
-  using Mid = IgemmConfig<2, 4, 2, 8, 32>;    // 64 x 256, warp tile 32 x 64
-  using Small = IgemmConfig<1, 8, 2, 4, 16>;  // 32 x 256, warp tile 32 x 32
-  if (p.M > 64)
-    return igemm_first_fit<false, Big, IgemmConfig<2, 4, 4, 4, 16>, IgemmConfig<2, 4, 4, 4, 8>>(
-        alloc, p, w, device);
-  if (p.M > 32)
-    return igemm_first_fit<false, Mid, IgemmConfig<2, 4, 2, 8, 16>, IgemmConfig<2, 4, 2, 8, 8>>(
-        alloc, p, w, device);
-  return igemm_first_fit<false, Small, IgemmConfig<1, 8, 2, 4, 8>>(alloc, p, w, device);
+  TGRAD_CHECK(plan.kernel == kKernelMmaSync, "conv_igemm: the plan's kernel '", plan.kernel,
+              "' is not an implicit GEMM");
+  // The instances the planner's mma.sync tiles name (rule_mma_sync in conv_plan.cpp): 128 x 128
+  // (warp tile 64 x 32), 64 x 256 (32 x 64), 32 x 256 (32 x 32); 3xTF32 at one CTA per SM
+  // except 32 x 256, 1xTF32 at two.
+  const IgemmTiling& t = plan.tile;
+  bool launched;
+  if (t.split) {
+    launched =
+        igemm_launch_tile<true, IgemmConfig<2, 4, 4, 4, 32, 1>, IgemmConfig<2, 4, 4, 4, 16, 1>,
+                          IgemmConfig<2, 4, 4, 4, 8, 1>, IgemmConfig<2, 4, 2, 8, 32, 1>,
+                          IgemmConfig<2, 4, 2, 8, 16, 1>, IgemmConfig<2, 4, 2, 8, 8, 1>,
+                          IgemmConfig<1, 8, 2, 4, 16, 2>, IgemmConfig<1, 8, 2, 4, 8, 2>>(
+            alloc, p, t, w, device);
+  } else {
+    launched = igemm_launch_tile<false, IgemmConfig<2, 4, 4, 4, 32>, IgemmConfig<2, 4, 4, 4, 16>,
+                                 IgemmConfig<2, 4, 4, 4, 8>, IgemmConfig<2, 4, 2, 8, 32>,
+                                 IgemmConfig<2, 4, 2, 8, 16>, IgemmConfig<2, 4, 2, 8, 8>,
+                                 IgemmConfig<1, 8, 2, 4, 16>, IgemmConfig<1, 8, 2, 4, 8>>(
+        alloc, p, t, w, device);
+  }
+  TGRAD_CHECK(launched, "conv_igemm: no mma.sync instance has the planned tile ", t.bm, "x", t.bn,
+              "/", t.chunk, " at ", t.min_blocks, " CTAs per SM");
 }
 
 }  // namespace tgrad::cuda

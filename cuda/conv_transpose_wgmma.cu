@@ -482,21 +482,8 @@ void check_wgmma_code(int device) {
   if (device >= 0 && device < static_cast<int>(checked.size())) checked[device] = 1;
 }
 
-// The most taps one src row of p contributes to an output row (over the phases).
-int64_t taps_per_row(const IgemmProblem& p) {
-  if (!p.gather) return p.kW;
-  int64_t most = 0;
-  for (int64_t r = p.phase0; r < p.phase0 + p.phases; ++r)
-    most = std::max(most, igemm_phase_taps(p, r));
-  return most;
-}
-
 template <class Cfg>
-bool wgmma_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int device) {
-  if (!Cfg::kSplit && Cfg::kMaxTaps > 0 && taps_per_row(p) > Cfg::kMaxTaps) return false;
-  if (!igemm_plan_tiles(p, {Cfg::kBM, Cfg::kBN, Cfg::kChunk, Cfg::kMinBlocks, Cfg::kSplit}))
-    return false;
-  if (p.b_step != 1) return false;  // a tap's shift must be whole columns of the window
+void wgmma_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
   std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, Cfg::kSplit, device);
   p.wp = static_cast<const float*>(packed.get());
   const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
@@ -508,7 +495,22 @@ bool wgmma_try(CachingAllocator& alloc, IgemmProblem& p, const float* w, int dev
   kernel<<<blocks, Cfg::kThreads, p.smem_bytes>>>(p);
   TGRAD_CUDA_CHECK_LAUNCH("conv_wgmma_kernel");
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  return true;
+}
+
+// Launches the one of Cfgs whose tile and tap limit the plan names; false when none does.
+template <class... Cfgs>
+bool wgmma_launch_tile(CachingAllocator& alloc, const IgemmProblem& p, const IgemmTiling& t,
+                       int max_taps, const float* w, int device) {
+  auto try_one = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    if (Cfg::kBM != t.bm || Cfg::kBN != t.bn || Cfg::kChunk != t.chunk ||
+        Cfg::kMinBlocks != t.min_blocks || Cfg::kSplit != t.split ||
+        (!Cfg::kSplit && Cfg::kMaxTaps != max_taps))
+      return false;
+    wgmma_launch<Cfg>(alloc, p, w, device);
+    return true;
+  };
+  return (try_one(Cfgs{}) || ...);
 }
 
 }  // namespace
@@ -526,39 +528,19 @@ int64_t conv_wgmma_launches() {
   return g_launches.load(std::memory_order_relaxed);
 }
 
-bool conv_wgmma(CachingAllocator& alloc, IgemmProblem p, const float* w, Precision precision,
-                int device) {
-  if (!wgmma_supported(device)) return false;
+void conv_wgmma_launch(CachingAllocator& alloc, IgemmProblem p, const IgemmTiling& tile,
+                       int max_taps, const float* w, int device) {
   check_wgmma_code(device);
-  // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty, so
-  // folding two output rows into one tile measured faster at both precisions (the numbers are
-  // in docs/performance.md).
-  if (p.M <= 32 && p.kH > 1 && p.kH < kIgemmMaxKh && (p.kH + 1) * p.kW <= kIgemmMaxTaps &&
-      p.sH == 1 && p.dH == 1 && p.Ho > 1) {
-    p.fold_m = p.M, p.fold_ho = p.Ho;
-    p.M *= 2, p.Ho = (p.Ho + 1) / 2, p.kH += 1;
-  }
-  // Which shapes go here is measured (same-run A/B against the mma.sync kernel on the H200,
-  // docs/performance.md): M <= 32 unfolded (1-D) leaves half of each 64-row warpgroup tile
-  // empty, which 1xTF32 with three taps (S1 dgrad) still wins and 3xTF32 does not; rows of more
-  // than three taps (S4, S5) run with one tap's A fragments (3xTF32, a wait after each tap) or two
-  // (1xTF32) in registers, since a whole row's would not fit two CTAs per SM. M > 64: two
-  // warpgroups along M share the window; otherwise two along N. Two CTAs per SM: one CTA's copies,
-  // conversion and stores overlap the other's wgmmas.
-  if (precision == Precision::highest) {
-    if (p.M <= 32) return false;
-    // N = 64 a warpgroup: the chain and its float32 sum take 64 registers, so two CTAs fit.
-    if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 64, 16, 3, 2, true>>(alloc, p, w, device);
-    return wgmma_try<WgmmaConfig<1, 2, 64, 16, 3, 2, true>>(alloc, p, w, device);
-  }
-  // More than three taps a row (S4, S5): two taps' A fragments in flight, whatever the count;
-  // this beat the mma.sync kernel there, while for three or fewer taps the straight-line
-  // sequence stays ahead (measurements in docs/performance.md).
-  if (taps_per_row(p) > 3)
-    return wgmma_try<WgmmaConfig<1, 2, 128, 16, 0, 2, false>>(alloc, p, w, device);
-  // 16 channels a step keep the A fragments of a step's three taps in 24 registers.
-  if (p.M > 64) return wgmma_try<WgmmaConfig<2, 1, 128, 16, 3, 2, false>>(alloc, p, w, device);
-  return wgmma_try<WgmmaConfig<1, 2, 128, 16, 3, 2, false>>(alloc, p, w, device);
+  // The instances the planner's wgmma tiles name (rule_wgmma in conv_plan.cpp): 3xTF32 with
+  // N = 64 a warpgroup, two along M (M > 64) or along N; 1xTF32 with N = 128, any tap count
+  // (two taps' A fragments in flight) or up to three taps loaded at once.
+  const bool launched = wgmma_launch_tile<
+      WgmmaConfig<2, 1, 64, 16, 3, 2, true>, WgmmaConfig<1, 2, 64, 16, 3, 2, true>,
+      WgmmaConfig<1, 2, 128, 16, 0, 2, false>, WgmmaConfig<2, 1, 128, 16, 3, 2, false>,
+      WgmmaConfig<1, 2, 128, 16, 3, 2, false>>(alloc, p, tile, max_taps, w, device);
+  TGRAD_CHECK(launched, "conv_wgmma: no wgmma instance has the planned tile ", tile.bm, "x",
+              tile.bn, "/", tile.chunk, (tile.split ? " 3xTF32" : " 1xTF32"), " with max_taps ",
+              max_taps);
 }
 
 }  // namespace tgrad::cuda

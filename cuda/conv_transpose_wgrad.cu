@@ -1,6 +1,7 @@
 // Transposed-convolution weight and bias gradients.
 //   dw[ci, co, kh, kw] = sum_{n, ih, iw} x[n, ci, ih, iw] * dy[n, g*Cog+co, ih*sH - pH + kh*dH,
 //                                                          iw*sW - pW + kw*dW],  g = ci / Cig
+// The planner (cuda/conv_plan.cpp) chooses between the two kernels below.
 // float32, groups == 1: a split-K GEMM on TF32 tensor cores (3xTF32 for "highest"), M = C_in,
 // N = C_out, K = positions; one CTA covers every kw tap of one kh from one staged dy window,
 // converted to TF32 once per segment into fragment-ordered buffers, and each split's partial
@@ -10,7 +11,9 @@
 // each element's chunks in order. The bias gradient is reduction.cu's deterministic sum of dy.
 #include <cuda_runtime.h>
 
+#include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
+#include "cuda/conv_plan.h"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
 #include "cuda/tf32_mma.cuh"
@@ -19,10 +22,7 @@ namespace tgrad::cuda {
 
 namespace {
 
-constexpr int kTileCo = 4;
-// Chunking depends on the shape only, so the bits do not depend on the GPU model.
-constexpr int64_t kMinChunk = 4096;  // r terms per block at least
-constexpr int64_t kTargetBlocks = 8192;
+constexpr int kTileCo = 4;  // the planner's wgrad fma chunking assumes this tile (conv_plan.cpp)
 
 // Writes out[e * chunks + c] for the tile's weight elements e (out = dw when chunks == 1).
 template <class T, class Out>
@@ -132,24 +132,14 @@ __global__ void sum_chunks_kernel(const double* __restrict__ partials, T* __rest
 // is done with raw[i&1] before step i+1 copies into it. One raw stage (when two would cost a
 // second CTA per SM): the copies of segment i+1 go out after barrier (2).
 
-constexpr int kSegment = 64;           // K per step: kSegment consecutive iw of one (n, ih)
-constexpr int kFlushEvery = 32;        // "highest": positions per tensor-core chain (see tf32_mma)
-constexpr int kXPitch = kSegment + 4;  // == 4 mod 32: the conversion's reads hit 32 banks
-constexpr int kWarpM = 32, kWarpN = 32;  // warp tile: 32 ci x 32 co of one tap
-constexpr int kMaxWarps = 12;          // 384 threads: up to 168 registers each (3xTF32 needs ~130)
-constexpr int64_t kTargetCtas = 1024;  // per launch, from the shape only (bits are GPU-free)
-constexpr int64_t kMaxPartialBytes = int64_t{256} << 20;
-
-// A CTA owns warps_m*32 ci x warps_n*32 co x taps_per_cta consecutive taps kw of one kh, and one
-// split of the K segments. Warp w computes tap w / per_tap.
-struct WgradPlan {
-  int warps_m, warps_n, taps_per_cta;
-  int win_cols, win_pitch;  // raw dy window: columns (a multiple of 4) / floats per row
-  int col_step, u_step;     // conv dy keeps window columns r0 + u*col_step; K step in u
-  int conv_cols, dy_pitch;  // conv dy: columns u / values per column (bank-conflict padding)
-  int raw_stages;           // 2, or 1 when 2 would cost a second CTA per SM (see wgrad_fast)
-  int64_t m_tiles, n_tiles, kw_groups, w_tiles, segments, segs_per_split, splits;
-};
+// The tile constants the planner computes with (cuda/conv_tiles.h), under the kernel's names.
+// kSegment: K per step (consecutive iw of one (n, ih)); kXPitch == 4 mod 32 (the conversion's
+// reads hit 32 banks); warp tile kWarpM ci x kWarpN co of one tap; up to kMaxWarps warps.
+constexpr int kSegment = kWgradSegment;
+constexpr int kFlushEvery = 32;  // "highest": positions per tensor-core chain (see tf32_mma)
+constexpr int kXPitch = kWgradXPitch;
+constexpr int kWarpM = kWgradWarpM, kWarpN = kWgradWarpN;
+constexpr int kMaxWarps = kWgradMaxWarps;
 
 // out[(z*Ci + ci)*Co*taps + co*taps + tap] = sum over split z's segments of x * dy at this tap.
 // kMinBlocks 2 (1xTF32) caps registers at 80 so two CTAs share an SM: measured 1.15-1.3x faster
@@ -400,90 +390,27 @@ __global__ void sum_splits_kernel(const float* __restrict__ partials, float* __r
   }
 }
 
-// Values per conv dy column: the smallest padding that puts the B fragment loads of one LDS phase
-// (lanes g along co, t along u_step * dy_pitch) in distinct banks: 32 lanes x 1 word, or half a
-// warp x 2 words for 3xTF32.
-int conv_dy_pitch(int bn, int u_step, bool split) {
-  for (int pitch = bn; pitch < bn + 32; ++pitch) {
-    const int stride = u_step * pitch;
-    if (split ? stride % 16 == 4 || stride % 16 == 12 : stride % 32 == 8 || stride % 32 == 24)
-      return pitch;
+// The kernel instance of the planner's WgradInstance.
+using WgradKernel = void (*)(const float*, const float*, float*, ConvParams, WgradPlan);
+WgradKernel wgrad_tc_instance(WgradInstance instance) {
+  switch (instance) {
+    case WgradInstance::tf32:
+      return wgrad_tc_kernel<false, 2>;
+    case WgradInstance::x3tf32:
+      return wgrad_tc_kernel<true, 1>;
+    case WgradInstance::x3tf32_7warps:
+      return wgrad_tc_kernel<true, 2, 7 * 32>;
   }
-  return bn;  // no padding helps (u_step a multiple of 8): correct, with bank conflicts
+  TGRAD_FAIL("wgrad_tc_instance: unknown instance ", static_cast<int>(instance));
 }
 
-// The tensor-core path, or false (nothing launched) when the general kernel must run.
-bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precision, const Tensor& x,
-                const Tensor& dy, Tensor& dw) {
-  if (dw.dtype() != DType::float32 || p.G != 1) return false;
-  const bool split = precision == Precision::highest;
-  WgradPlan s{};
-  s.warps_m = p.Ci > kWarpM ? 2 : 1;
-  s.warps_n = p.Co > kWarpN ? 2 : 1;
-  const int per_tap = s.warps_m * s.warps_n;
-  const int bm = s.warps_m * kWarpM, bn = s.warps_n * kWarpN;
-  const int words = split ? 2 : 1;
-  int raw_bytes = 0, conv_bytes = 0;
-  // Taps per CTA: as many as the warps allow, fewer where one stage of their dy window would
-  // pass kGroupBytes (wide dilations; the five workloads need at most ~105 KB). A constant,
-  // not the device's limit, so that the split of K (and so the bits) depends on the shape
-  // alone.
-  constexpr int kGroupBytes = 160 * 1024;
-  for (s.kw_groups = ceil_div(p.kW, int64_t{kMaxWarps / per_tap}); s.kw_groups <= p.kW;
-       ++s.kw_groups) {
-    s.taps_per_cta = static_cast<int>(ceil_div(p.kW, s.kw_groups));
-    const int64_t span = (kSegment - 1) * p.sW + (s.taps_per_cta - 1) * p.dW + 1 + 3;
-    if (span > 4096) continue;
-    s.win_cols = static_cast<int>(ceil_div(span, int64_t{4}) * 4);
-    s.win_pitch = s.win_cols % 8 == 0 ? s.win_cols + 4 : s.win_cols;  // == 4 mod 8
-    s.col_step = p.dW % p.sW == 0 ? static_cast<int>(p.sW) : 1;
-    s.u_step = static_cast<int>(p.sW) / s.col_step;
-    s.conv_cols = (s.win_cols + s.col_step - 1) / s.col_step;
-    s.dy_pitch = conv_dy_pitch(bn, s.u_step, split);
-    raw_bytes = (bm * kXPitch + bn * s.win_pitch) * static_cast<int>(sizeof(float));
-    conv_bytes = words * (bm * kSegment + s.conv_cols * s.dy_pitch) * 4;
-    if (raw_bytes + conv_bytes <= kGroupBytes) break;
-  }
-  if (s.kw_groups > p.kW) return false;
-  s.kw_groups = ceil_div(p.kW, int64_t{s.taps_per_cta});  // no group without a tap
-  // Which shapes decline depends on the GPU only through its shared memory limit; the split of K
-  // (and so the bits) depends on the shape alone.
-  const int device = dw.device().index();
-  int smem_block = 0, smem_sm = 0, regs_sm = 0;
-  TGRAD_CUDA_CHECK(
-      cudaDeviceGetAttribute(&smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  TGRAD_CUDA_CHECK(
-      cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  TGRAD_CUDA_CHECK(
-      cudaDeviceGetAttribute(&regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, device));
-  const int threads = per_tap * s.taps_per_cta * 32;
-  void (*kernel)(const float*, const float*, float*, ConvParams, WgradPlan) =
-      wgrad_tc_kernel<false, 2>;
-  if (split) {
-    kernel = threads == 7 * 32 ? wgrad_tc_kernel<true, 2, 7 * 32> : wgrad_tc_kernel<true, 1>;
-  }
-  cudaFuncAttributes attr{};
-  TGRAD_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  // Two raw stages keep a segment's copies in flight for a whole step, but not at the cost of
-  // the second CTA per SM that the registers allow (S1 needs 136-column windows): one SM with
-  // a single CTA of few warps idles at every barrier. The runtime reserves 1 KB per CTA.
-  const int ctas_by_regs = std::clamp(regs_sm / std::max(1, attr.numRegs * threads), 1, 2);
-  const int two_stages = 2 * raw_bytes + conv_bytes;
-  s.raw_stages = two_stages <= smem_block && ctas_by_regs * (two_stages + 1024) <= smem_sm ? 2 : 1;
-  const int smem = s.raw_stages * raw_bytes + conv_bytes;
-  if (smem > smem_block) return false;
-
+// Runs the planner's tensor-core plan (split-K partials summed in order when it splits).
+void wgrad_tc_launch(CachingAllocator& alloc, const WgradLaunch& launch, const ConvParams& p,
+                     const Tensor& x, const Tensor& dy, Tensor& dw) {
+  const WgradPlan& s = launch.plan;
+  const WgradKernel kernel = wgrad_tc_instance(launch.instance);
   const int64_t elements = dw.numel();
-  s.m_tiles = ceil_div(p.Ci, int64_t{bm});
-  s.n_tiles = ceil_div(p.Co, int64_t{bn});
-  s.w_tiles = ceil_div(p.Wi, int64_t{kSegment});
-  s.segments = p.N * p.Hi * s.w_tiles;
   const int64_t tiles = p.kH * s.kw_groups * s.m_tiles * s.n_tiles;
-  int64_t splits = std::clamp<int64_t>(ceil_div(kTargetCtas, tiles), 1, s.segments);
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, kMaxPartialBytes / (elements * 4)));
-  s.segs_per_split = ceil_div(s.segments, splits);
-  s.splits = ceil_div(s.segments, s.segs_per_split);
-
   std::shared_ptr<void> storage;
   float* out = dw.data_ptr<float>();
   if (s.splits > 1) {
@@ -491,16 +418,16 @@ bool wgrad_fast(CachingAllocator& alloc, const ConvParams& p, Precision precisio
     out = static_cast<float*>(storage.get());
   }
   const auto blocks = static_cast<unsigned>(tiles * s.splits);
-  TGRAD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<blocks, static_cast<unsigned>(threads), smem>>>(x.data_ptr<float>(),
-                                                           dy.data_ptr<float>(), out, p, s);
+  TGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, launch.smem_bytes));
+  kernel<<<blocks, static_cast<unsigned>(launch.threads), launch.smem_bytes>>>(
+      x.data_ptr<float>(), dy.data_ptr<float>(), out, p, s);
   TGRAD_CUDA_CHECK_LAUNCH("wgrad_tc_kernel");
   if (s.splits > 1) {
     sum_splits_kernel<<<grid_for(elements), kThreads>>>(out, dw.data_ptr<float>(), elements,
                                                         s.splits);
     TGRAD_CUDA_CHECK_LAUNCH("sum_splits_kernel");
   }
-  return true;
 }
 
 }  // namespace
@@ -516,12 +443,16 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
     fill(dw, 0.0);
     return;
   }
-  if (wgrad_fast(alloc, p, g.precision, x, dy, dw)) return;
+  const int device = dw.device().index();
+  const ConvPlan plan = plan_conv_call(ConvPass::wgrad, g, dw.dtype(), conv_device_caps(device));
+  if (plan.kernel == kKernelMmaSync) {
+    wgrad_tc_launch(alloc, plan.wgrad, p, x, dy, dw);
+    return;
+  }
+  TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_wgrad: no launcher for kernel '",
+              plan.kernel, "'");
   const int64_t tiles = p.Ci * ceil_div(p.Cog, kTileCo) * p.kH * p.kW;
-  int64_t chunks =
-      std::max<int64_t>(1, min_i64(ceil_div(r_total, kMinChunk), ceil_div(kTargetBlocks, tiles)));
-  const int64_t chunk_len = ceil_div(r_total, chunks);
-  chunks = ceil_div(r_total, chunk_len);
+  const int64_t chunks = plan.fma_chunks, chunk_len = plan.fma_chunk_len;
   const unsigned blocks = static_cast<unsigned>(min_i64(tiles * chunks, kMaxBlocks));
 
   dispatch_float(dw.dtype(), [&](auto tag) {
@@ -552,6 +483,20 @@ void conv_transpose_bias_grad(CachingAllocator& alloc, const ConvGeometry& g, co
               db.shape(), " ", db.dtype(), " do not match the geometry ", g.str());
   sum_to_shape(alloc, dy, {g.batch, g.out_channels, g.out_size[0] * g.out_size[1]}, db,
                {1, g.out_channels, 1});
+}
+
+}  // namespace tgrad::cuda
+
+namespace tgrad::cuda {
+
+void wgrad_tc_registers(DeviceCaps& caps) {
+  cudaFuncAttributes attr{};
+  TGRAD_CUDA_CHECK(cudaFuncGetAttributes(&attr, wgrad_tc_instance(WgradInstance::tf32)));
+  caps.wgrad_regs_tf32 = attr.numRegs;
+  TGRAD_CUDA_CHECK(cudaFuncGetAttributes(&attr, wgrad_tc_instance(WgradInstance::x3tf32)));
+  caps.wgrad_regs_x3tf32 = attr.numRegs;
+  TGRAD_CUDA_CHECK(cudaFuncGetAttributes(&attr, wgrad_tc_instance(WgradInstance::x3tf32_7warps)));
+  caps.wgrad_regs_x3tf32_7warps = attr.numRegs;
 }
 
 }  // namespace tgrad::cuda

@@ -13,9 +13,6 @@
 
 namespace tgrad::cuda {
 
-inline constexpr int kIgemmMaxTaps = 32;
-inline constexpr int kIgemmMaxKh = 8;
-
 // The taps of one (n, oh, phase) output row, in shared memory. A "plane" is one kh whose src row
 // exists; a step is (channel chunk, active plane).
 struct IgemmTaps {

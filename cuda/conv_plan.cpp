@@ -1,0 +1,320 @@
+// The conv planner of conv_plan.h: the candidate table (one row per kernel and pass, in priority
+// order, each with the rule that says why it declines a call), plan_conv, and the plan's trace
+// line. The rules are the ones the .cu launchers applied before the planner existed, unchanged.
+#include "cuda/conv_plan.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tgrad::cuda {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The tensor-core kernels (wgmma, mma.sync, wgrad's mma.sync) run float32 with groups 1.
+std::string tensor_core_reason(const PlanInput& in) {
+  if (in.dtype != DType::float32)
+    return std::string(dtype_name(in.dtype)) + ": the tensor-core kernels are float32 only";
+  if (in.g.groups != 1)
+    return "groups=" + std::to_string(in.g.groups) + ": the tensor-core kernels need groups 1";
+  return "";
+}
+
+// The implicit GEMM of forward (src = x, M = C_out, channels = C_in, taps gathered per phase
+// r = ow mod sW) or dgrad (src = dy, M = C_in, channels = C_out, src column iw*sW - pW + kw*dW:
+// a window read with column stride sW). Pointers stay null: the launcher sets them.
+IgemmProblem igemm_problem(ConvPass pass, const ConvGeometry& g) {
+  IgemmProblem q{};
+  const bool fwd = pass == ConvPass::forward;
+  q.N = g.batch;
+  q.C = fwd ? g.in_channels : g.out_channels;
+  q.M = fwd ? g.out_channels : g.in_channels;
+  q.Hs = fwd ? g.in_size[0] : g.out_size[0];
+  q.Ws = fwd ? g.in_size[1] : g.out_size[1];
+  q.Ho = fwd ? g.out_size[0] : g.in_size[0];
+  q.Wo = fwd ? g.out_size[1] : g.in_size[1];
+  q.kH = g.kernel[0];
+  q.kW = g.kernel[1];
+  q.sH = g.stride[0];
+  q.pH = g.padding[0];
+  q.dH = g.dilation[0];
+  q.sW = g.stride[1];
+  q.pW = g.padding[1];
+  q.dW = g.dilation[1];
+  q.gather = fwd;
+  q.phases = fwd ? g.stride[1] : 1;
+  q.s_in = fwd ? 1 : g.stride[1];
+  q.s_out = fwd ? g.stride[1] : 1;
+  return q;
+}
+
+// The most taps one src row of p contributes to an output row (over the phases).
+int64_t taps_per_row(const IgemmProblem& p) {
+  if (!p.gather) return p.kW;
+  int64_t most = 0;
+  for (int64_t r = p.phase0; r < p.phase0 + p.phases; ++r)
+    most = std::max(most, igemm_phase_taps(p, r));
+  return most;
+}
+
+std::string tile_name(const IgemmTiling& t) {
+  std::ostringstream os;
+  os << t.bm << 'x' << t.bn << '/' << t.chunk << "ch";
+  return os.str();
+}
+
+// ---- wgmma (sm_90a; forward and dgrad) ------------------------------------------------------
+
+std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
+  std::string why = tensor_core_reason(in);
+  if (!why.empty()) return why;
+  // The kernel is built for sm_90a alone (cuda/CMakeLists.txt), which runs on 9.0 only.
+  if (in.caps.sm_major != 9 || in.caps.sm_minor != 0)
+    return "compute capability " + std::to_string(in.caps.sm_major) + "." +
+           std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
+  if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernel";
+  IgemmProblem p = igemm_problem(in.pass, in.g);
+  // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty, so
+  // folding two output rows into one tile measured faster at both precisions (the numbers are
+  // in docs/performance.md).
+  if (p.M <= 32 && p.kH > 1 && p.kH < kIgemmMaxKh && (p.kH + 1) * p.kW <= kIgemmMaxTaps &&
+      p.sH == 1 && p.dH == 1 && p.Ho > 1) {
+    p.fold_m = p.M, p.fold_ho = p.Ho;
+    p.M *= 2, p.Ho = (p.Ho + 1) / 2, p.kH += 1;
+  }
+  // Which shapes go here is measured (same-run A/B against the mma.sync kernel on the H200,
+  // docs/performance.md): M <= 32 unfolded (1-D) leaves half of each 64-row warpgroup tile
+  // empty, which 1xTF32 with three taps (S1 dgrad) still wins and 3xTF32 does not; rows of more
+  // than three taps (S4, S5) run with one tap's A fragments (3xTF32, a wait after each tap) or two
+  // (1xTF32) in registers, since a whole row's would not fit two CTAs per SM. M > 64: two
+  // warpgroups along M share the window; otherwise two along N. Two CTAs per SM: one CTA's copies,
+  // conversion and stores overlap the other's wgmmas. The tiles are WgmmaConfig's kBM x kBN.
+  IgemmTiling tile{};
+  int max_taps = 3;
+  if (in.g.precision == Precision::highest) {
+    if (p.M <= 32)
+      return "highest with M=" + std::to_string(p.M) +
+             " <= 32 unfolded: half of each 64-row tile would be empty (mma.sync is faster)";
+    // N = 64 a warpgroup: the chain and its float32 sum take 64 registers, so two CTAs fit.
+    tile = p.M > 64 ? IgemmTiling{128, 64, 16, 2, true} : IgemmTiling{64, 128, 16, 2, true};
+  } else if (taps_per_row(p) > 3) {
+    // More than three taps a row (S4, S5): two taps' A fragments in flight, whatever the count;
+    // this beat the mma.sync kernel there, while for three or fewer taps the straight-line
+    // sequence stays ahead (measurements in docs/performance.md).
+    tile = {64, 256, 16, 2, false};
+    max_taps = 0;
+  } else {
+    // 16 channels a step keep the A fragments of a step's three taps in 24 registers.
+    tile = p.M > 64 ? IgemmTiling{128, 128, 16, 2, false} : IgemmTiling{64, 256, 16, 2, false};
+  }
+  if (!tile.split && max_taps > 0 && taps_per_row(p) > max_taps)
+    return "more than " + std::to_string(max_taps) + " taps a row";
+  if (const char* no = igemm_plan_tiles(p, tile)) return "tile " + tile_name(tile) + ": " + no;
+  if (p.b_step != 1)
+    return "window column step " + std::to_string(p.b_step) +
+           ": a tap's shift must be whole columns of the window";
+  plan.igemm = p;
+  plan.tile = tile;
+  plan.wgmma_max_taps = max_taps;
+  return "";
+}
+
+// ---- mma.sync implicit GEMM (forward and dgrad) ----------------------------------------------
+
+std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
+  std::string why = tensor_core_reason(in);
+  if (!why.empty()) return why;
+  IgemmProblem p = igemm_problem(in.pass, in.g);
+  // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
+  // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
+  // does not allow it (wide dilations). 3xTF32 keeps the tensor-core chain and the FADD sum:
+  // one CTA per SM at 64x32 / 32x64 warp tiles, two at 32x32; 1xTF32 two everywhere.
+  // The tiles are IgemmConfig's kBM x kBN: 128 x 128 (warp tile 64 x 32), 64 x 256 (32 x 64),
+  // 32 x 256 (32 x 32).
+  const bool split = in.g.precision == Precision::highest;
+  const int big_blocks = split ? 1 : 2;
+  std::vector<IgemmTiling> tiles;
+  if (p.M > 64) {
+    tiles = {{128, 128, 32, big_blocks, split},
+             {128, 128, 16, big_blocks, split},
+             {128, 128, 8, big_blocks, split}};
+  } else if (p.M > 32) {
+    tiles = {{64, 256, 32, big_blocks, split},
+             {64, 256, 16, big_blocks, split},
+             {64, 256, 8, big_blocks, split}};
+  } else if (split) {
+    tiles = {{32, 256, 16, 2, true}, {32, 256, 8, 2, true}};
+  } else {
+    tiles = {{32, 256, 16, 2, false}, {32, 256, 8, 2, false}};
+  }
+  std::string misses;
+  for (const IgemmTiling& t : tiles) {
+    // One problem across the tries, as the first-fit launcher had it (fill, once set, stays).
+    const char* no = igemm_plan_tiles(p, t);
+    if (no == nullptr) {
+      plan.igemm = p;
+      plan.tile = t;
+      return "";
+    }
+    misses += (misses.empty() ? "" : "; ") + tile_name(t) + ": " + no;
+  }
+  return "no tile fits (" + misses + ")";
+}
+
+// ---- wgrad's split-K tensor-core GEMM ---------------------------------------------------------
+
+std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
+  std::string why = tensor_core_reason(in);
+  if (!why.empty()) return why;
+  const ConvGeometry& g = in.g;
+  const WgradShape shape{g.batch,      g.in_channels, g.out_channels, g.in_size[0],
+                         g.in_size[1], g.out_size[0], g.out_size[1],  g.kernel[0],
+                         g.kernel[1],  g.stride[1],   g.dilation[1]};
+  const WgradDeviceLimits dev{in.caps.smem_per_block_optin, in.caps.smem_per_sm,
+                              in.caps.regs_per_sm,          in.caps.wgrad_regs_tf32,
+                              in.caps.wgrad_regs_x3tf32,    in.caps.wgrad_regs_x3tf32_7warps};
+  if (const char* no = wgrad_plan_tiles(shape, g.precision == Precision::highest, dev, plan.wgrad))
+    return no;
+  return "";
+}
+
+// ---- The general kernels (every dtype, groups, geometry) ---------------------------------------
+
+std::string rule_fma(const PlanInput& in, ConvPlan& plan) {
+  if (in.pass != ConvPass::wgrad) return "";
+  // wgrad: each (weight tile of 4 C_out, chunk of positions) block meets in a shared-memory tree;
+  // chunking depends on the shape only, so the bits do not depend on the GPU model.
+  constexpr int64_t kTileCo = 4, kMinChunk = 4096, kTargetBlocks = 8192;
+  const ConvGeometry& g = in.g;
+  const int64_t r_total = g.batch * g.in_size[0] * g.in_size[1];
+  if (r_total == 0) return "";  // nothing to sum: the launcher writes zeros
+  const int64_t tiles =
+      g.in_channels * ceil_div(g.out_channels_per_group(), kTileCo) * g.kernel[0] * g.kernel[1];
+  int64_t chunks =
+      std::max<int64_t>(1, std::min(ceil_div(r_total, kMinChunk), ceil_div(kTargetBlocks, tiles)));
+  plan.fma_chunk_len = ceil_div(r_total, chunks);
+  plan.fma_chunks = ceil_div(r_total, plan.fma_chunk_len);
+  return "";
+}
+
+}  // namespace
+
+const char* conv_pass_name(ConvPass pass) {
+  switch (pass) {
+    case ConvPass::forward:
+      return "fwd";
+    case ConvPass::dgrad:
+      return "dgrad";
+    case ConvPass::wgrad:
+      return "wgrad";
+  }
+  return "?";
+}
+
+DeviceCaps DeviceCaps::h100() {
+  DeviceCaps c;
+  c.sm_major = 9, c.sm_minor = 0, c.sm_count = 132;
+  c.smem_per_block_optin = 227 * 1024;
+  c.smem_per_sm = 228 * 1024;
+  c.regs_per_sm = 65536;
+  c.wgmma_compiled = true;
+  // ptxas -v (CUDA 13.0, sm_90) on wgrad_tc_kernel<false, 2>, <true, 1>, <true, 2, 224>.
+  c.wgrad_regs_tf32 = 80, c.wgrad_regs_x3tf32 = 168, c.wgrad_regs_x3tf32_7warps = 128;
+  return c;
+}
+
+// Adding a kernel is one more row here (and its rule above): rows are tried in this order.
+const std::vector<Candidate>& conv_candidates() {
+  static const std::vector<Candidate> table = {
+      {kKernelWgmma, ConvPass::forward, rule_wgmma},
+      {kKernelMmaSync, ConvPass::forward, rule_mma_sync},
+      {kKernelFma, ConvPass::forward, rule_fma},
+      {kKernelWgmma, ConvPass::dgrad, rule_wgmma},
+      {kKernelMmaSync, ConvPass::dgrad, rule_mma_sync},
+      {kKernelFma, ConvPass::dgrad, rule_fma},
+      {kKernelMmaSync, ConvPass::wgrad, rule_wgrad_mma_sync},
+      {kKernelFma, ConvPass::wgrad, rule_fma},
+  };
+  return table;
+}
+
+ConvPlan plan_conv(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
+                   const std::string& forced) {
+  const PlanInput in{pass, g, dtype, caps};
+  ConvPlan plan;
+  plan.pass = pass;
+  // str() names the precision when it is "high"; float32's default is named here too.
+  plan.geometry = g.str() + " " + dtype_name(dtype);
+  if (dtype == DType::float32 && g.precision == Precision::highest)
+    plan.geometry += " precision=highest";
+  std::string names;
+  for (const Candidate& c : conv_candidates()) {
+    if (c.pass != pass) continue;
+    names += (names.empty() ? "" : ", ") + std::string(c.kernel);
+    if (!forced.empty() && forced != c.kernel) {
+      plan.declined.push_back({c.kernel, "not the forced kernel '" + forced + "'"});
+      continue;
+    }
+    ConvPlan attempt = plan;
+    const std::string why = c.rule(in, attempt);
+    if (why.empty()) {
+      attempt.kernel = c.kernel;
+      return attempt;
+    }
+    TGRAD_CHECK(forced.empty(), "conv_transpose ", conv_pass_name(pass), ": the forced kernel '",
+                forced, "' cannot run ", plan.geometry, ": ", why);
+    plan.declined.push_back({c.kernel, why});
+  }
+  TGRAD_FAIL("conv_transpose ", conv_pass_name(pass), ": no kernel '", forced, "' for this pass (",
+             names, ")");
+}
+
+std::string ConvPlan::label() const {
+  if (kernel == kKernelWgmma) {
+    std::string s = "wgmma";
+    if (igemm.fill) s += ", fill";
+    if (!tile.split && wgmma_max_taps == 0) s += ", 2 taps in flight";
+    if (igemm.fold_m > 0) s += ", row fold";
+    return s;
+  }
+  if (pass == ConvPass::wgrad) return "wgrad (" + kernel + ")";
+  if (kernel == kKernelMmaSync && igemm.fill) return "mma.sync, fill";
+  return kernel;
+}
+
+std::string ConvPlan::describe() const {
+  std::ostringstream os;
+  os << "tgrad conv " << conv_pass_name(pass) << ": " << geometry << " -> " << label();
+  const IgemmProblem& p = igemm;
+  if (kernel == kKernelWgmma || (kernel == kKernelMmaSync && pass != ConvPass::wgrad)) {
+    os << " [tile " << tile_name(tile) << (tile.split ? " 3xTF32" : " 1xTF32") << ", "
+       << tile.min_blocks << " CTA/SM";
+    if (kernel == kKernelWgmma) {
+      os << ", "
+         << (tile.split            ? std::string("one tap's chain at a time")
+             : wgmma_max_taps == 0 ? std::string("2 taps in flight")
+                                   : "taps<=" + std::to_string(wgmma_max_taps));
+    }
+    os << ", raw stages " << p.raw_stages << ", smem " << p.smem_bytes << " B, grid "
+       << p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N << "]";
+  } else if (kernel == kKernelMmaSync) {
+    const WgradPlan& s = wgrad.plan;
+    os << " [" << s.warps_m * kWgradWarpM << "x" << s.warps_n * kWgradWarpN << "x" << s.taps_per_cta
+       << " taps, " << wgrad.threads << " threads, raw stages " << s.raw_stages << ", smem "
+       << wgrad.smem_bytes << " B, splits " << s.splits << "]";
+  } else if (kernel == kKernelFma && pass == ConvPass::wgrad) {
+    os << " [" << fma_chunks << " chunks of " << fma_chunk_len << "]";
+  }
+  os << "; declined:";
+  if (declined.empty()) os << " none";
+  for (size_t i = 0; i < declined.size(); ++i)
+    os << (i ? "; " : " ") << declined[i].kernel << " (" << declined[i].reason << ")";
+  return os.str();
+}
+
+}  // namespace tgrad::cuda

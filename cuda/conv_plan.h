@@ -1,0 +1,104 @@
+// The conv planner: one function decides, for (pass, geometry, dtype and precision, device),
+// which kernel runs a transposed convolution and with which configuration, and records why each
+// candidate above it was declined. The CUDA launchers run exactly what the plan says. Plain C++
+// (compiled in every build, so the planner's tests run without a GPU). Private to the project.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/conv_geometry.h"
+#include "core/dtype.h"
+#include "cuda/conv_tiles.h"
+
+namespace tgrad::cuda {
+
+enum class ConvPass { forward, dgrad, wgrad };
+
+// "fwd", "dgrad", "wgrad": the spelling of the trace and of TGRAD_CONV_KERNEL.
+const char* conv_pass_name(ConvPass pass);
+
+// What the planner needs to know of a device.
+struct DeviceCaps {
+  int sm_major = 0, sm_minor = 0, sm_count = 0;
+  int64_t smem_per_block_optin = 0;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, bytes
+  int64_t smem_per_sm = 0;           // cudaDevAttrMaxSharedMemoryPerMultiprocessor, bytes
+  int64_t regs_per_sm = 0;           // cudaDevAttrMaxRegistersPerMultiprocessor
+  bool wgmma_compiled = false;       // the build holds the sm_90a code of the wgmma kernel
+  // Registers per thread of the wgrad tensor-core instances as compiled (cudaFuncGetAttributes):
+  // they decide the raw stages of wgrad (WgradDeviceLimits).
+  int wgrad_regs_tf32 = 0, wgrad_regs_x3tf32 = 0, wgrad_regs_x3tf32_7warps = 0;
+
+  // An H100 SXM with this build's kernels (ptxas, CUDA 13, sm_90): for tests of the planner.
+  static DeviceCaps h100();
+};
+
+// Kernel names, as the trace prints them and TGRAD_CONV_KERNEL / set_conv_kernel take them.
+inline constexpr const char* kKernelWgmma = "wgmma";       // fwd, dgrad: sm_90a implicit GEMM
+inline constexpr const char* kKernelMmaSync = "mma.sync";  // every pass: TF32 tensor cores
+inline constexpr const char* kKernelFma = "fma";           // every pass: the general kernels
+
+struct Declined {
+  std::string kernel;
+  std::string reason;
+};
+
+struct ConvPlan {
+  ConvPass pass = ConvPass::forward;
+  std::string kernel;  // one of the kernel names above
+  // wgmma and mma.sync (forward, dgrad): the problem with its tiling fields filled (pointers
+  // null), the tile shape, and for wgmma the most taps a row may have with all their A fragments
+  // loaded at once (0: any count, two taps' fragments in flight).
+  IgemmProblem igemm{};
+  IgemmTiling tile{};
+  int wgmma_max_taps = 0;
+  // mma.sync (wgrad): the split-K GEMM's plan and instance.
+  WgradLaunch wgrad{};
+  // fma (wgrad): positions per chunk and chunks (their partials are summed in order).
+  int64_t fma_chunks = 0, fma_chunk_len = 0;
+  // The candidates above `kernel` in priority order, each with why it does not run this call.
+  std::vector<Declined> declined;
+  // What the trace prints: pass, geometry, dtype/precision, kernel and configuration, declined.
+  std::string geometry;  // ConvGeometry::str() and the dtype/precision
+  std::string describe() const;
+  // The kernel with its mode, as docs/performance.md's "kernel" column writes it: "wgmma, fill",
+  // "wgmma, 2 taps in flight, row fold", "mma.sync", "wgrad (mma.sync)", "fma", ...
+  std::string label() const;
+};
+
+// One row of the candidate table: its kernel name and its rule, which fills the plan's
+// configuration and returns "" when the kernel runs the call, else the reason it does not.
+struct PlanInput {
+  ConvPass pass;
+  const ConvGeometry& g;
+  DType dtype;
+  const DeviceCaps& caps;
+};
+struct Candidate {
+  const char* kernel;
+  ConvPass pass;
+  std::string (*rule)(const PlanInput& in, ConvPlan& plan);
+};
+// The table, in priority order (all passes; the first eligible row of a pass wins).
+const std::vector<Candidate>& conv_candidates();
+
+// Plans one call: the first eligible candidate of `pass`, or, when `forced` names a kernel,
+// that kernel (tgrad::Error naming it and the planner's reason when it cannot run the call, or
+// when no candidate of the pass has that name). The geometry's precision is g.precision.
+ConvPlan plan_conv(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
+                   const std::string& forced = "");
+
+// The launchers' entry: plan_conv with the kernel forced for this pass (set_conv_kernel or
+// TGRAD_CONV_KERNEL), the trace line on stderr when tracing is on, and the plan kept as the
+// pass's last one.
+ConvPlan plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps);
+
+// The plan of the last CUDA call of `pass` in this process (kernel empty when none ran yet):
+// for conv_bench and tests, which cannot tell two tensor-core kernels apart by their results.
+ConvPlan last_conv_plan(ConvPass pass);
+
+// The settings behind set_conv_trace / set_conv_kernel (core/device.h), environment included.
+bool conv_trace_enabled();
+std::string conv_kernel_forced(ConvPass pass);
+
+}  // namespace tgrad::cuda

@@ -1,0 +1,145 @@
+// The conv trace and kernel override (set_conv_trace / set_conv_kernel of core/device.h, and
+// TGRAD_CONV_TRACE / TGRAD_CONV_KERNEL, read once), plan_conv_call, which applies them around
+// plan_conv, and the last plan of each pass. Plain C++, in every build.
+#include <array>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "cuda/conv_plan.h"
+
+namespace tgrad {
+namespace cuda {
+
+namespace {
+
+struct ConvSettings {
+  bool trace = false;
+  std::string spec;                   // as set, for get_conv_kernel
+  std::array<std::string, 3> forced;  // per ConvPass; empty: the planner chooses
+  std::string env_error;              // a bad TGRAD_CONV_KERNEL, reported at every conv call
+  std::array<ConvPlan, 3> last;
+};
+
+bool kernel_of_pass(const std::string& name, ConvPass pass) {
+  for (const Candidate& c : conv_candidates())
+    if (c.pass == pass && name == c.kernel) return true;
+  return false;
+}
+
+// Parses "", "name" (every pass that has a kernel of that name) or "fwd=a,dgrad=b,wgrad=c"
+// (any subset); tgrad::Error naming `who` and the spec otherwise.
+std::array<std::string, 3> parse_spec(const char* who, const std::string& spec) {
+  std::array<std::string, 3> forced;
+  if (spec.empty()) return forced;
+  if (spec.find('=') == std::string::npos) {
+    bool any = false;
+    for (int i = 0; i < 3; ++i) {
+      if (kernel_of_pass(spec, static_cast<ConvPass>(i))) forced[static_cast<size_t>(i)] = spec;
+      any = any || !forced[static_cast<size_t>(i)].empty();
+    }
+    TGRAD_CHECK(any, who, ": unknown conv kernel '", spec, "' (kernels: ", kKernelWgmma, ", ",
+                kKernelMmaSync, ", ", kKernelFma, ")");
+    return forced;
+  }
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', start), spec.size());
+    const std::string item = spec.substr(start, comma - start);
+    const size_t eq = item.find('=');
+    TGRAD_CHECK(eq != std::string::npos, who, ": '", spec,
+                "' is neither a kernel name nor pass=kernel items (fwd=wgmma,wgrad=fma)");
+    const std::string pass_name = item.substr(0, eq), kernel = item.substr(eq + 1);
+    int pass = -1;
+    for (int i = 0; i < 3; ++i)
+      if (pass_name == conv_pass_name(static_cast<ConvPass>(i))) pass = i;
+    TGRAD_CHECK(pass >= 0, who, ": unknown pass '", pass_name, "' in '", spec,
+                "' (passes: fwd, dgrad, wgrad)");
+    TGRAD_CHECK(kernel_of_pass(kernel, static_cast<ConvPass>(pass)), who, ": no kernel '", kernel,
+                "' for pass ", pass_name, " in '", spec, "'");
+    forced[static_cast<size_t>(pass)] = kernel;
+    start = comma + 1;
+  }
+  return forced;
+}
+
+// The settings, initialised from the environment on first use; callers hold mutex().
+std::mutex& mutex() {
+  static std::mutex m;
+  return m;
+}
+ConvSettings& settings() {
+  static ConvSettings s = [] {
+    ConvSettings init;
+    const char* trace = std::getenv("TGRAD_CONV_TRACE");
+    init.trace = trace != nullptr && std::string(trace) == "1";
+    const char* kernel = std::getenv("TGRAD_CONV_KERNEL");
+    if (kernel != nullptr) {
+      try {
+        init.forced = parse_spec("TGRAD_CONV_KERNEL", kernel);
+        init.spec = kernel;
+      } catch (const Error& e) {
+        init.env_error = e.what();
+      }
+    }
+    return init;
+  }();
+  return s;
+}
+
+}  // namespace
+
+bool conv_trace_enabled() {
+  std::lock_guard<std::mutex> lock(mutex());
+  return settings().trace;
+}
+
+std::string conv_kernel_forced(ConvPass pass) {
+  std::lock_guard<std::mutex> lock(mutex());
+  const ConvSettings& s = settings();
+  TGRAD_CHECK(s.env_error.empty(), s.env_error);
+  return s.forced[static_cast<size_t>(pass)];
+}
+
+ConvPlan plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps) {
+  ConvPlan plan = plan_conv(pass, g, dtype, caps, conv_kernel_forced(pass));
+  std::lock_guard<std::mutex> lock(mutex());
+  ConvSettings& s = settings();
+  if (s.trace) std::cerr << plan.describe() << std::endl;
+  s.last[static_cast<size_t>(pass)] = plan;
+  return plan;
+}
+
+ConvPlan last_conv_plan(ConvPass pass) {
+  std::lock_guard<std::mutex> lock(mutex());
+  return settings().last[static_cast<size_t>(pass)];
+}
+
+}  // namespace cuda
+
+void set_conv_trace(bool enabled) {
+  std::lock_guard<std::mutex> lock(cuda::mutex());
+  cuda::settings().trace = enabled;
+}
+
+bool get_conv_trace() {
+  return cuda::conv_trace_enabled();
+}
+
+void set_conv_kernel(const std::string& spec) {
+  std::array<std::string, 3> forced = cuda::parse_spec("set_conv_kernel", spec);
+  std::lock_guard<std::mutex> lock(cuda::mutex());
+  cuda::ConvSettings& s = cuda::settings();
+  s.forced = std::move(forced);
+  s.spec = spec;
+  s.env_error.clear();
+}
+
+std::string get_conv_kernel() {
+  std::lock_guard<std::mutex> lock(cuda::mutex());
+  return cuda::settings().spec;
+}
+
+}  // namespace tgrad

@@ -1,0 +1,328 @@
+// The conv planner (cuda/conv_plan.h) on the CPU: the plan of every suite layer and S1-S5 at both
+// precisions and all three passes with H100 caps, the kernels of docs/performance.md's table,
+// rule-level declines, the override and its errors, the trace line; and on a GPU, the runtime
+// override and the plan that ran.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench/decoder_layers.h"
+#include "core/conv_geometry.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "cuda/conv_plan.h"
+#include "tests/test_util.h"
+
+namespace tgrad {
+namespace {
+
+using bench::ConvLayerSpec;
+using cuda::ConvPass;
+using cuda::ConvPlan;
+using cuda::DeviceCaps;
+using cuda::plan_conv;
+
+constexpr ConvPass kPasses[] = {ConvPass::forward, ConvPass::dgrad, ConvPass::wgrad};
+
+ConvGeometry geometry(const ConvLayerSpec& l, Precision precision) {
+  ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l));
+  g.precision = precision;
+  return g;
+}
+
+// S1-S5 as bench/conv_bench.cu defines them (docs/performance.md): 1-D S1-S4, 2-D S5.
+std::vector<ConvLayerSpec> s_workloads() {
+  using bench::layer1d;
+  std::vector<ConvLayerSpec> w = {
+      layer1d("S1", "S1", 16, 32, 64, 131072, 3, 2, 1),
+      layer1d("S2", "S2", 64, 64, 128, 65536, 3, 1, 0),
+      layer1d("S3", "S3", 64, 128, 128, 65536, 3, 1, 0),
+      layer1d("S4", "S4", 32, 32, 64, 131072, 5, 1, 0),
+  };
+  w[0].dilation = {2, 0};
+  w[3].dilation = {3, 0};
+  ConvLayerSpec s5 = bench::layer2d("S5", "S5", 8, 32, 32, 512, 3, 1, 1);
+  s5.in_size = {512, 1024};
+  s5.kernel = {3, 7};
+  s5.padding = {1, 3};
+  w.push_back(s5);
+  return w;
+}
+
+// The candidates of `pass`, in priority order.
+std::vector<std::string> candidates(ConvPass pass) {
+  std::vector<std::string> names;
+  for (const cuda::Candidate& c : cuda::conv_candidates())
+    if (c.pass == pass) names.push_back(c.kernel);
+  return names;
+}
+
+// The plan is a known kernel of the pass and its declined list names, with a reason, exactly
+// the candidates above it, in order.
+void expect_consistent(const ConvPlan& plan, ConvPass pass, const std::string& config) {
+  const std::vector<std::string> names = candidates(pass);
+  size_t chosen = names.size();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == plan.kernel) chosen = i;
+  ASSERT_LT(chosen, names.size()) << config << ": unknown kernel '" << plan.kernel << "'";
+  ASSERT_EQ(plan.declined.size(), chosen) << config << ": " << plan.describe();
+  for (size_t i = 0; i < chosen; ++i) {
+    EXPECT_EQ(plan.declined[i].kernel, names[i]) << config;
+    EXPECT_FALSE(plan.declined[i].reason.empty()) << config << ": " << names[i];
+  }
+}
+
+TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
+  std::vector<ConvLayerSpec> layers = bench::decoder_layers();
+  for (const ConvLayerSpec& s : s_workloads())
+    layers.push_back(s);
+  const DeviceCaps caps = DeviceCaps::h100();
+  for (const ConvLayerSpec& l : layers) {
+    for (Precision precision : {Precision::highest, Precision::high}) {
+      const ConvGeometry g = geometry(l, precision);
+      for (ConvPass pass : kPasses) {
+        for (DType dtype : {DType::float32, DType::float64}) {
+          const std::string config = l.id + " " + cuda::conv_pass_name(pass) + " " +
+                                     dtype_name(dtype) +
+                                     (precision == Precision::high ? " high" : " highest");
+          const ConvPlan plan = plan_conv(pass, g, dtype, caps);
+          expect_consistent(plan, pass, config);
+          // The general kernels run every float64 and grouped call; the tensor cores none.
+          if (dtype == DType::float64 || g.groups > 1) {
+            EXPECT_EQ(plan.kernel, "fma") << config;
+          }
+        }
+      }
+    }
+  }
+}
+
+// docs/performance.md's table, "kernel" column (run 20a, H200; the H100 has the same caps for
+// these rules: compute capability 9.0 and 227 KB of shared memory per CTA).
+TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
+  struct Row {
+    const char* id;
+    ConvPass pass;
+    const char* highest;
+    const char* high;
+  };
+  const Row rows[] = {
+      {"S1", ConvPass::forward, "wgmma, fill", "wgmma, fill"},
+      {"S1", ConvPass::dgrad, "mma.sync", "wgmma"},
+      {"S1", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
+      {"S2", ConvPass::forward, "wgmma", "wgmma"},
+      {"S2", ConvPass::dgrad, "wgmma", "wgmma"},
+      {"S2", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
+      {"S3", ConvPass::forward, "wgmma", "wgmma"},
+      {"S3", ConvPass::dgrad, "wgmma", "wgmma"},
+      {"S3", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
+      {"S4", ConvPass::forward, "wgmma", "wgmma, 2 taps in flight"},
+      {"S4", ConvPass::dgrad, "mma.sync", "wgmma, 2 taps in flight"},
+      {"S4", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
+      {"S5", ConvPass::forward, "wgmma, row fold", "wgmma, 2 taps in flight, row fold"},
+      {"S5", ConvPass::dgrad, "wgmma, row fold", "wgmma, 2 taps in flight, row fold"},
+      {"S5", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
+  };
+  const std::vector<ConvLayerSpec> s = s_workloads();
+  for (const Row& row : rows) {
+    const ConvLayerSpec& l = s[static_cast<size_t>(row.id[1] - '1')];
+    ASSERT_EQ(l.id, row.id);
+    for (Precision precision : {Precision::highest, Precision::high}) {
+      const ConvPlan plan =
+          plan_conv(row.pass, geometry(l, precision), DType::float32, DeviceCaps::h100());
+      EXPECT_EQ(plan.label(), precision == Precision::high ? row.high : row.highest)
+          << plan.describe();
+    }
+  }
+}
+
+ConvGeometry small_2d(int64_t ci, int64_t co, int64_t groups, Precision precision) {
+  ConvLayerSpec l = bench::layer2d("t", "t", 2, ci, co, 16, 3, 1, 1, 0, groups);
+  return geometry(l, precision);
+}
+
+std::string reason_of(const ConvPlan& plan, const std::string& kernel) {
+  for (const cuda::Declined& d : plan.declined)
+    if (d.kernel == kernel) return d.reason;
+  return "<not declined>";
+}
+
+TEST(ConvPlan, GroupsDeclineTheTensorCoreKernelsNamingGroups) {
+  const ConvGeometry g = small_2d(64, 64, 2, Precision::high);
+  for (ConvPass pass : kPasses) {
+    const ConvPlan plan = plan_conv(pass, g, DType::float32, DeviceCaps::h100());
+    EXPECT_EQ(plan.kernel, "fma");
+    if (pass != ConvPass::wgrad) {
+      EXPECT_NE(reason_of(plan, "wgmma").find("groups=2"), std::string::npos) << plan.describe();
+    }
+    EXPECT_NE(reason_of(plan, "mma.sync").find("groups=2"), std::string::npos) << plan.describe();
+  }
+}
+
+TEST(ConvPlan, ComputeCapabilityDecidesWgmma) {
+  const ConvGeometry g = small_2d(64, 64, 1, Precision::high);
+  DeviceCaps a100 = DeviceCaps::h100();
+  a100.sm_major = 8, a100.sm_minor = 0;
+  for (ConvPass pass : {ConvPass::forward, ConvPass::dgrad}) {
+    EXPECT_EQ(plan_conv(pass, g, DType::float32, DeviceCaps::h100()).kernel, "wgmma");
+    const ConvPlan plan = plan_conv(pass, g, DType::float32, a100);
+    EXPECT_EQ(plan.kernel, "mma.sync");
+    EXPECT_NE(reason_of(plan, "wgmma").find("compute capability 8.0"), std::string::npos)
+        << plan.describe();
+  }
+  DeviceCaps no_code = DeviceCaps::h100();
+  no_code.wgmma_compiled = false;
+  EXPECT_EQ(plan_conv(ConvPass::forward, g, DType::float32, no_code).kernel, "mma.sync");
+}
+
+TEST(ConvPlan, HighestDeclinesWgmmaForNarrowUnfoldedProblems) {
+  // 1-D, C_out = 32: no row fold (one kernel row), so a 64-row tile would be half empty.
+  const ConvLayerSpec l = bench::layer1d("t", "t", 2, 64, 32, 256, 3, 1, 1);
+  const ConvPlan highest = plan_conv(ConvPass::forward, geometry(l, Precision::highest),
+                                     DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(highest.kernel, "mma.sync");
+  EXPECT_NE(reason_of(highest, "wgmma").find("M=32"), std::string::npos) << highest.describe();
+  const ConvPlan high = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
+                                  DeviceCaps::h100());
+  EXPECT_EQ(high.label(), "wgmma");
+}
+
+TEST(ConvPlan, TooManyTapsFallToTheGeneralKernels) {
+  // 2-D 7x7 = 49 taps: past the implicit GEMM's 32.
+  ConvLayerSpec l = bench::layer2d("t", "t", 2, 64, 64, 16, 7, 1, 3);
+  const ConvPlan plan = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
+                                  DeviceCaps::h100());
+  EXPECT_EQ(plan.kernel, "fma");
+  EXPECT_NE(reason_of(plan, "wgmma").find("more than 32 taps"), std::string::npos)
+      << plan.describe();
+  EXPECT_NE(reason_of(plan, "mma.sync").find("more than 32 taps"), std::string::npos)
+      << plan.describe();
+}
+
+TEST(ConvPlan, WgradSharedMemoryComesFromTheDevice) {
+  // A device whose CTAs may have 48 KB declines wgrad's tensor cores for S2 (two raw stages and
+  // the converted buffers need more); the H100 runs them.
+  const ConvGeometry g = geometry(s_workloads()[1], Precision::high);
+  EXPECT_EQ(plan_conv(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100()).kernel, "mma.sync");
+  DeviceCaps small = DeviceCaps::h100();
+  small.smem_per_block_optin = 48 * 1024;
+  small.smem_per_sm = 64 * 1024;
+  const ConvPlan plan = plan_conv(ConvPass::wgrad, g, DType::float32, small);
+  EXPECT_EQ(plan.kernel, "fma");
+  EXPECT_NE(reason_of(plan, "mma.sync").find("shared memory"), std::string::npos)
+      << plan.describe();
+  EXPECT_GT(plan.fma_chunks, 0);
+}
+
+TEST(ConvPlan, ForcedKernelRunsOrThrowsNamingItAndTheReason) {
+  const ConvGeometry g = small_2d(64, 64, 1, Precision::high);
+  const ConvPlan forced =
+      plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), "fma");
+  EXPECT_EQ(forced.kernel, "fma");
+  ASSERT_EQ(forced.declined.size(), 2u);
+  EXPECT_NE(forced.declined[0].reason.find("forced"), std::string::npos);
+  EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
+            "mma.sync");
+
+  const ConvGeometry grouped = small_2d(64, 64, 4, Precision::high);
+  const std::string e = testing::error_of(
+      [&] { plan_conv(ConvPass::forward, grouped, DType::float32, DeviceCaps::h100(), "wgmma"); });
+  EXPECT_NE(e.find("'wgmma'"), std::string::npos) << e;
+  EXPECT_NE(e.find("groups=4"), std::string::npos) << e;
+  const std::string f64 = testing::error_of(
+      [&] { plan_conv(ConvPass::wgrad, g, DType::float64, DeviceCaps::h100(), "mma.sync"); });
+  EXPECT_NE(f64.find("float64"), std::string::npos) << f64;
+  const std::string none = testing::error_of(
+      [&] { plan_conv(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100(), "wgmma"); });
+  EXPECT_NE(none.find("no kernel 'wgmma'"), std::string::npos) << none;
+}
+
+TEST(ConvPlan, SetConvKernelParsesSpecsAndRejectsBadOnes) {
+  struct Restore {
+    std::string spec = get_conv_kernel();
+    ~Restore() { set_conv_kernel(spec); }
+  } restore;
+  set_conv_kernel("fma");
+  EXPECT_EQ(get_conv_kernel(), "fma");
+  for (ConvPass pass : kPasses)
+    EXPECT_EQ(cuda::conv_kernel_forced(pass), "fma");
+  // A bare name forces the passes that have it: wgrad has no wgmma.
+  set_conv_kernel("wgmma");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "wgmma");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::wgrad), "");
+  set_conv_kernel("fwd=wgmma,wgrad=fma");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "wgmma");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::dgrad), "");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::wgrad), "fma");
+  set_conv_kernel("");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "");
+
+  EXPECT_NE(testing::error_of([] { set_conv_kernel("cudnn"); }).find("unknown conv kernel 'cudnn'"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] { set_conv_kernel("bwd=fma"); }).find("unknown pass 'bwd'"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              set_conv_kernel("wgrad=wgmma");
+            }).find("no kernel 'wgmma' for pass wgrad"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] { set_conv_kernel("fwd=fma,"); }).find("set_conv_kernel"),
+            std::string::npos);
+  // A rejected spec leaves the previous one in force.
+  EXPECT_EQ(get_conv_kernel(), "");
+}
+
+TEST(ConvPlan, TraceLineNamesPassGeometryKernelConfigAndDeclines) {
+  const ConvGeometry g = geometry(s_workloads()[0], Precision::highest);
+  const std::string line =
+      plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100()).describe();
+  for (const char* part :
+       {"tgrad conv dgrad:", "C_in=32", "float32 precision=highest", "-> mma.sync",
+        "[tile 32x256/16ch 3xTF32", "declined: wgmma (highest with M=32"}) {
+    EXPECT_NE(line.find(part), std::string::npos) << part << " in: " << line;
+  }
+  struct Restore {
+    bool on = get_conv_trace();
+    ~Restore() { set_conv_trace(on); }
+  } restore;
+  set_conv_trace(true);
+  EXPECT_TRUE(get_conv_trace());
+  set_conv_trace(false);
+  EXPECT_FALSE(get_conv_trace());
+}
+
+// On a GPU: the override reaches the launchers, last_conv_plan says what ran, and a forced
+// kernel that cannot run the call throws before anything is launched.
+TEST(ConvPlanCuda, ForcedKernelsRunAndAgree) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  struct Restore {
+    std::string spec = get_conv_kernel();
+    ~Restore() { set_conv_kernel(spec); }
+  } restore;
+  manual_seed(7);
+  const TensorOptions opt = TensorOptions().device(Device(kCUDA));
+  const Tensor x = randn({2, 64, 12, 12}, opt), w = randn({64, 32, 3, 3}, opt);
+  set_conv_kernel("");
+  const Tensor planned = conv_transpose2d(x, w).to(Device(kCPU));
+  const std::string chosen = cuda::last_conv_plan(ConvPass::forward).kernel;
+  EXPECT_TRUE(chosen == "wgmma" || chosen == "mma.sync") << chosen;
+  set_conv_kernel("fma");
+  const Tensor general = conv_transpose2d(x, w).to(Device(kCPU));
+  EXPECT_EQ(cuda::last_conv_plan(ConvPass::forward).kernel, "fma");
+  // float32 "highest": both kernels are float32-accurate (3xTF32 against FMA, each ~1e-7
+  // relative L2 from exact), so they agree to well under 1e-6.
+  EXPECT_TRUE(testing::tensors_close(planned, general, {0.0, 0.0, 1e-6}, "forced fma"));
+
+  set_conv_kernel("fwd=wgmma");
+  const Tensor xg = randn({2, 64, 12, 12}, opt), wg = randn({64, 8, 3, 3}, opt);
+  const std::string e = testing::error_of(
+      [&] { conv_transpose2d(xg, wg, Tensor(), ConvTranspose2dFuncOptions().groups(4)); });
+  EXPECT_NE(e.find("'wgmma'"), std::string::npos) << e;
+  EXPECT_NE(e.find("groups=4"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace tgrad
