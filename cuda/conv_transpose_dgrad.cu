@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -109,7 +110,10 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   const int64_t total = p.N * p.G * ceil_div(p.Cig, kTileCi) * p.Hi * p.Wi;
   if (total == 0) return;
   DeviceGuard guard(dx.device());
+  const ConvOperands operands{dy, w, nullptr, dx};
+  if (run_conv_extra_paths(alloc, ConvPass::dgrad, true, g, operands)) return;
   if (dgrad_fast(alloc, p, g, dy, w, dx)) return;
+  if (run_conv_extra_paths(alloc, ConvPass::dgrad, false, g, operands)) return;
   dispatch_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     conv_transpose_dgrad_kernel<T>

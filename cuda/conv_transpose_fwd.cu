@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -123,7 +124,10 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
   const int64_t total = p.N * p.G * ceil_div(p.Cog, kTileCo) * p.Ho * p.Wo;
   if (total == 0) return;
   DeviceGuard guard(y.device());
+  const ConvOperands operands{x, w, b, y};
+  if (run_conv_extra_paths(alloc, ConvPass::forward, true, g, operands)) return;
   if (forward_fast(alloc, p, g, x, w, b, y)) return;
+  if (run_conv_extra_paths(alloc, ConvPass::forward, false, g, operands)) return;
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     conv_transpose_fwd_kernel<T><<<grid_for(total), kThreads>>>(

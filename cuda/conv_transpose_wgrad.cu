@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_gemm.h"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
 #include "cuda/tf32_mma.cuh"
@@ -516,7 +517,10 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
     fill(dw, 0.0);
     return;
   }
+  const ConvOperands operands{x, dy, nullptr, dw};
+  if (run_conv_extra_paths(alloc, ConvPass::wgrad, true, g, operands)) return;
   if (wgrad_fast(alloc, p, g.precision, x, dy, dw)) return;
+  if (run_conv_extra_paths(alloc, ConvPass::wgrad, false, g, operands)) return;
   const int64_t tiles = p.Ci * ceil_div(p.Cog, kTileCo) * p.kH * p.kW;
   int64_t chunks =
       std::max<int64_t>(1, min_i64(ceil_div(r_total, kMinChunk), ceil_div(kTargetBlocks, tiles)));
