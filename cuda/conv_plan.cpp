@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "cuda/conv_path_rules.h"
 
 namespace tgrad::cuda {
 
@@ -183,6 +184,16 @@ std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
   return "";
 }
 
+// ---- Depthwise direct kernels and the GEMM path (conv_path_rules.h) ---------------------------
+
+std::string rule_depthwise(const PlanInput& in, ConvPlan& /*plan*/) {
+  return depthwise_path_declined(in.pass, in.g, in.dtype);
+}
+
+std::string rule_gemm(const PlanInput& in, ConvPlan& /*plan*/) {
+  return gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype);
+}
+
 // ---- The general kernels (every dtype, groups, geometry) ---------------------------------------
 
 std::string rule_fma(const PlanInput& in, ConvPlan& plan) {
@@ -233,11 +244,17 @@ const std::vector<Candidate>& conv_candidates() {
   static const std::vector<Candidate> table = {
       {kKernelWgmma, ConvPass::forward, rule_wgmma},
       {kKernelMmaSync, ConvPass::forward, rule_mma_sync},
+      {kKernelDepthwise, ConvPass::forward, rule_depthwise},
+      {kKernelGemm, ConvPass::forward, rule_gemm},
       {kKernelFma, ConvPass::forward, rule_fma},
       {kKernelWgmma, ConvPass::dgrad, rule_wgmma},
       {kKernelMmaSync, ConvPass::dgrad, rule_mma_sync},
+      {kKernelDepthwise, ConvPass::dgrad, rule_depthwise},
+      {kKernelGemm, ConvPass::dgrad, rule_gemm},
       {kKernelFma, ConvPass::dgrad, rule_fma},
       {kKernelMmaSync, ConvPass::wgrad, rule_wgrad_mma_sync},
+      {kKernelDepthwise, ConvPass::wgrad, rule_depthwise},
+      {kKernelGemm, ConvPass::wgrad, rule_gemm},
       {kKernelFma, ConvPass::wgrad, rule_fma},
   };
   return table;

@@ -36,6 +36,8 @@ struct DeviceCaps {
 // Kernel names, as the trace prints them and TGRAD_CONV_KERNEL / set_conv_kernel take them.
 inline constexpr const char* kKernelWgmma = "wgmma";       // fwd, dgrad: sm_90a implicit GEMM
 inline constexpr const char* kKernelMmaSync = "mma.sync";  // every pass: TF32 tensor cores
+inline constexpr const char* kKernelDepthwise = "depthwise";  // every pass: depthwise direct
+inline constexpr const char* kKernelGemm = "gemm";  // every pass: columns + cuBLAS GEMMs
 inline constexpr const char* kKernelFma = "fma";           // every pass: the general kernels
 
 struct Declined {

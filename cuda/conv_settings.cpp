@@ -41,7 +41,7 @@ std::array<std::string, 3> parse_spec(const char* who, const std::string& spec) 
       any = any || !forced[static_cast<size_t>(i)].empty();
     }
     TGRAD_CHECK(any, who, ": unknown conv kernel '", spec, "' (kernels: ", kKernelWgmma, ", ",
-                kKernelMmaSync, ", ", kKernelFma, ")");
+                kKernelMmaSync, ", ", kKernelDepthwise, ", ", kKernelGemm, ", ", kKernelFma, ")");
     return forced;
   }
   size_t start = 0;

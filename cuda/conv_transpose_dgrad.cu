@@ -11,6 +11,8 @@
 
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_depthwise.h"
+#include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -77,6 +79,14 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   DeviceGuard guard(dx.device());
   const int device = dx.device().index();
   const ConvPlan plan = plan_conv_call(ConvPass::dgrad, g, dx.dtype(), conv_device_caps(device));
+  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
+    const ConvOperands operands{dy, w, nullptr, dx};
+    if (plan.kernel == kKernelDepthwise)
+      conv_depthwise_run(alloc, ConvPass::dgrad, g, operands);
+    else
+      conv_gemm_run(alloc, ConvPass::dgrad, g, operands);
+    return;
+  }
   if (plan.kernel != kKernelFma) {
     // The implicit GEMM (wgmma or mma.sync): src = dy, M = C_in, channels = C_out.
     IgemmProblem q = plan.igemm;

@@ -11,6 +11,8 @@
 
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_depthwise.h"
+#include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -92,6 +94,14 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
   DeviceGuard guard(y.device());
   const int device = y.device().index();
   const ConvPlan plan = plan_conv_call(ConvPass::forward, g, y.dtype(), conv_device_caps(device));
+  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
+    const ConvOperands operands{x, w, b, y};
+    if (plan.kernel == kKernelDepthwise)
+      conv_depthwise_run(alloc, ConvPass::forward, g, operands);
+    else
+      conv_gemm_run(alloc, ConvPass::forward, g, operands);
+    return;
+  }
   if (plan.kernel != kKernelFma) {
     // The implicit GEMM (wgmma or mma.sync): src = x, M = C_out, channels = C_in.
     IgemmProblem q = plan.igemm;

@@ -14,6 +14,8 @@
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
 #include "cuda/conv_plan.h"
+#include "cuda/conv_transpose_depthwise.h"
+#include "cuda/conv_transpose_gemm.h"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
 #include "cuda/tf32_mma.cuh"
@@ -445,6 +447,14 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   }
   const int device = dw.device().index();
   const ConvPlan plan = plan_conv_call(ConvPass::wgrad, g, dw.dtype(), conv_device_caps(device));
+  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
+    const ConvOperands operands{x, dy, nullptr, dw};
+    if (plan.kernel == kKernelDepthwise)
+      conv_depthwise_run(alloc, ConvPass::wgrad, g, operands);
+    else
+      conv_gemm_run(alloc, ConvPass::wgrad, g, operands);
+    return;
+  }
   if (plan.kernel == kKernelMmaSync) {
     wgrad_tc_launch(alloc, plan.wgrad, p, x, dy, dw);
     return;

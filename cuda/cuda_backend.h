@@ -69,9 +69,11 @@ class CudaBackend final : public Backend {
                             Tensor& dw) override;
   void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db) override;
 
+  // The device's handle (created on first use); the conv GEMM path borrows it too.
+  cublasHandle_t cublas(int device);
+
  private:
   void check_device(const Device& device, const char* fn) const;
-  cublasHandle_t cublas(int device);
 
   int device_count_ = 0;
   CachingAllocator allocator_;

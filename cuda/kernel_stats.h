@@ -14,4 +14,9 @@ bool wgmma_supported(int device);
 // started.
 int64_t conv_wgmma_launches();
 
+// Runs of the GEMM path (conv_transpose_gemm.cu) and of the depthwise kernels
+// (conv_transpose_depthwise.cu), one per pass, since the process started.
+int64_t conv_gemm_launches();
+int64_t conv_depthwise_launches();
+
 }  // namespace tgrad::cuda

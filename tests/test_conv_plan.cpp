@@ -91,9 +91,21 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
                                      (precision == Precision::high ? " high" : " highest");
           const ConvPlan plan = plan_conv(pass, g, dtype, caps);
           expect_consistent(plan, pass, config);
-          // The general kernels run every float64 and grouped call; the tensor cores none.
+          // The tensor cores take float32 with groups 1 only; depthwise layers take the
+          // depthwise kernels (wgrad up to 32 taps); the other calls the tensor cores decline
+          // take the GEMM path unless one sample's columns pass its workspace (S4, S5 in
+          // float64), and only then the general kernels.
+          const bool depthwise = g.groups == g.in_channels && g.groups == g.out_channels;
           if (dtype == DType::float64 || g.groups > 1) {
-            EXPECT_EQ(plan.kernel, "fma") << config;
+            EXPECT_NE(plan.kernel, "wgmma") << config;
+            EXPECT_NE(plan.kernel, "mma.sync") << config;
+            const bool over_budget =
+                plan.describe().find("over the workspace budget") != std::string::npos;
+            EXPECT_EQ(plan.kernel, depthwise && (pass != ConvPass::wgrad ||
+                                                 g.kernel[0] * g.kernel[1] <= 32)
+                                       ? "depthwise"
+                                       : (over_budget ? "fma" : "gemm"))
+                << config;
           }
         }
       }
@@ -155,7 +167,7 @@ TEST(ConvPlan, GroupsDeclineTheTensorCoreKernelsNamingGroups) {
   const ConvGeometry g = small_2d(64, 64, 2, Precision::high);
   for (ConvPass pass : kPasses) {
     const ConvPlan plan = plan_conv(pass, g, DType::float32, DeviceCaps::h100());
-    EXPECT_EQ(plan.kernel, "fma");
+    EXPECT_EQ(plan.kernel, "gemm");
     if (pass != ConvPass::wgrad) {
       EXPECT_NE(reason_of(plan, "wgmma").find("groups=2"), std::string::npos) << plan.describe();
     }
@@ -191,12 +203,12 @@ TEST(ConvPlan, HighestDeclinesWgmmaForNarrowUnfoldedProblems) {
   EXPECT_EQ(high.label(), "wgmma");
 }
 
-TEST(ConvPlan, TooManyTapsFallToTheGeneralKernels) {
+TEST(ConvPlan, TooManyTapsLeaveTheImplicitGemmForTheGemmPath) {
   // 2-D 7x7 = 49 taps: past the implicit GEMM's 32.
   ConvLayerSpec l = bench::layer2d("t", "t", 2, 64, 64, 16, 7, 1, 3);
   const ConvPlan plan = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
                                   DeviceCaps::h100());
-  EXPECT_EQ(plan.kernel, "fma");
+  EXPECT_EQ(plan.kernel, "gemm");
   EXPECT_NE(reason_of(plan, "wgmma").find("more than 32 taps"), std::string::npos)
       << plan.describe();
   EXPECT_NE(reason_of(plan, "mma.sync").find("more than 32 taps"), std::string::npos)
@@ -212,10 +224,11 @@ TEST(ConvPlan, WgradSharedMemoryComesFromTheDevice) {
   small.smem_per_block_optin = 48 * 1024;
   small.smem_per_sm = 64 * 1024;
   const ConvPlan plan = plan_conv(ConvPass::wgrad, g, DType::float32, small);
-  EXPECT_EQ(plan.kernel, "fma");
+  EXPECT_EQ(plan.kernel, "gemm");
   EXPECT_NE(reason_of(plan, "mma.sync").find("shared memory"), std::string::npos)
       << plan.describe();
-  EXPECT_GT(plan.fma_chunks, 0);
+  // Forced to the general kernels, wgrad gets its chunking from the plan.
+  EXPECT_GT(plan_conv(ConvPass::wgrad, g, DType::float32, small, "fma").fma_chunks, 0);
 }
 
 TEST(ConvPlan, ForcedKernelRunsOrThrowsNamingItAndTheReason) {
@@ -223,7 +236,7 @@ TEST(ConvPlan, ForcedKernelRunsOrThrowsNamingItAndTheReason) {
   const ConvPlan forced =
       plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), "fma");
   EXPECT_EQ(forced.kernel, "fma");
-  ASSERT_EQ(forced.declined.size(), 2u);
+  ASSERT_EQ(forced.declined.size(), 4u);  // wgmma, mma.sync, depthwise, gemm
   EXPECT_NE(forced.declined[0].reason.find("forced"), std::string::npos);
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
             "mma.sync");
@@ -322,6 +335,38 @@ TEST(ConvPlanCuda, ForcedKernelsRunAndAgree) {
       [&] { conv_transpose2d(xg, wg, Tensor(), ConvTranspose2dFuncOptions().groups(4)); });
   EXPECT_NE(e.find("'wgmma'"), std::string::npos) << e;
   EXPECT_NE(e.find("groups=4"), std::string::npos) << e;
+}
+
+// The rows of the depthwise kernels and the GEMM path decline with their reasons.
+TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
+  ConvTransposeArgs args;
+  args.fn = "test";
+  args.spatial_dims = 2;
+  args.x_shape = {1, 8, 4, 4};
+  args.w_shape = {8, 2, 3, 3};  // groups 4: 2 channels in and out per group, not depthwise
+  args.groups = 4;
+  const ConvGeometry grouped = make_conv_transpose_geometry(args);
+  const ConvPlan plan = plan_conv(ConvPass::forward, grouped, DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(plan.kernel, "gemm") << plan.describe();
+  bool saw_depthwise = false;
+  for (const auto& d : plan.declined) {
+    if (d.kernel == "depthwise") {
+      saw_depthwise = true;
+      EXPECT_NE(d.reason.find("C_in == C_out == groups"), std::string::npos) << d.reason;
+    }
+  }
+  EXPECT_TRUE(saw_depthwise) << plan.describe();
+  // One sample whose columns pass the GEMM path's 256 MiB: C_out * taps * positions floats.
+  args.x_shape = {1, 1, 512, 512};
+  args.w_shape = {1, 64, 16, 16};
+  args.groups = 1;
+  const ConvGeometry huge = make_conv_transpose_geometry(args);
+  const ConvPlan big = plan_conv(ConvPass::forward, huge, DType::float64, DeviceCaps::h100());
+  EXPECT_EQ(big.kernel, "fma") << big.describe();
+  EXPECT_NE(big.describe().find("over the workspace budget"), std::string::npos)
+      << big.describe();
+  EXPECT_THROW(plan_conv(ConvPass::forward, huge, DType::float64, DeviceCaps::h100(), "gemm"),
+               Error);
 }
 
 }  // namespace
