@@ -30,8 +30,6 @@ namespace {
 
 std::atomic<int64_t> g_launches{0};
 
-constexpr int64_t kIntMax = 2147483647;
-
 // (n, c, p) of an (N, C, P) tensor <-> (c, nl * P + p) of the packed (C, nb * P), nl = n - n0.
 template <class T, bool kPack>
 __global__ void pack_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t n0, int64_t nb,
