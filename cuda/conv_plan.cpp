@@ -228,7 +228,9 @@ DeviceCaps DeviceCaps::h100() {
   return c;
 }
 
-// Adding a kernel is one more row here (and its rule above): rows are tried in this order.
+// Rows are tried in this order, per pass. Adding a kernel: its rule above (filling whatever
+// configuration fields it adds to ConvPlan), one row here, and one branch in the launcher of each
+// pass it serves (conv_transpose_{fwd,dgrad,wgrad}.cu), which throws for a name it lacks.
 const std::vector<Candidate>& conv_candidates() {
   static const std::vector<Candidate> table = {
       {kKernelWgmma, ConvPass::forward, rule_wgmma},
