@@ -110,7 +110,12 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
     tile = {64, 256, 16, 2, false};
     max_taps = 0;
   } else {
-    // 16 channels a step keep the A fragments of a step's three taps in 24 registers.
+    // 16 channels a step keep the A fragments of a step's three taps in 24 registers. ptxas
+    // reports these two instances as serialized (C7512): at the 128-register cap of two CTAs per
+    // SM, the 64 accumulators and three taps' A fragments, live until the step's wait, leave it
+    // too few. They stay, because the warning-free alternatives measured slower (two taps in
+    // flight, one warpgroup per CTA: docs/performance.md); 8 channels a step compiles without the
+    // warning but spills, and is not measured.
     tile = p.M > 64 ? IgemmTiling{128, 128, 16, 2, false} : IgemmTiling{64, 256, 16, 2, false};
   }
   if (!tile.split && max_taps > 0 && taps_per_row(p) > max_taps)
@@ -239,7 +244,9 @@ DeviceCaps DeviceCaps::h100() {
   return c;
 }
 
-// Adding a kernel is one more row here (and its rule above): rows are tried in this order.
+// Rows are tried in this order, per pass. Adding a kernel: its rule above (filling whatever
+// configuration fields it adds to ConvPlan), one row here, and one branch in the launcher of each
+// pass it serves (conv_transpose_{fwd,dgrad,wgrad}.cu), which throws for a name it lacks.
 const std::vector<Candidate>& conv_candidates() {
   static const std::vector<Candidate> table = {
       {kKernelWgmma, ConvPass::forward, rule_wgmma},

@@ -79,6 +79,7 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   DeviceGuard guard(dx.device());
   const int device = dx.device().index();
   const ConvPlan plan = plan_conv_call(ConvPass::dgrad, g, dx.dtype(), conv_device_caps(device));
+  // One branch per kernel the planner may name for this pass (conv_candidates()).
   if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
     const ConvOperands operands{dy, w, nullptr, dx};
     if (plan.kernel == kKernelDepthwise)
@@ -87,7 +88,7 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
       conv_gemm_run(alloc, ConvPass::dgrad, g, operands);
     return;
   }
-  if (plan.kernel != kKernelFma) {
+  if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {
     // The implicit GEMM (wgmma or mma.sync): src = dy, M = C_in, channels = C_out.
     IgemmProblem q = plan.igemm;
     q.src = dy.data_ptr<float>();
@@ -96,6 +97,8 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
     conv_igemm(alloc, plan, q, w.data_ptr<float>(), device);
     return;
   }
+  TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_dgrad: no launcher for kernel '",
+              plan.kernel, "'");
   dispatch_float(dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     conv_transpose_dgrad_kernel<T>

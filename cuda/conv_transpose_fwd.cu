@@ -94,6 +94,7 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
   DeviceGuard guard(y.device());
   const int device = y.device().index();
   const ConvPlan plan = plan_conv_call(ConvPass::forward, g, y.dtype(), conv_device_caps(device));
+  // One branch per kernel the planner may name for this pass (conv_candidates()).
   if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
     const ConvOperands operands{x, w, b, y};
     if (plan.kernel == kKernelDepthwise)
@@ -102,7 +103,7 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
       conv_gemm_run(alloc, ConvPass::forward, g, operands);
     return;
   }
-  if (plan.kernel != kKernelFma) {
+  if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {
     // The implicit GEMM (wgmma or mma.sync): src = x, M = C_out, channels = C_in.
     IgemmProblem q = plan.igemm;
     q.src = x.data_ptr<float>();
@@ -111,6 +112,8 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
     conv_igemm(alloc, plan, q, w.data_ptr<float>(), device);
     return;
   }
+  TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_forward: no launcher for kernel '",
+              plan.kernel, "'");
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     conv_transpose_fwd_kernel<T><<<grid_for(total), kThreads>>>(

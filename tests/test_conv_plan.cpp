@@ -329,6 +329,20 @@ TEST(ConvPlanCuda, ForcedKernelsRunAndAgree) {
   // relative L2 from exact), so they agree to well under 1e-6.
   EXPECT_TRUE(testing::tensors_close(planned, general, {0.0, 0.0, 1e-6}, "forced fma"));
 
+  // The trace: one line per pass on stderr, naming the kernel that ran.
+  struct RestoreTrace {
+    bool on = get_conv_trace();
+    ~RestoreTrace() { set_conv_trace(on); }
+  } restore_trace;
+  set_conv_trace(true);
+  ::testing::internal::CaptureStderr();
+  conv_transpose2d(x, w);
+  const std::string trace = ::testing::internal::GetCapturedStderr();
+  set_conv_trace(false);
+  EXPECT_NE(trace.find("tgrad conv fwd: conv_transpose2d N=2 C_in=64 C_out=32"), std::string::npos)
+      << trace;
+  EXPECT_NE(trace.find("-> fma"), std::string::npos) << trace;
+
   set_conv_kernel("fwd=wgmma");
   const Tensor xg = randn({2, 64, 12, 12}, opt), wg = randn({64, 8, 3, 3}, opt);
   const std::string e = testing::error_of(
