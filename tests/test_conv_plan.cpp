@@ -152,8 +152,9 @@ TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
   }
 }
 
+// 128 x 128: rows long enough to fill the implicit GEMM's tiles.
 ConvGeometry small_2d(int64_t ci, int64_t co, int64_t groups, Precision precision) {
-  ConvLayerSpec l = bench::layer2d("t", "t", 2, ci, co, 16, 3, 1, 1, 0, groups);
+  ConvLayerSpec l = bench::layer2d("t", "t", 2, ci, co, 128, 3, 1, 1, 0, groups);
   return geometry(l, precision);
 }
 
@@ -381,6 +382,27 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
       << big.describe();
   EXPECT_THROW(plan_conv(ConvPass::forward, huge, DType::float64, DeviceCaps::h100(), "gemm"),
                Error);
+}
+
+// Tiles mostly empty give way to the GEMM path: a DCGAN layer's 8x8 rows leave a 64- or
+// 128-wide row tile nearly empty, and an RGB output fills 3 of a tile's 64 channel rows; the
+// same layers with long rows and many channels keep the tensor cores.
+TEST(ConvPlan, MostlyEmptyTilesGiveWayToTheGemmPath) {
+  const ConvLayerSpec small = bench::layer2d("t", "t", 64, 256, 128, 8, 4, 2, 1);
+  const ConvLayerSpec rgb = bench::layer2d("t", "t", 8, 128, 3, 128, 4, 2, 1);
+  const ConvLayerSpec big = bench::layer2d("t", "t", 8, 256, 128, 128, 4, 2, 1);
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    for (ConvPass pass : kPasses) {
+      const ConvPlan a = plan_conv(pass, geometry(small, precision), DType::float32, DeviceCaps::h100());
+      EXPECT_EQ(a.kernel, "gemm") << a.describe();
+      EXPECT_NE(a.describe().find("% useful work"), std::string::npos) << a.describe();
+      const ConvPlan b = plan_conv(pass, geometry(big, precision), DType::float32, DeviceCaps::h100());
+      EXPECT_NE(b.kernel, "gemm") << b.describe();
+    }
+    const ConvPlan c = plan_conv(ConvPass::forward, geometry(rgb, precision), DType::float32,
+                                 DeviceCaps::h100());
+    EXPECT_EQ(c.kernel, "gemm") << c.describe();
+  }
 }
 
 }  // namespace
