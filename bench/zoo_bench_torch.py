@@ -32,7 +32,7 @@ def batches(model, batch, device):
         z = torch.randn(batch, 32, 1, 1, generator=g)
         b = {"real.0": real, "z.0": z}
     elif model == "hifigan":
-        b = {"spec.0": torch.rand(batch, 16, 8, generator=g),
+        b = {"spec.0": torch.rand(batch, 32, 8, generator=g),
              "wave.0": torch.rand(batch, 1, 128, generator=g) * 1.8 - 0.9}
     else:
         clean = torch.rand(batch, 3, 32, 32, generator=g) * 2 - 1

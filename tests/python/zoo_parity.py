@@ -93,7 +93,7 @@ class ResBlock(nn.Module):
 
 
 class HifiGenerator(nn.Module):
-    def __init__(self, bins=16, ch=64, rates=(4, 4), kernels=(3, 7), dilations=(1, 3, 5)):
+    def __init__(self, bins=32, ch=64, rates=(4, 4), kernels=(3, 7), dilations=(1, 3, 5)):
         super().__init__()
         self.num_kernels = len(kernels)
         self.conv_pre = nn.Conv1d(bins, ch, 7, padding=3)
