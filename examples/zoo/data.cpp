@@ -18,7 +18,7 @@ WaveBatch spectrum_waves(int64_t n, tgrad::Generator& gen) {
   // Frequencies in cycles per sample, below the Nyquist limit with room to spare.
   constexpr double kLowFreq = 1.0 / 64.0, kHighFreq = 1.0 / 5.0;
   const int64_t len = kWaveFrames * kHop;
-  std::vector<float> spec(static_cast<size_t>(n * kSpecBins * kWaveFrames), 0.0f);
+  std::vector<float> spec(static_cast<size_t>(n * kSpecChannels * kWaveFrames), 0.0f);
   std::vector<float> wave(static_cast<size_t>(n * len), 0.0f);
   const double log_span = std::log(kHighFreq / kLowFreq);
   for (int64_t i = 0; i < n; ++i) {
@@ -34,17 +34,21 @@ WaveBatch spectrum_waves(int64_t n, tgrad::Generator& gen) {
         phase += 2.0 * M_PI * f;
       }
       for (int64_t fr = 0; fr < kWaveFrames; ++fr) {
-        const double mid = (static_cast<double>(fr) + 0.5) * kHop / static_cast<double>(len - 1);
-        const double a = a0 + (a1 - a0) * mid;
+        const double centre = (static_cast<double>(fr) + 0.5) * kHop;
+        const double a = a0 + (a1 - a0) * centre / static_cast<double>(len - 1);
+        const double phase_c = 2.0 * M_PI * f * centre;
         for (int64_t b = 0; b < kSpecBins; ++b) {
           const double d = static_cast<double>(b) - pos;
-          spec[static_cast<size_t>((i * kSpecBins + b) * kWaveFrames + fr)] +=
-              static_cast<float>(a * std::exp(-d * d));
+          const double m = a * std::exp(-d * d);
+          spec[static_cast<size_t>((i * kSpecChannels + b) * kWaveFrames + fr)] +=
+              static_cast<float>(m * std::cos(phase_c));
+          spec[static_cast<size_t>((i * kSpecChannels + kSpecBins + b) * kWaveFrames + fr)] +=
+              static_cast<float>(m * std::sin(phase_c));
         }
       }
     }
   }
-  return {tgrad::from_vector(spec, {n, kSpecBins, kWaveFrames}),
+  return {tgrad::from_vector(spec, {n, kSpecChannels, kWaveFrames}),
           tgrad::from_vector(wave, {n, 1, len})};
 }
 

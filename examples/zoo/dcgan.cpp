@@ -68,7 +68,9 @@ int run(const zoo::Flags& flags, int64_t batch) {
 
 int main(int argc, char** argv) {
   zoo::Flags flags;
-  flags.steps = 60;
+  // The adversarial game needs on the order of a thousand steps before the samples show the
+  // drawn shapes (coloured blobs of the right size on the dark ground by ~1000).
+  flags.steps = 1500;
   flags.out = "dcgan_out";
   int64_t batch = 16;
   CLI::App app{"Train a DCGAN on procedurally drawn 32x32 shapes."};

@@ -12,6 +12,8 @@ namespace nn = tgrad::nn;
 
 namespace {
 
+ReluTap* g_relu_tap = nullptr;
+
 std::shared_ptr<nn::SequentialImpl> seq(std::initializer_list<nn::ModulePtr> modules) {
   return std::make_shared<nn::SequentialImpl>(modules);
 }
@@ -23,13 +25,22 @@ std::shared_ptr<nn::SequentialImpl> double_conv(int64_t in, int64_t out, tgrad::
   return seq(
       {std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(in, out, 3).padding(1).bias(false), gen),
        std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(groups, out)),
-       std::make_shared<nn::ReLUImpl>(),
+       std::make_shared<TappedReLU>(),
        std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(out, out, 3).padding(1).bias(false), gen),
        std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(groups, out)),
-       std::make_shared<nn::ReLUImpl>()});
+       std::make_shared<TappedReLU>()});
 }
 
 }  // namespace
+
+void set_relu_tap(ReluTap* tap) {
+  g_relu_tap = tap;
+}
+
+Tensor TappedReLU::forward(const Tensor& x) {
+  if (g_relu_tap != nullptr) g_relu_tap->inputs.push_back(x.detach().clone());
+  return nn::ReLUImpl::forward(x);
+}
 
 DcganGenerator::DcganGenerator(int64_t nz, int64_t ngf, tgrad::Generator& gen)
     : Module("DcganGenerator") {
@@ -38,13 +49,13 @@ DcganGenerator::DcganGenerator(int64_t nz, int64_t ngf, tgrad::Generator& gen)
       "main",
       seq({std::make_shared<nn::ConvTranspose2dImpl>(
                ConvTranspose2dOptions(nz, ngf * 4, 4).stride(1).padding(0).bias(false), gen),
-           std::make_shared<nn::BatchNorm2dImpl>(ngf * 4), std::make_shared<nn::ReLUImpl>(),
+           std::make_shared<nn::BatchNorm2dImpl>(ngf * 4), std::make_shared<TappedReLU>(),
            std::make_shared<nn::ConvTranspose2dImpl>(
                ConvTranspose2dOptions(ngf * 4, ngf * 2, 4).stride(2).padding(1).bias(false), gen),
-           std::make_shared<nn::BatchNorm2dImpl>(ngf * 2), std::make_shared<nn::ReLUImpl>(),
+           std::make_shared<nn::BatchNorm2dImpl>(ngf * 2), std::make_shared<TappedReLU>(),
            std::make_shared<nn::ConvTranspose2dImpl>(
                ConvTranspose2dOptions(ngf * 2, ngf, 4).stride(2).padding(1).bias(false), gen),
-           std::make_shared<nn::BatchNorm2dImpl>(ngf), std::make_shared<nn::ReLUImpl>(),
+           std::make_shared<nn::BatchNorm2dImpl>(ngf), std::make_shared<TappedReLU>(),
            std::make_shared<nn::ConvTranspose2dImpl>(
                ConvTranspose2dOptions(ngf, 3, 4).stride(2).padding(1).bias(false), gen),
            std::make_shared<nn::TanhImpl>()}));
@@ -166,7 +177,7 @@ UNet::UNet(int64_t channels, int64_t base, tgrad::Generator& gen) : Module("UNet
   const int64_t b = base;
   auto down = [&gen](int64_t c) {
     return seq({std::make_shared<nn::Conv2dImpl>(Conv2dOptions(c, 2 * c, 4).stride(2).padding(1), gen),
-                std::make_shared<nn::ReLUImpl>()});
+                std::make_shared<TappedReLU>()});
   };
   auto up = [&gen](int64_t c) {
     return seq({std::make_shared<nn::ConvTranspose2dImpl>(

@@ -15,6 +15,20 @@ namespace zoo {
 using tgrad::Tensor;
 using tgrad::nn::Module;
 
+// The input of every ReLU forward, in call order, while a tap is set (zoo_parity sets one). Where
+// an input lies within float32 rounding of zero, tgrad and PyTorch may legitimately take different
+// sides of the kink; the PyTorch twin replays tgrad's sides from these (see zoo_parity.py).
+struct ReluTap {
+  std::vector<Tensor> inputs;
+};
+void set_relu_tap(ReluTap* tap);  // nullptr: stop recording
+
+// nn::ReLU that also reports its input to the tap; the zoo's models use it for every ReLU.
+class TappedReLU : public tgrad::nn::ReLUImpl {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+
 // DCGAN (Radford et al. 2016) for 32x32 RGB: z (N, nz, 1, 1) -> 4 -> 8 -> 16 -> 32, each
 // transposed conv without bias, then BatchNorm2d and ReLU; Tanh on the image.
 class DcganGenerator : public Module {

@@ -48,7 +48,8 @@ Parts Dcgan::parts() {
 }
 
 Hifi::Hifi(tgrad::Generator& gen)
-    : net(std::make_shared<HifiGenerator>(kSpecBins, kChannels, std::vector<int64_t>{4, 4}, gen)) {
+    : net(std::make_shared<HifiGenerator>(kSpecChannels, kChannels, std::vector<int64_t>{4, 4},
+                                          gen)) {
   opt = std::make_unique<optim::AdamW>(
       net->parameters(), optim::AdamWOptions(kLr).beta1(0.8).beta2(0.99).weight_decay(0.01));
 }

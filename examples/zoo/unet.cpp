@@ -65,7 +65,8 @@ int run(const zoo::Flags& flags, int64_t batch) {
 
 int main(int argc, char** argv) {
   zoo::Flags flags;
-  flags.steps = 80;
+  // Enough for the held-out MSE to fall about tenfold (80 steps only halve the visible noise).
+  flags.steps = 240;
   flags.out = "unet_out";
   int64_t batch = 8;
   CLI::App app{"Train a U-Net to denoise procedurally drawn 32x32 shapes."};

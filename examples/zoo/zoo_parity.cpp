@@ -1,7 +1,8 @@
 // zoo_parity: the C++ half of the PyTorch parity tests. It builds one zoo model, writes its
 // initial weights and N batches as safetensors, trains N steps with train.h's step, and writes
 // the per-step losses, the final parameters and buffers and the optimizers' state, for the
-// PyTorch twin (tests/python/zoo_parity.py) to replay and compare.
+// PyTorch twin (tests/python/zoo_parity.py) to replay and compare. In float32 it also writes the
+// input of every ReLU call, so the twin can take tgrad's side of kinks that rounding decides.
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
@@ -57,7 +58,13 @@ int run_model(const Config& cfg, const std::string& dir, Step&& step_fn) {
   NamedTensors batches;
   std::vector<std::vector<double>> losses;
   for (int64_t s = 0; s < cfg.steps; ++s) {
+    // In float32 the twin needs tgrad's ReLU inputs to follow the same side of each kink.
+    zoo::ReluTap tap;
+    if (dtype == tgrad::kFloat32) zoo::set_relu_tap(&tap);
     const std::vector<double> l = step_fn(model, gen, dtype, s, batches);
+    zoo::set_relu_tap(nullptr);
+    for (size_t i = 0; i < tap.inputs.size(); ++i)
+      batches.emplace_back("relu." + std::to_string(s) + "." + std::to_string(i), tap.inputs[i]);
     if (losses.empty()) losses.resize(l.size());
     for (size_t i = 0; i < l.size(); ++i)
       losses[i].push_back(l[i]);
