@@ -78,7 +78,7 @@ std::string tile_name(const IgemmTiling& t) {
 constexpr double kMinTileUse = 0.5;
 
 std::string low_use_reason(const PlanInput& in, double use, const std::string& what) {
-  if (use >= kMinTileUse) return "";
+  if (!in.prefer || use >= kMinTileUse) return "";
   if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
   std::ostringstream os;
   os.precision(2);
@@ -303,8 +303,9 @@ const std::vector<Candidate>& conv_candidates() {
 }
 
 ConvPlan plan_conv(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
-                   const std::string& forced) {
-  const PlanInput in{pass, g, dtype, caps};
+                   const std::string& forced, bool prefer) {
+  // A forced kernel runs wherever it can: preferences do not decline it.
+  const PlanInput in{pass, g, dtype, caps, prefer && forced.empty()};
   ConvPlan plan;
   plan.pass = pass;
   // str() names the precision when it is "high"; float32's default is named here too.

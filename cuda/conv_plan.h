@@ -75,6 +75,9 @@ struct PlanInput {
   const ConvGeometry& g;
   DType dtype;
   const DeviceCaps& caps;
+  // Whether rows may decline for speed alone (tiles mostly empty) rather than inability. Off for
+  // a forced kernel, and in the tests of the tensor-core kernels on small edge-case shapes.
+  bool prefer = true;
 };
 struct Candidate {
   const char* kernel;
@@ -88,7 +91,12 @@ const std::vector<Candidate>& conv_candidates();
 // that kernel (tgrad::Error naming it and the planner's reason when it cannot run the call, or
 // when no candidate of the pass has that name). The geometry's precision is g.precision.
 ConvPlan plan_conv(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
-                   const std::string& forced = "");
+                   const std::string& forced = "", bool prefer = true);
+
+// Test hook: while false, plan_conv_call plans without the speed preferences (PlanInput::prefer),
+// so tests can reach the tensor-core kernels on shapes too small to be worth them.
+void set_conv_preferences(bool on);
+bool conv_preferences();
 
 // The launchers' entry: plan_conv with the kernel forced for this pass (set_conv_kernel or
 // TGRAD_CONV_KERNEL), the trace line on stderr when tracing is on, and the plan kept as the

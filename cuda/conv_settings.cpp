@@ -2,6 +2,7 @@
 // TGRAD_CONV_TRACE / TGRAD_CONV_KERNEL, read once), plan_conv_call, which applies them around
 // plan_conv, and the last plan of each pass. Plain C++, in every build.
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -103,8 +104,21 @@ std::string conv_kernel_forced(ConvPass pass) {
   return s.forced[static_cast<size_t>(pass)];
 }
 
+namespace {
+std::atomic<bool> g_preferences{true};
+}  // namespace
+
+void set_conv_preferences(bool on) {
+  g_preferences.store(on);
+}
+
+bool conv_preferences() {
+  return g_preferences.load();
+}
+
 ConvPlan plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps) {
-  ConvPlan plan = plan_conv(pass, g, dtype, caps, conv_kernel_forced(pass));
+  ConvPlan plan =
+      plan_conv(pass, g, dtype, caps, conv_kernel_forced(pass), g_preferences.load());
   std::lock_guard<std::mutex> lock(mutex());
   ConvSettings& s = settings();
   if (s.trace) std::cerr << plan.describe() << std::endl;

@@ -318,7 +318,8 @@ TEST(ConvPlanCuda, ForcedKernelsRunAndAgree) {
   } restore;
   manual_seed(7);
   const TensorOptions opt = TensorOptions().device(Device(kCUDA));
-  const Tensor x = randn({2, 64, 12, 12}, opt), w = randn({64, 32, 3, 3}, opt);
+  // 96 x 96 rows and 64 channels fill the tensor-core tiles, so the planner picks them.
+  const Tensor x = randn({2, 64, 96, 96}, opt), w = randn({64, 64, 3, 3}, opt);
   set_conv_kernel("");
   const Tensor planned = conv_transpose2d(x, w).to(Device(kCPU));
   const std::string chosen = cuda::last_conv_plan(ConvPass::forward).kernel;
@@ -340,7 +341,7 @@ TEST(ConvPlanCuda, ForcedKernelsRunAndAgree) {
   conv_transpose2d(x, w);
   const std::string trace = ::testing::internal::GetCapturedStderr();
   set_conv_trace(false);
-  EXPECT_NE(trace.find("tgrad conv fwd: conv_transpose2d N=2 C_in=64 C_out=32"), std::string::npos)
+  EXPECT_NE(trace.find("tgrad conv fwd: conv_transpose2d N=2 C_in=64 C_out=64"), std::string::npos)
       << trace;
   EXPECT_NE(trace.find("-> fma"), std::string::npos) << trace;
 
@@ -402,6 +403,15 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToTheGemmPath) {
     const ConvPlan c = plan_conv(ConvPass::forward, geometry(rgb, precision), DType::float32,
                                  DeviceCaps::h100());
     EXPECT_EQ(c.kernel, "gemm") << c.describe();
+    // A preference, not an inability: forced, or with preferences off, the tensor cores run it.
+    EXPECT_EQ(plan_conv(ConvPass::forward, geometry(small, precision), DType::float32,
+                        DeviceCaps::h100(), "mma.sync")
+                  .kernel,
+              "mma.sync");
+    EXPECT_NE(plan_conv(ConvPass::forward, geometry(small, precision), DType::float32,
+                        DeviceCaps::h100(), "", /*prefer=*/false)
+                  .kernel,
+              "gemm");
   }
 }
 

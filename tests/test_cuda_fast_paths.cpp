@@ -18,6 +18,7 @@
 #include "core/conv_geometry.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "cuda/conv_plan.h"
 #include "cuda/kernel_stats.h"
 #include "tests/conv_cases.h"
 #include "tests/reference/conv_transpose_reference.h"
@@ -25,6 +26,16 @@
 
 namespace tgrad {
 namespace {
+
+// These tests exercise the tensor-core kernels on shapes built around their tiles, many too
+// small to be worth them: the planner's speed preferences (tiles mostly empty -> GEMM path)
+// are off while a case runs, so the kernels under test are the ones planned.
+struct PreferencesOff {
+  PreferencesOff() { cuda::set_conv_preferences(false); }
+  ~PreferencesOff() { cuda::set_conv_preferences(true); }
+  PreferencesOff(const PreferencesOff&) = delete;
+  PreferencesOff& operator=(const PreferencesOff&) = delete;
+};
 
 using testing::tensors_close;
 using testing::Tolerance;
@@ -111,6 +122,7 @@ Operands to_float64(const Operands& o) {
 
 // Every pass of `c` at both precisions against float64 on the same float32 inputs.
 void check_case(const Case& c, uint64_t seed) {
+  const PreferencesOff preferences_off;
   const ConvGeometry g64 = geometry(c, Precision::highest);
   const Operands o = random_operands(g64, seed);
   const Passes ref = run_passes(g64, to_float64(o));
@@ -256,6 +268,7 @@ struct WgmmaCase {
 
 // Forward and dgrad of w at both precisions against float64, asserting which kernel ran.
 void check_wgmma_case(const WgmmaCase& w, uint64_t seed) {
+  const PreferencesOff preferences_off;
   const ConvGeometry g64 = geometry(w.c, Precision::highest);
   const Operands o = random_operands(g64, seed);
   const Operands o64 = to_float64(o);
@@ -379,6 +392,7 @@ struct WgradCase {
 
 // Compares dw at both precisions with reference::conv_transpose_wgrad on the same float32 values.
 void check_wgrad(const WgradCase& w, uint64_t seed) {
+  const PreferencesOff preferences_off;
   Shape x_user{w.n, w.c_in}, w_user{w.c_in, w.c_out};
   x_user.insert(x_user.end(), w.in.begin(), w.in.end());
   w_user.insert(w_user.end(), w.kernel.begin(), w.kernel.end());
