@@ -16,6 +16,7 @@ std::string gemm_path_declined(ConvPass pass, const ConvGeometry& g, Precision /
   if (g.groups <= 0 || g.in_channels % g.groups != 0 || g.out_channels % g.groups != 0) {
     return "GEMM path: bad groups in " + g.str();
   }
+  if (!fits_plane32(g)) return "GEMM path: a spatial size or plane past the 32-bit kernels";
   const int64_t elem = dtype == DType::float64 ? 8 : 4;
   const int64_t per_sample = gemm_workspace_per_sample(g) * elem;
   if (per_sample > kGemmWorkspaceBytes) {
@@ -46,6 +47,7 @@ std::string depthwise_path_declined(ConvPass pass, const ConvGeometry& g, DType 
   // The kernels index in int64 and launch grid-stride loops, and stage 1 has one block per
   // (channel, chunk): C * chunks <= C + kTargetBlocks blocks.
   if (g.in_channels > 1 << 30) return "depthwise path: more than 2^30 channels";
+  if (!fits_plane32(g)) return "depthwise path: a spatial size or plane past the 32-bit kernels";
   return {};
 }
 

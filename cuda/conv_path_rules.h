@@ -23,6 +23,20 @@ inline int64_t gemm_workspace_per_sample(const ConvGeometry& g) {
   return (g.out_channels * g.kernel[0] * g.kernel[1] + g.in_channels) * positions;
 }
 
+// True when every per-axis size of g fits the 32-bit kernels (conv_transpose_gemm.cuh: the
+// arithmetic inside a plane is 32-bit).
+inline bool fits_plane32(const ConvGeometry& g) {
+  constexpr int64_t kAxisMax = int64_t{1} << 30, kPlaneMax = 2147483647;
+  for (int a = 0; a < 2; ++a) {
+    const auto u = static_cast<size_t>(a);
+    if (g.in_size[u] >= kAxisMax || g.out_size[u] >= kAxisMax || g.stride[u] >= kAxisMax ||
+        g.padding[u] >= kAxisMax || g.kernel[u] * g.dilation[u] >= kAxisMax) {
+      return false;
+    }
+  }
+  return g.in_size[0] * g.in_size[1] <= kPlaneMax && g.out_size[0] * g.out_size[1] <= kPlaneMax;
+}
+
 // The depthwise wgrad keeps one accumulator per tap in registers.
 inline constexpr int64_t kDepthwiseMaxTaps = 32;
 

@@ -17,9 +17,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "cuda/conv_params.h"
 #include "cuda/conv_transpose_depthwise.h"
+#include "cuda/conv_transpose_gemm.cuh"
 #include "cuda/cuda_util.h"
 #include "cuda/kernel_stats.h"
 #include "cuda/kernels.h"
@@ -30,65 +32,57 @@ namespace {
 
 std::atomic<int64_t> g_launches{0};
 
-constexpr int kMaxTaps = static_cast<int>(kDepthwiseMaxTaps);
 constexpr int kWarps = kThreads / 32;
-constexpr int64_t kMinChunk = 4096;   // positions per stage-1 block at least
+constexpr int64_t kMinChunk = 4096;  // positions per stage-1 block at least
 constexpr int64_t kTargetBlocks = 2048;
 
-__device__ inline int64_t tap_source(int64_t o, int64_t k, int64_t pad, int64_t dil,
-                                     int64_t stride, int64_t in_size) {
-  const int64_t t = o + pad - k * dil;
-  if (t < 0 || t % stride != 0) return -1;
-  const int64_t i = t / stride;
-  return i < in_size ? i : -1;
-}
-
-template <class T>
+// Forward, one thread per output element (idx over (n, c, oh, ow)). I: the index type, 32-bit
+// when the tensor is small enough.
+template <class T, class I>
 __global__ void dw_forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                  const T* __restrict__ b, T* __restrict__ y, ConvParams p) {
-  const int64_t total = p.N * p.Co * p.Ho * p.Wo, taps = p.kH * p.kW;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t ow = idx % p.Wo;
-    const int64_t oh = (idx / p.Wo) % p.Ho;
-    const int64_t nc = idx / (p.Wo * p.Ho);  // n * C + c
-    const int64_t c = nc % p.Co;
-    const T* xc = x + nc * p.Hi * p.Wi;
-    const T* wc = w + c * taps;
+                                  const T* __restrict__ b, T* __restrict__ y, Plane32 q, I C,
+                                  I total) {
+  const I out_plane = I{q.Ho} * q.Wo;
+  const int in_plane = q.Hi * q.Wi, taps = q.kH * q.kW;
+  const I stride = static_cast<I>(gridDim.x * blockDim.x);
+  for (I idx = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); idx < total; idx += stride) {
+    const I plane = idx / out_plane;  // n * C + c
+    const int pos = static_cast<int>(idx - plane * out_plane);
+    const int c = static_cast<int>(plane % C);
+    const int oh = pos / q.Wo, ow = pos - oh * q.Wo;
+    const T* xc = x + int64_t{plane} * in_plane;
+    const T* wc = w + int64_t{c} * taps;
     T acc = T(0);
-    for (int64_t kh = 0; kh < p.kH; ++kh) {
-      const int64_t ih = tap_source(oh, kh, p.pH, p.dH, p.sH, p.Hi);
-      if (ih < 0) continue;
-      for (int64_t kw = 0; kw < p.kW; ++kw) {
-        const int64_t iw = tap_source(ow, kw, p.pW, p.dW, p.sW, p.Wi);
-        if (iw < 0) continue;
-        acc += xc[ih * p.Wi + iw] * wc[kh * p.kW + kw];
-      }
-    }
+    for_each_gather_tap(oh, q.kH, q.pH, q.dH, q.sH, q.Hi, [&](int kh, int ih) {
+      for_each_gather_tap(ow, q.kW, q.pW, q.dW, q.sW, q.Wi,
+                          [&](int kw, int iw) { acc += xc[ih * q.Wi + iw] * wc[kh * q.kW + kw]; });
+    });
     y[idx] = b ? acc + b[c] : acc;
   }
 }
 
-template <class T>
+// dgrad, one thread per input element (idx over (n, c, ih, iw)).
+template <class T, class I>
 __global__ void dw_dgrad_kernel(const T* __restrict__ dy, const T* __restrict__ w,
-                                T* __restrict__ dx, ConvParams p) {
-  const int64_t total = p.N * p.Ci * p.Hi * p.Wi, taps = p.kH * p.kW;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t iw = idx % p.Wi;
-    const int64_t ih = (idx / p.Wi) % p.Hi;
-    const int64_t nc = idx / (p.Wi * p.Hi);
-    const int64_t c = nc % p.Ci;
-    const T* dyc = dy + nc * p.Ho * p.Wo;
-    const T* wc = w + c * taps;
+                                T* __restrict__ dx, Plane32 q, I C, I total) {
+  const I in_plane = I{q.Hi} * q.Wi;
+  const int out_plane = q.Ho * q.Wo, taps = q.kH * q.kW;
+  const I stride = static_cast<I>(gridDim.x * blockDim.x);
+  for (I idx = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); idx < total; idx += stride) {
+    const I plane = idx / in_plane;
+    const int pos = static_cast<int>(idx - plane * in_plane);
+    const int c = static_cast<int>(plane % C);
+    const int ih = pos / q.Wi, iw = pos - ih * q.Wi;
+    const T* dyc = dy + int64_t{plane} * out_plane;
+    const T* wc = w + int64_t{c} * taps;
     T acc = T(0);
-    for (int64_t kh = 0; kh < p.kH; ++kh) {
-      const int64_t oh = ih * p.sH - p.pH + kh * p.dH;
-      if (oh < 0 || oh >= p.Ho) continue;
-      for (int64_t kw = 0; kw < p.kW; ++kw) {
-        const int64_t ow = iw * p.sW - p.pW + kw * p.dW;
-        if (ow < 0 || ow >= p.Wo) continue;
-        acc += dyc[oh * p.Wo + ow] * wc[kh * p.kW + kw];
+    for (int kh = 0; kh < q.kH; ++kh) {
+      const int oh = ih * q.sH - q.pH + kh * q.dH;
+      if (oh < 0 || oh >= q.Ho) continue;
+      for (int kw = 0; kw < q.kW; ++kw) {
+        const int ow = iw * q.sW - q.pW + kw * q.dW;
+        if (ow < 0 || ow >= q.Wo) continue;
+        acc += dyc[oh * q.Wo + ow] * wc[kh * q.kW + kw];
       }
     }
     dx[idx] = acc;
@@ -96,34 +90,52 @@ __global__ void dw_dgrad_kernel(const T* __restrict__ dy, const T* __restrict__ 
 }
 
 // Stage 1: block (c, chunk) writes out[(c * taps + tap) * chunks + chunk] (out = dw when
-// chunks == 1).
-template <class T, class Out>
+// chunks == 1); kMaxTaps >= taps accumulators (instances for 9, 16 and 32 taps keep the
+// registers, and so the blocks per SM, of small kernels low). Each tap's row and column offsets
+// (kh*dH, kw*dW) come from shared memory, so the unrolled tap loop has no division.
+template <class T, class Out, int kMaxTaps>
 __global__ void dw_wgrad_kernel(const T* __restrict__ x, const T* __restrict__ dy,
-                                Out* __restrict__ out, ConvParams p, int64_t chunks,
-                                int64_t chunk_len) {
+                                Out* __restrict__ out, Plane32 q, int64_t N, int64_t C,
+                                int64_t chunks, int64_t chunk_len) {
   __shared__ double warp_sums[kMaxTaps][kWarps];
+  __shared__ int tap_dh[kMaxTaps], tap_dw[kMaxTaps];
   const int64_t c = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
-  const int taps = static_cast<int>(p.kH * p.kW);
-  const int64_t positions = p.Hi * p.Wi, r_total = p.N * positions;
-  const int64_t r_end = min_i64(r_total, (chunk + 1) * chunk_len);
+  const int taps = q.kH * q.kW;
+  if (static_cast<int>(threadIdx.x) < taps) {
+    const int kh = static_cast<int>(threadIdx.x) / q.kW;
+    tap_dh[threadIdx.x] = kh * q.dH;
+    tap_dw[threadIdx.x] = (static_cast<int>(threadIdx.x) - kh * q.kW) * q.dW;
+  }
+  __syncthreads();
+  const int in_plane = q.Hi * q.Wi, out_plane = q.Ho * q.Wo;
+  const int64_t r_end = min_i64(N * in_plane, (chunk + 1) * chunk_len);
   double acc[kMaxTaps];
 #pragma unroll
   for (int t = 0; t < kMaxTaps; ++t)
     acc[t] = 0.0;
-  for (int64_t r = chunk * chunk_len + threadIdx.x; r < r_end; r += blockDim.x) {
-    const int64_t n = r / positions, pos = r % positions;
-    const int64_t ih = pos / p.Wi, iw = pos % p.Wi;
-    const double xv = static_cast<double>(x[(n * p.Ci + c) * positions + pos]);
-    const T* dyc = dy + (n * p.Co + c) * p.Ho * p.Wo;
+  int64_t r = chunk * chunk_len + threadIdx.x;
+  // (n, pos) of r, advanced without dividing in 64 bits.
+  int64_t n = r / in_plane;
+  int pos = static_cast<int>(r - n * in_plane);
+  for (; r < r_end; r += blockDim.x) {
+    const int ih = pos / q.Wi, iw = pos - ih * q.Wi;
+    const int oh0 = ih * q.sH - q.pH, ow0 = iw * q.sW - q.pW;
+    const int64_t plane = n * C + c;
+    const double xv = static_cast<double>(x[plane * in_plane + pos]);
+    const T* dyc = dy + plane * out_plane;
 #pragma unroll
     for (int t = 0; t < kMaxTaps; ++t) {
       if (t < taps) {
-        const int64_t oh = ih * p.sH - p.pH + (t / p.kW) * p.dH;
-        const int64_t ow = iw * p.sW - p.pW + (t % p.kW) * p.dW;
-        if (oh >= 0 && oh < p.Ho && ow >= 0 && ow < p.Wo) {
-          acc[t] += xv * static_cast<double>(dyc[oh * p.Wo + ow]);
+        const int oh = oh0 + tap_dh[t], ow = ow0 + tap_dw[t];
+        if (oh >= 0 && oh < q.Ho && ow >= 0 && ow < q.Wo) {
+          acc[t] += xv * static_cast<double>(dyc[oh * q.Wo + ow]);
         }
       }
+    }
+    pos += static_cast<int>(blockDim.x);
+    while (pos >= in_plane) {
+      pos -= in_plane;
+      ++n;
     }
   }
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -158,23 +170,41 @@ __global__ void dw_sum_chunks_kernel(const double* __restrict__ partials, T* __r
   }
 }
 
+// Calls f(I{}) with I = int when a flat loop over `total` items cannot overflow 32 bits (the
+// grid stride included), else with I = int64_t.
+constexpr int64_t kFlat32 = (int64_t{1} << 31) - (int64_t{1} << 25);
+template <class F>
+void with_index_type(int64_t total, F&& f) {
+  if (total <= kFlat32) {
+    f(int{});
+  } else {
+    f(int64_t{});
+  }
+}
+
 template <class T>
-void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p,
-               const ConvOperands& t) {
+void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p, const ConvOperands& t) {
+  const Plane32 q = plane32(p);
   switch (pass) {
     case ConvPass::forward: {
       const int64_t total = p.N * p.Co * p.Ho * p.Wo;
-      dw_forward_kernel<T><<<grid_for(total), kThreads>>>(
-          t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.bias ? t.bias->data_ptr<T>() : nullptr,
-          t.out.data_ptr<T>(), p);
-      TGRAD_CUDA_CHECK_LAUNCH("dw_forward_kernel");
+      with_index_type(total, [&](auto tag) {
+        using I = decltype(tag);
+        dw_forward_kernel<T, I><<<grid_for(total), kThreads>>>(
+            t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.bias ? t.bias->data_ptr<T>() : nullptr,
+            t.out.data_ptr<T>(), q, I(p.Co), I(total));
+        TGRAD_CUDA_CHECK_LAUNCH("dw_forward_kernel");
+      });
       break;
     }
     case ConvPass::dgrad: {
       const int64_t total = p.N * p.Ci * p.Hi * p.Wi;
-      dw_dgrad_kernel<T><<<grid_for(total), kThreads>>>(t.a.data_ptr<T>(), t.b.data_ptr<T>(),
-                                                        t.out.data_ptr<T>(), p);
-      TGRAD_CUDA_CHECK_LAUNCH("dw_dgrad_kernel");
+      with_index_type(total, [&](auto tag) {
+        using I = decltype(tag);
+        dw_dgrad_kernel<T, I><<<grid_for(total), kThreads>>>(
+            t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.out.data_ptr<T>(), q, I(p.Ci), I(total));
+        TGRAD_CUDA_CHECK_LAUNCH("dw_dgrad_kernel");
+      });
       break;
     }
     case ConvPass::wgrad: {
@@ -185,20 +215,36 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p,
       const int64_t chunk_len = ceil_div(r_total, chunks);
       chunks = ceil_div(r_total, chunk_len);
       const auto blocks = static_cast<unsigned>(p.Ci * chunks);
-      if (chunks == 1) {
-        dw_wgrad_kernel<T, T><<<blocks, kThreads>>>(t.a.data_ptr<T>(), t.b.data_ptr<T>(),
-                                                    t.out.data_ptr<T>(), p, chunks, chunk_len);
-        TGRAD_CUDA_CHECK_LAUNCH("dw_wgrad_kernel");
-        break;
-      }
-      // The partials (at most kTargetBlocks * taps doubles past one chunk per channel) live until
+      // The partials (Ci * chunks * taps doubles, chunks <= kTargetBlocks / Ci + 1) live until
       // this scope ends; the stream orders their reuse after stage 2.
-      std::shared_ptr<void> storage = alloc.allocate(elements * chunks * int64_t{sizeof(double)},
-                                                     t.out.device().index());
-      double* partials = static_cast<double*>(storage.get());
-      dw_wgrad_kernel<T, double><<<blocks, kThreads>>>(t.a.data_ptr<T>(), t.b.data_ptr<T>(),
-                                                       partials, p, chunks, chunk_len);
-      TGRAD_CUDA_CHECK_LAUNCH("dw_wgrad_kernel");
+      std::shared_ptr<void> storage;
+      double* partials = nullptr;
+      if (chunks > 1) {
+        storage =
+            alloc.allocate(elements * chunks * int64_t{sizeof(double)}, t.out.device().index());
+        partials = static_cast<double*>(storage.get());
+      }
+      const auto stage1 = [&](auto max_taps) {
+        constexpr int kTaps = decltype(max_taps)::value;
+        if (chunks == 1) {
+          dw_wgrad_kernel<T, T, kTaps><<<blocks, kThreads>>>(t.a.data_ptr<T>(), t.b.data_ptr<T>(),
+                                                             t.out.data_ptr<T>(), q, p.N, p.Ci,
+                                                             chunks, chunk_len);
+        } else {
+          dw_wgrad_kernel<T, double, kTaps><<<blocks, kThreads>>>(
+              t.a.data_ptr<T>(), t.b.data_ptr<T>(), partials, q, p.N, p.Ci, chunks, chunk_len);
+        }
+        TGRAD_CUDA_CHECK_LAUNCH("dw_wgrad_kernel");
+      };
+      const int64_t taps = p.kH * p.kW;
+      if (taps <= 9) {
+        stage1(std::integral_constant<int, 9>{});
+      } else if (taps <= 16) {
+        stage1(std::integral_constant<int, 16>{});
+      } else {
+        stage1(std::integral_constant<int, static_cast<int>(kDepthwiseMaxTaps)>{});
+      }
+      if (chunks == 1) break;
       dw_sum_chunks_kernel<T>
           <<<grid_for(elements), kThreads>>>(partials, t.out.data_ptr<T>(), elements, chunks);
       TGRAD_CUDA_CHECK_LAUNCH("dw_sum_chunks_kernel");

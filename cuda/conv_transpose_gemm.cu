@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_gemm.cuh"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_util.h"
@@ -31,17 +32,16 @@ namespace {
 std::atomic<int64_t> g_launches{0};
 
 // (n, c, p) of an (N, C, P) tensor <-> (c, nl * P + p) of the packed (C, nb * P), nl = n - n0.
-template <class T, bool kPack>
-__global__ void pack_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t n0, int64_t nb,
-                            int64_t C, int64_t P) {
-  const int64_t total = C * nb * P;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t p = idx % P;
-    const int64_t t = idx / P;
-    const int64_t nl = t % nb;
-    const int64_t c = t / nb;
-    const int64_t full = ((n0 + nl) * C + c) * P + p;
+// I: the index type, 32-bit when the chunk is small enough (see kFlat32).
+template <class T, class I, bool kPack>
+__global__ void pack_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t n0, I nb, I C,
+                            I P) {
+  const I total = C * nb * P;
+  const I stride = static_cast<I>(gridDim.x * blockDim.x);
+  for (I idx = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); idx < total; idx += stride) {
+    const I row = idx / P, p = idx - row * P;
+    const I c = row / nb, nl = row - c * nb;
+    const int64_t full = ((n0 + nl) * C + c) * int64_t{P} + p;
     if constexpr (kPack) {
       dst[idx] = src[full];
     } else {
@@ -51,67 +51,71 @@ __global__ void pack_kernel(const T* __restrict__ src, T* __restrict__ dst, int6
 }
 
 // cols[(co * taps + kh * kW + kw) * L + nl * Hi * Wi + ih * Wi + iw] = dy[n0 + nl, co, oh, ow]
-// with oh = ih * sH - pH + kh * dH (likewise ow), 0 outside dy. Positions vary fastest, so the
-// writes coalesce.
+// with oh = ih * sH - pH + kh * dH (likewise ow), 0 outside dy. x of the grid spans the L
+// columns (coalesced writes), y strides over the rows; L < 2^31 (the workspace budget).
 template <class T>
-__global__ void im2col_kernel(const T* __restrict__ dy, T* __restrict__ cols, ConvParams p,
-                              int64_t n0, int64_t nb) {
-  const int64_t taps = p.kH * p.kW, positions = p.Hi * p.Wi, L = nb * positions;
-  const int64_t total = p.Co * taps * L;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t l = idx % L;
-    const int64_t row = idx / L;
-    const int64_t nl = l / positions, pos = l % positions;
-    const int64_t ih = pos / p.Wi, iw = pos % p.Wi;
-    const int64_t tap = row % taps, co = row / taps;
-    const int64_t oh = ih * p.sH - p.pH + (tap / p.kW) * p.dH;
-    const int64_t ow = iw * p.sW - p.pW + (tap % p.kW) * p.dW;
+__global__ void im2col_kernel(const T* __restrict__ dy, T* __restrict__ cols, Plane32 q, int64_t Co,
+                              int64_t n0, int L) {
+  const int l = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (l >= L) return;
+  const int positions = q.Hi * q.Wi, taps = q.kH * q.kW, out_plane = q.Ho * q.Wo;
+  const int nl = l / positions, pos = l - nl * positions;
+  const int ih = pos / q.Wi, iw = pos - ih * q.Wi;
+  const int oh0 = ih * q.sH - q.pH, ow0 = iw * q.sW - q.pW;
+  const T* dyn = dy + (n0 + nl) * Co * out_plane;
+  const int64_t rows = Co * taps;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const int co = static_cast<int>(row / taps), tap = static_cast<int>(row - int64_t{co} * taps);
+    const int kh = tap / q.kW, kw = tap - kh * q.kW;
+    const int oh = oh0 + kh * q.dH, ow = ow0 + kw * q.dW;
     T v = T(0);
-    if (oh >= 0 && oh < p.Ho && ow >= 0 && ow < p.Wo) {
-      v = dy[(((n0 + nl) * p.Co + co) * p.Ho + oh) * p.Wo + ow];
-    }
-    cols[idx] = v;
+    if (oh >= 0 && oh < q.Ho && ow >= 0 && ow < q.Wo)
+      v = dyn[int64_t{co} * out_plane + oh * q.Wo + ow];
+    cols[row * L + l] = v;
   }
 }
 
-// The input index of a tap on one axis, or -1 when the tap does not land on an input element.
-__device__ inline int64_t tap_source(int64_t o, int64_t k, int64_t pad, int64_t dil,
-                                     int64_t stride, int64_t in_size) {
-  const int64_t t = o + pad - k * dil;
-  if (t < 0 || t % stride != 0) return -1;
-  const int64_t i = t / stride;
-  return i < in_size ? i : -1;
+// y[n0 + nl, co, oh, ow] = bias[co] + the cols entries of the taps that reach (oh, ow), summed
+// in tap order (kh, then kw) and written once; idx runs over the chunk's (contiguous) part of y.
+template <class T, class I>
+__global__ void col2im_kernel(const T* __restrict__ cols, const T* __restrict__ bias,
+                              T* __restrict__ y_chunk, Plane32 q, I Co, I nb) {
+  const I out_plane = I{q.Ho} * q.Wo, total = nb * Co * out_plane;
+  const int positions = q.Hi * q.Wi, taps = q.kH * q.kW;
+  const int64_t L = int64_t{nb} * positions;
+  const I stride = static_cast<I>(gridDim.x * blockDim.x);
+  for (I idx = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); idx < total; idx += stride) {
+    const I plane = idx / out_plane;
+    const int pos = static_cast<int>(idx - plane * out_plane);
+    const I nl = plane / Co, co = plane - nl * Co;
+    const int oh = pos / q.Wo, ow = pos - oh * q.Wo;
+    const T* base = cols + int64_t{co} * taps * L + int64_t{nl} * positions;
+    T acc = T(0);
+    for_each_gather_tap(oh, q.kH, q.pH, q.dH, q.sH, q.Hi, [&](int kh, int ih) {
+      for_each_gather_tap(ow, q.kW, q.pW, q.dW, q.sW, q.Wi, [&](int kw, int iw) {
+        acc += base[(kh * q.kW + kw) * L + ih * q.Wi + iw];
+      });
+    });
+    y_chunk[idx] = bias ? acc + bias[co] : acc;
+  }
 }
 
-// y[n0 + nl, co, oh, ow] = bias[co] + the cols entries of the taps that reach (oh, ow), summed
-// in tap order (kh, then kw) and written once.
+// A 2-D grid: x covers `inner` items in blocks of kThreads, y strides over `outer`.
+dim3 grid_2d(int64_t inner, int64_t outer) {
+  return dim3(static_cast<unsigned>(ceil_div(inner, kThreads)),
+              static_cast<unsigned>(std::min<int64_t>(outer, 65535)));
+}
+
+// dw[e] = (accumulate ? dw[e] : 0) + sum_{s < splits} partials[s * elements + e], in order of s.
 template <class T>
-__global__ void col2im_kernel(const T* __restrict__ cols, const T* __restrict__ bias,
-                              T* __restrict__ y, ConvParams p, int64_t n0, int64_t nb) {
-  const int64_t taps = p.kH * p.kW, positions = p.Hi * p.Wi, L = nb * positions;
-  const int64_t total = nb * p.Co * p.Ho * p.Wo;
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
-       idx += int64_t{gridDim.x} * blockDim.x) {
-    int64_t t = idx;
-    const int64_t ow = t % p.Wo;
-    t /= p.Wo;
-    const int64_t oh = t % p.Ho;
-    t /= p.Ho;
-    const int64_t co = t % p.Co;
-    const int64_t nl = t / p.Co;
-    const T* base = cols + co * taps * L + nl * positions;
-    T acc = T(0);
-    for (int64_t kh = 0; kh < p.kH; ++kh) {
-      const int64_t ih = tap_source(oh, kh, p.pH, p.dH, p.sH, p.Hi);
-      if (ih < 0) continue;
-      for (int64_t kw = 0; kw < p.kW; ++kw) {
-        const int64_t iw = tap_source(ow, kw, p.pW, p.dW, p.sW, p.Wi);
-        if (iw < 0) continue;
-        acc += base[(kh * p.kW + kw) * L + ih * p.Wi + iw];
-      }
-    }
-    y[((n0 + nl) * p.Co + co) * p.Ho * p.Wo + oh * p.Wo + ow] = bias ? acc + bias[co] : acc;
+__global__ void sum_splits_kernel(const T* __restrict__ partials, T* __restrict__ dw,
+                                  int64_t elements, int64_t splits, bool accumulate) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < elements;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    T acc = accumulate ? dw[e] : T(0);
+    for (int64_t s = 0; s < splits; ++s)
+      acc += partials[s * elements + e];
+    dw[e] = acc;
   }
 }
 
@@ -134,10 +138,38 @@ void gemm(cublasHandle_t h, Precision precision, bool ta, bool tb, int64_t M, in
         h, op_b, op_a, i(N), i(M), i(K), &alpha, B, CUDA_R_32F, i(ldb), sb, A, CUDA_R_32F, i(lda),
         sa, &beta, C, CUDA_R_32F, i(ldc), sc, i(batch), compute, CUBLAS_GEMM_DEFAULT));
   } else {
-    TGRAD_CUBLAS_CHECK(cublasDgemmStridedBatched(h, op_b, op_a, i(N), i(M), i(K), &alpha, B,
-                                                 i(ldb), sb, A, i(lda), sa, &beta, C, i(ldc), sc,
+    TGRAD_CUBLAS_CHECK(cublasDgemmStridedBatched(h, op_b, op_a, i(N), i(M), i(K), &alpha, B, i(ldb),
+                                                 sb, A, i(lda), sa, &beta, C, i(ldc), sc,
                                                  i(batch)));
   }
+}
+
+// Calls f(I{}) with I = int when a flat loop over `total` items cannot overflow 32 bits (the
+// grid stride included), else with I = int64_t.
+constexpr int64_t kFlat32 = (int64_t{1} << 31) - (int64_t{1} << 25);
+template <class F>
+void with_index_type(int64_t total, F&& f) {
+  if (total <= kFlat32) {
+    f(int{});
+  } else {
+    f(int64_t{});
+  }
+}
+
+// wgrad splits K (the chunk's L columns) into slices when dW is small next to L, so the GEMMs
+// have enough tiles to fill the GPU; the slices' partial dW are summed in slice order by
+// sum_splits_kernel. The split depends on the shape only (bits do not depend on the GPU), and
+// splits * dW elements stays under 2 * kSplitTarget (the partials' workspace).
+constexpr int64_t kMinSplitK = 4096;       // columns per slice at least
+constexpr int64_t kSplitTarget = 1 << 20;  // dW elements times splits to aim at
+constexpr int64_t kMaxSplits = 64;
+constexpr int64_t kMaxSplitGroups = 16;  // one batched GEMM per group: few groups only
+
+int64_t wgrad_splits(const ConvParams& p, int64_t L) {
+  if (p.G > kMaxSplitGroups) return 1;
+  const int64_t elements = p.Ci * p.Cog * p.kH * p.kW;
+  return std::clamp<int64_t>(std::min(L / kMinSplitK, ceil_div(kSplitTarget, elements)), 1,
+                             kMaxSplits);
 }
 
 template <class T>
@@ -145,50 +177,98 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
                const ConvOperands& t) {
   const int device = t.out.device().index();
   cublasHandle_t handle = static_cast<CudaBackend*>(cuda_backend())->cublas(device);
-  const int64_t taps = p.kH * p.kW, positions = p.Hi * p.Wi;
+  const Plane32 q = plane32(p);
+  const int64_t taps = p.kH * p.kW, positions = p.Hi * p.Wi, out_plane = p.Ho * p.Wo;
   const int64_t cogk = p.Cog * taps;
   const int64_t per_sample = gemm_workspace_per_sample(g);
   const int64_t nb_max =
       std::clamp<int64_t>(kGemmWorkspaceBytes / (per_sample * int64_t{sizeof(T)}), 1, p.N);
-  std::shared_ptr<void> storage =
-      alloc.allocate(nb_max * per_sample * int64_t{sizeof(T)}, device);
+  std::shared_ptr<void> storage = alloc.allocate(nb_max * per_sample * int64_t{sizeof(T)}, device);
   T* cols = static_cast<T*>(storage.get());
   T* packed = cols + nb_max * p.Co * taps * positions;
+  const int64_t dw_elements = p.Ci * cogk;
+  std::shared_ptr<void> split_storage;
+  const int64_t max_splits = pass == ConvPass::wgrad ? wgrad_splits(p, nb_max * positions) : 1;
+  if (max_splits > 1) {
+    split_storage = alloc.allocate(max_splits * dw_elements * int64_t{sizeof(T)}, device);
+  }
   const T* w = t.b.data_ptr<T>();
   for (int64_t n0 = 0; n0 < p.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, p.N - n0);
     const int64_t L = nb * positions;
-    const int64_t cols_n = p.Co * taps * L, packed_n = p.Ci * L;
-    switch (pass) {
-      case ConvPass::forward:
-        pack_kernel<T, true><<<grid_for(packed_n), kThreads>>>(t.a.data_ptr<T>(), packed, n0, nb,
-                                                               p.Ci, positions);
+    const int64_t packed_n = p.Ci * L;
+    const auto pack = [&](const T* src, T* dst, bool to_packed) {
+      with_index_type(packed_n, [&](auto tag) {
+        using I = decltype(tag);
+        if (to_packed) {
+          pack_kernel<T, I, true>
+              <<<grid_for(packed_n), kThreads>>>(src, dst, n0, I(nb), I(p.Ci), I(positions));
+        } else {
+          pack_kernel<T, I, false>
+              <<<grid_for(packed_n), kThreads>>>(src, dst, n0, I(nb), I(p.Ci), I(positions));
+        }
         TGRAD_CUDA_CHECK_LAUNCH("pack_kernel");
+      });
+    };
+    const auto im2col = [&](const T* dy) {
+      im2col_kernel<T>
+          <<<grid_2d(L, p.Co * taps), kThreads>>>(dy, cols, q, p.Co, n0, static_cast<int>(L));
+      TGRAD_CUDA_CHECK_LAUNCH("im2col_kernel");
+    };
+    switch (pass) {
+      case ConvPass::forward: {
+        pack(t.a.data_ptr<T>(), packed, true);
         gemm<T>(handle, g.precision, true, false, cogk, L, p.Cig, w, cogk, p.Cig * cogk, packed, L,
                 p.Cig * L, T(0), cols, L, cogk * L, p.G);
-        col2im_kernel<T><<<grid_for(nb * p.Co * p.Ho * p.Wo), kThreads>>>(
-            cols, t.bias ? t.bias->data_ptr<T>() : nullptr, t.out.data_ptr<T>(), p, n0, nb);
-        TGRAD_CUDA_CHECK_LAUNCH("col2im_kernel");
+        const int64_t total = nb * p.Co * out_plane;
+        T* y_chunk = t.out.data_ptr<T>() + n0 * p.Co * out_plane;
+        const T* bias = t.bias ? t.bias->data_ptr<T>() : nullptr;
+        with_index_type(total, [&](auto tag) {
+          using I = decltype(tag);
+          col2im_kernel<T, I>
+              <<<grid_for(total), kThreads>>>(cols, bias, y_chunk, q, I(p.Co), I(nb));
+          TGRAD_CUDA_CHECK_LAUNCH("col2im_kernel");
+        });
         break;
+      }
       case ConvPass::dgrad:
-        im2col_kernel<T><<<grid_for(cols_n), kThreads>>>(t.a.data_ptr<T>(), cols, p, n0, nb);
-        TGRAD_CUDA_CHECK_LAUNCH("im2col_kernel");
+        im2col(t.a.data_ptr<T>());
         gemm<T>(handle, g.precision, false, false, p.Cig, L, cogk, w, cogk, p.Cig * cogk, cols, L,
                 cogk * L, T(0), packed, L, p.Cig * L, p.G);
-        pack_kernel<T, false><<<grid_for(packed_n), kThreads>>>(packed, t.out.data_ptr<T>(), n0,
-                                                                nb, p.Ci, positions);
-        TGRAD_CUDA_CHECK_LAUNCH("pack_kernel");
+        pack(packed, t.out.data_ptr<T>(), false);
         break;
-      case ConvPass::wgrad:
-        pack_kernel<T, true><<<grid_for(packed_n), kThreads>>>(t.a.data_ptr<T>(), packed, n0, nb,
-                                                               p.Ci, positions);
-        TGRAD_CUDA_CHECK_LAUNCH("pack_kernel");
-        im2col_kernel<T><<<grid_for(cols_n), kThreads>>>(t.b.data_ptr<T>(), cols, p, n0, nb);
-        TGRAD_CUDA_CHECK_LAUNCH("im2col_kernel");
+      case ConvPass::wgrad: {
+        pack(t.a.data_ptr<T>(), packed, true);
+        im2col(t.b.data_ptr<T>());
         // The first chunk overwrites dW, the later ones add to it in batch order.
-        gemm<T>(handle, g.precision, false, true, p.Cig, cogk, L, packed, L, p.Cig * L, cols, L,
-                cogk * L, n0 == 0 ? T(0) : T(1), t.out.data_ptr<T>(), cogk, p.Cig * cogk, p.G);
+        const bool accumulate = n0 > 0;
+        T* dw = t.out.data_ptr<T>();
+        const int64_t splits = wgrad_splits(p, L);
+        if (splits == 1) {
+          gemm<T>(handle, g.precision, false, true, p.Cig, cogk, L, packed, L, p.Cig * L, cols, L,
+                  cogk * L, accumulate ? T(1) : T(0), dw, cogk, p.Cig * cogk, p.G);
+          break;
+        }
+        // Slices of ls columns (the last one shorter), batched per group.
+        T* partials = static_cast<T*>(split_storage.get());
+        const int64_t ls = ceil_div(L, splits), full = L / ls, rem = L - full * ls;
+        for (int64_t gi = 0; gi < p.G; ++gi) {
+          const T* a = packed + gi * p.Cig * L;
+          const T* b = cols + gi * cogk * L;
+          T* c = partials + gi * p.Cig * cogk;
+          gemm<T>(handle, g.precision, false, true, p.Cig, cogk, ls, a, L, ls, b, L, ls, T(0), c,
+                  cogk, dw_elements, full);
+          if (rem > 0) {
+            gemm<T>(handle, g.precision, false, true, p.Cig, cogk, rem, a + full * ls, L, 0,
+                    b + full * ls, L, 0, T(0), c + full * dw_elements, cogk, 0, 1);
+          }
+        }
+        const int64_t used = full + (rem > 0 ? 1 : 0);
+        sum_splits_kernel<T>
+            <<<grid_for(dw_elements), kThreads>>>(partials, dw, dw_elements, used, accumulate);
+        TGRAD_CUDA_CHECK_LAUNCH("sum_splits_kernel");
         break;
+      }
     }
   }
   g_launches.fetch_add(1, std::memory_order_relaxed);

@@ -243,8 +243,8 @@ TEST(CudaConvPaths, GemmOnOddGeometries) {
        odd_geometry(1, 2, 8, 4, 1, {1, 10}, {1, 16}, {1, 8}, {0, 4}, {1, 1}, {0, 3})},
       {"padding past the kernel's reach",
        odd_geometry(2, 2, 3, 4, 1, {4, 4}, {2, 2}, {1, 1}, {2, 2}, {1, 1}, {0, 0})},
-      {"depthwise, dilated", odd_geometry(2, 2, 5, 5, 5, {6, 9}, {3, 3}, {2, 1}, {1, 2}, {1, 2},
-                                          {1, 0})},
+      {"depthwise, dilated",
+       odd_geometry(2, 2, 5, 5, 5, {6, 9}, {3, 3}, {2, 1}, {1, 2}, {1, 2}, {1, 0})},
       // One float64 sample needs 158 MB, so float64 runs four batch chunks of one sample (wgrad
       // adds them in order) and float32 two (three samples and one).
       {"batch chunks",
@@ -263,6 +263,10 @@ TEST(CudaConvPaths, DepthwiseOnOddGeometries) {
   check_path(Path::depthwise,
              odd_geometry(1, 3, 4, 4, 4, {1, 50}, {1, 7}, {1, 3}, {0, 1}, {1, 1}, {0, 2}), 1802,
              "depthwise 1-D stride 3");
+  // 25 taps: wgrad's largest accumulator instance (32 taps).
+  check_path(Path::depthwise,
+             odd_geometry(2, 2, 3, 3, 3, {7, 6}, {5, 5}, {1, 2}, {2, 1}, {1, 1}, {0, 1}), 1804,
+             "depthwise 25 taps");
   // 36 taps: wgrad declines (one register per tap, 32 at most) and the general kernel runs it;
   // forward and dgrad still take the depthwise kernels.
   check_path(Path::depthwise,
