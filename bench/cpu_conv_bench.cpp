@@ -1,20 +1,21 @@
-// cpu_conv_bench: times the CPU backend's conv_transpose forward, dgrad and wgrad on the
-// five S1-S5 workloads scaled down (1-D lengths / 64, 2-D height and width / 8), as GFLOP/s
-// (ConvGeometry::flops(), the median of several runs) next to Eigen's float32 GEMM (1024^3, on
-// the same threads) measured just before each workload in the same run.
-// Usage: cpu_conv_bench [runs=5]. Threads: TGRAD_NUM_THREADS, else every hardware thread.
-#include <Eigen/Core>
+// cpu_conv_bench: times the CPU backend's conv_transpose forward, dgrad and wgrad (float32, the
+// median of several runs) on the S1-S5 workloads scaled down (1-D lengths / 64, 2-D height and
+// width / 8) and on the decoder-layer suite (bench/decoder_layers.h) scaled down for the CPU.
+// bench/cpu_vs_torch.py runs it with --json and times the same geometries in PyTorch.
+// Usage: cpu_conv_bench [--suite s|decoders|all] [--runs 5] [--threads N] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench/decoder_layers.h"
 #include "core/backend.h"
 #include "core/conv_geometry.h"
+#include "core/device.h"
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -22,22 +23,50 @@ namespace {
 
 using tgrad::ConvGeometry;
 using tgrad::Tensor;
+using tgrad::bench::ConvLayerSpec;
+using tgrad::bench::layer1d;
 
-struct Workload {
-  const char* id;
-  int dims;  // 1 or 2
-  int64_t batch, in_channels, out_channels;
-  std::array<int64_t, 2> kernel, in_size, stride, padding, dilation;  // 1-D: entry 0 only
-};
+// The S1-S5 table with 1-D lengths / 64 and 2-D height and width / 8.
+std::vector<ConvLayerSpec> s_workloads() {
+  std::vector<ConvLayerSpec> w = {
+      layer1d("S1", "N16 32->64 k3 L2048 s2 p1 d2", 16, 32, 64, 131072 / 64, 3, 2, 1),
+      layer1d("S2", "N64 64->128 k3 L1024 s1 p0", 64, 64, 128, 65536 / 64, 3, 1, 0),
+      layer1d("S3", "N64 128->128 k3 L1024 s1 p0", 64, 128, 128, 65536 / 64, 3, 1, 0),
+      layer1d("S4", "N32 32->64 k5 L2048 s1 p0 d3", 32, 32, 64, 131072 / 64, 5, 1, 0),
+  };
+  w[0].dilation = {2, 0};
+  w[3].dilation = {3, 0};
+  ConvLayerSpec s5;
+  s5.id = "S5";
+  s5.source = "N8 32->32 k3x7 64x128 s1 p(1,3)";
+  s5.dims = 2;
+  s5.batch = 8;
+  s5.in_channels = 32;
+  s5.out_channels = 32;
+  s5.in_size = {512 / 8, 1024 / 8};
+  s5.kernel = {3, 7};
+  s5.padding = {1, 3};
+  w.push_back(s5);
+  return w;
+}
 
-// the S1-S5 table with 1-D lengths / 64 and 2-D height and width / 8.
-const std::vector<Workload> kWorkloads = {
-    {"S1", 1, 16, 32, 64, {3, 0}, {131072 / 64, 0}, {2, 0}, {1, 0}, {2, 0}},
-    {"S2", 1, 64, 64, 128, {3, 0}, {65536 / 64, 0}, {1, 0}, {0, 0}, {1, 0}},
-    {"S3", 1, 64, 128, 128, {3, 0}, {65536 / 64, 0}, {1, 0}, {0, 0}, {1, 0}},
-    {"S4", 1, 32, 32, 64, {5, 0}, {131072 / 64, 0}, {1, 0}, {0, 0}, {3, 0}},
-    {"S5", 2, 8, 32, 32, {3, 7}, {512 / 8, 1024 / 8}, {1, 1}, {1, 3}, {1, 1}},
-};
+// The decoder suite made CPU-sized by a rule of the shape alone: batch / 16 (at least 1), then
+// the spatial size halved until one pass is at most 0.5 GFLOP.
+std::vector<ConvLayerSpec> decoder_workloads() {
+  std::vector<ConvLayerSpec> out;
+  for (ConvLayerSpec l : tgrad::bench::decoder_layers()) {
+    l.batch = std::max<int64_t>(1, l.batch / 16);
+    for (;;) {
+      const ConvGeometry g = tgrad::make_conv_transpose_geometry(tgrad::bench::conv_args(l));
+      const bool can_halve = l.in_size[0] > 2 && (l.dims == 1 || l.in_size[1] > 2);
+      if (g.flops() <= 5e8 || !can_halve) break;
+      l.in_size[0] /= 2;
+      if (l.dims == 2) l.in_size[1] /= 2;
+    }
+    out.push_back(l);
+  }
+  return out;
+}
 
 double median_seconds(int runs, const std::function<void()>& fn) {
   fn();  // warm-up: first-touch of buffers, caches
@@ -52,90 +81,88 @@ double median_seconds(int runs, const std::function<void()>& fn) {
   return times[times.size() / 2];
 }
 
-int thread_count() {
-  if (const char* env = std::getenv("TGRAD_NUM_THREADS"); env != nullptr && *env != '\0') {
-    return std::max(1, std::atoi(env));
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
+std::string json_array(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
 }
 
-// Eigen float32 GEMM C = A B (n x n), GFLOP/s. With several threads, C's columns are split
-// evenly and each thread runs a single-threaded GEMM on its part, as the backend does.
-double eigen_gemm_gflops(int64_t n, int threads, int runs) {
-  const Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n);
-  const Eigen::MatrixXf b = Eigen::MatrixXf::Random(n, n);
-  Eigen::MatrixXf c(n, n);
-  const double seconds = median_seconds(runs, [&] {
-    std::vector<std::jthread> pool;
-    const int64_t per = (n + threads - 1) / threads;
-    for (int t = 1; t < threads; ++t) {
-      const int64_t c0 = t * per, len = std::min(per, n - c0);
-      if (len > 0)
-        pool.emplace_back(
-            [&, c0, len] { c.middleCols(c0, len).noalias() = a * b.middleCols(c0, len); });
-    }
-    c.leftCols(std::min(per, n)).noalias() = a * b.leftCols(std::min(per, n));
-  });
-  return 2.0 * static_cast<double>(n * n * n) / seconds * 1e-9;
+// The geometry as PyTorch's conv_transpose{1,2}d arguments (1-D: entry 0 only).
+std::string json_geometry(const ConvLayerSpec& l) {
+  const auto axes = [&](const std::array<int64_t, 2>& a) {
+    return json_array(l.dims == 1 ? std::vector<int64_t>{a[0]} : std::vector<int64_t>{a[0], a[1]});
+  };
+  std::vector<int64_t> x{l.batch, l.in_channels}, w{l.in_channels, l.out_channels / l.groups};
+  for (int a = 0; a < l.dims; ++a) {
+    x.push_back(l.in_size[static_cast<size_t>(a)]);
+    w.push_back(l.kernel[static_cast<size_t>(a)]);
+  }
+  return "\"dims\": " + std::to_string(l.dims) + ", \"x\": " + json_array(x) +
+         ", \"w\": " + json_array(w) + ", \"stride\": " + axes(l.stride) +
+         ", \"padding\": " + axes(l.padding) + ", \"output_padding\": " + axes(l.output_padding) +
+         ", \"dilation\": " + axes(l.dilation) + ", \"groups\": " + std::to_string(l.groups);
 }
 
-std::string describe(const Workload& w) {
-  char buf[160];
-  if (w.dims == 1) {
-    std::snprintf(buf, sizeof buf, "N%ld %ld->%ld k%ld L%ld s%ld p%ld d%ld", long(w.batch),
-                  long(w.in_channels), long(w.out_channels), long(w.kernel[0]), long(w.in_size[0]),
-                  long(w.stride[0]), long(w.padding[0]), long(w.dilation[0]));
-  } else {
-    std::snprintf(buf, sizeof buf, "N%ld %ld->%ld k%ldx%ld %ldx%ld s%ld p(%ld,%ld) d%ld",
-                  long(w.batch), long(w.in_channels), long(w.out_channels), long(w.kernel[0]),
-                  long(w.kernel[1]), long(w.in_size[0]), long(w.in_size[1]), long(w.stride[0]),
-                  long(w.padding[0]), long(w.padding[1]), long(w.dilation[0]));
-  }
-  return buf;
-}
-
-ConvGeometry geometry_of(const Workload& w) {
-  tgrad::ConvTransposeArgs args;
-  args.fn = w.dims == 1 ? "conv_transpose1d" : "conv_transpose2d";
-  args.spatial_dims = w.dims;
-  args.x_shape = {w.batch, w.in_channels};
-  args.w_shape = {w.in_channels, w.out_channels};
-  for (int a = 0; a < w.dims; ++a) {
-    args.x_shape.push_back(w.in_size[a]);
-    args.w_shape.push_back(w.kernel[a]);
-  }
-  args.has_bias = true;
-  args.b_shape = {w.out_channels};
-  args.stride = w.stride;
-  args.padding = w.padding;
-  args.dilation = w.dilation;
-  args.output_padding = {0, 0};
-  args.groups = 1;
-  return tgrad::make_conv_transpose_geometry(args);
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "cpu_conv_bench: %s\nusage: cpu_conv_bench [--suite s|decoders|all] [--runs N] "
+               "[--threads N] [--json]\n",
+               why);
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int runs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
-  const int threads = thread_count();
+  std::string suite = "s";
+  int runs = 5;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--suite" && has_value) {
+      suite = argv[++i];
+      if (suite != "s" && suite != "decoders" && suite != "all") return usage("bad --suite");
+    } else if (arg == "--runs" && has_value) {
+      runs = std::atoi(argv[++i]);
+      if (runs < 1) return usage("--runs must be positive");
+    } else if (arg == "--threads" && has_value) {
+      const int t = std::atoi(argv[++i]);
+      if (t < 1) return usage("--threads must be positive");
+      tgrad::set_num_threads(t);
+    } else {
+      return usage(("unknown argument " + arg).c_str());
+    }
+  }
+  std::vector<std::pair<std::string, ConvLayerSpec>> workloads;
+  if (suite != "decoders") {
+    for (const auto& l : s_workloads())
+      workloads.emplace_back("s", l);
+  }
+  if (suite != "s") {
+    for (const auto& l : decoder_workloads())
+      workloads.emplace_back("decoders", l);
+  }
+
   tgrad::manual_seed(0);
   tgrad::Backend& cpu = tgrad::backend(tgrad::Device(tgrad::kCPU));
-
-  // The machine may be shared, so the yardstick is measured again next to every workload and
-  // each ratio uses the GEMM rate of its own workload's moment.
-  constexpr int64_t kGemmN = 1024;
-  std::printf("tgrad CPU conv-transpose bench, float32, %d thread(s), median of %d runs\n", threads,
-              runs);
-  std::printf(
-      "Eigen sgemm %ld^3 on 1 thread: %.1f GFLOP/s; GEMM column: the same on %d thread(s)\n\n",
-      long(kGemmN), eigen_gemm_gflops(kGemmN, 1, runs), threads);
-  std::printf("%-3s %-36s %-7s %9s %9s %9s %7s\n", "id", "workload", "pass", "ms", "GFLOP/s",
-              "GEMM", "ratio");
-  std::printf("%s\n", std::string(85, '-').c_str());
-
-  for (const Workload& w : kWorkloads) {
-    const ConvGeometry g = geometry_of(w);
+  if (json) {
+    std::printf("{\"threads\": %d, \"cpu_capability\": \"%s\", \"runs\": %d, \"results\": [\n",
+                tgrad::get_num_threads(), tgrad::get_cpu_capability().c_str(), runs);
+  } else {
+    std::printf("tgrad CPU conv-transpose bench, float32, %d thread(s), level %s, median of %d\n",
+                tgrad::get_num_threads(), tgrad::get_cpu_capability().c_str(), runs);
+    std::printf("%-9s %-16s %-7s %10s %9s\n", "suite", "id", "pass", "ms", "GFLOP/s");
+  }
+  bool first = true;
+  for (const auto& [suite_name, l] : workloads) {
+    tgrad::ConvTransposeArgs args = tgrad::bench::conv_args(l);
+    args.has_bias = true;
+    args.b_shape = {l.out_channels};
+    const ConvGeometry g = tgrad::make_conv_transpose_geometry(args);
     const tgrad::Shape x_shape{g.batch, g.in_channels, g.in_size[0], g.in_size[1]};
     const tgrad::Shape y_shape{g.batch, g.out_channels, g.out_size[0], g.out_size[1]};
     const tgrad::Shape w_shape{g.in_channels, g.out_channels_per_group(), g.kernel[0], g.kernel[1]};
@@ -146,7 +173,6 @@ int main(int argc, char** argv) {
     Tensor y = tgrad::empty(y_shape);
     Tensor dx = tgrad::empty(x_shape);
     Tensor dw = tgrad::empty(w_shape);
-
     const struct {
       const char* name;
       std::function<void()> fn;
@@ -155,13 +181,23 @@ int main(int argc, char** argv) {
         {"dgrad", [&] { cpu.conv_transpose_dgrad(g, dy, wt, dx); }},
         {"wgrad", [&] { cpu.conv_transpose_wgrad(g, x, dy, dw); }},
     };
-    const double gemm = eigen_gemm_gflops(kGemmN, threads, runs);
     for (const auto& pass : passes) {
       const double seconds = median_seconds(runs, pass.fn);
       const double gflops = g.flops() / seconds * 1e-9;
-      std::printf("%-3s %-36s %-7s %9.2f %9.1f %9.1f %7.2f\n", w.id, describe(w).c_str(), pass.name,
-                  seconds * 1e3, gflops, gemm, gflops / gemm);
+      if (json) {
+        std::printf(
+            "%s{\"suite\": \"%s\", \"id\": \"%s\", \"pass\": \"%s\", \"ms\": %.6f, "
+            "\"gflops\": %.3f, %s}",
+            first ? "" : ",\n", suite_name.c_str(), l.id.c_str(), pass.name, seconds * 1e3, gflops,
+            json_geometry(l).c_str());
+        first = false;
+      } else {
+        std::printf("%-9s %-16s %-7s %10.3f %9.1f\n", suite_name.c_str(), l.id.c_str(), pass.name,
+                    seconds * 1e3, gflops);
+      }
+      std::fflush(stdout);
     }
   }
+  if (json) std::printf("\n]}\n");
   return 0;
 }

@@ -1,6 +1,7 @@
 // train_step_bench: times one training step of the upsampling_decoder demo (forward, MSE loss,
 // backward, Adam step) on the CPU and, when available, CUDA; prints the median over timed steps
-// after warm-up. bench/train_step_torch.py times the same model in PyTorch for the ratio.
+// after warm-up (--json: one JSON object per device). bench/train_step_torch.py times the same
+// model in PyTorch; bench/cpu_vs_torch.py runs both side by side.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/device.h"
 #include "dataset.h"
 #include "layers/nn.h"
 #include "model.h"
@@ -64,7 +66,13 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_name, "cpu, cuda or all (cuda when available)")
       ->check(CLI::IsMember({"cpu", "cuda", "all"}))
       ->capture_default_str();
+  bool json = false;
+  int threads = 0;
+  app.add_flag("--json", json, "print one JSON object per device instead of the table");
+  app.add_option("--threads", threads, "CPU threads (set_num_threads); default: every CPU")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  if (threads > 0) tgrad::set_num_threads(threads);
   const decoder::Mode mode = mode_name == "2d" ? decoder::Mode::image2d : decoder::Mode::wave1d;
 
   std::vector<tgrad::Device> devices;
@@ -74,16 +82,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_step_bench: --device cuda: no CUDA device available\n");
     return 1;
   }
-  std::printf(
-      "# upsampling_decoder train step, mode %s, batch %ld, median of %d steps after %d "
-      "warm-up\n",
-      mode_name.c_str(), batch, steps, warmup);
-  std::printf("%-8s %12s %10s %10s %10s\n", "device", "median_ms", "p10_ms", "p90_ms", "steps/s");
+  if (!json) {
+    std::printf(
+        "# upsampling_decoder train step, mode %s, batch %ld, median of %d steps after %d "
+        "warm-up, %d CPU thread(s), CPU level %s\n",
+        mode_name.c_str(), batch, steps, warmup, tgrad::get_num_threads(),
+        tgrad::get_cpu_capability().c_str());
+    std::printf("%-8s %12s %10s %10s %10s\n", "device", "median_ms", "p10_ms", "p90_ms", "steps/s");
+  }
   try {
     for (const tgrad::Device& d : devices) {
       const Timing t = time_steps(mode, batch, warmup, steps, d);
-      std::printf("%-8s %12.3f %10.3f %10.3f %10.1f\n", d.str().c_str(), t.median_ms, t.p10_ms,
-                  t.p90_ms, 1000.0 / t.median_ms);
+      if (json) {
+        std::printf(
+            "{\"device\": \"%s\", \"mode\": \"%s\", \"batch\": %ld, \"threads\": %d, "
+            "\"cpu_capability\": \"%s\", \"median_ms\": %.6f, \"p10_ms\": %.6f, "
+            "\"p90_ms\": %.6f}\n",
+            d.str().c_str(), mode_name.c_str(), batch, tgrad::get_num_threads(),
+            tgrad::get_cpu_capability().c_str(), t.median_ms, t.p10_ms, t.p90_ms);
+      } else {
+        std::printf("%-8s %12.3f %10.3f %10.3f %10.1f\n", d.str().c_str(), t.median_ms, t.p10_ms,
+                    t.p90_ms, 1000.0 / t.median_ms);
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_step_bench: error: %s\n", e.what());

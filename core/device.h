@@ -45,6 +45,11 @@ int64_t memory_limit(Device device);
 void set_num_threads(int threads);
 int get_num_threads();
 
+// The instruction-set level of the CPU kernels in use (as PyTorch's get_cpu_capability):
+// "avx512", "avx2" or "default" (baseline x86-64, or any other CPU), the best this CPU and build
+// support unless the TGRAD_CPU_CAPABILITY environment variable asks for a lower one.
+std::string get_cpu_capability();
+
 // The float32 precision: "highest" (default) or "high" (TF32 allowed).
 void set_float32_matmul_precision(const std::string& precision);
 std::string get_float32_matmul_precision();

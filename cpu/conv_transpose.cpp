@@ -11,7 +11,12 @@
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
-namespace tgrad::cpu {
+#ifndef TGRAD_CPU_ISA_NS
+#error "compiled once per level with TGRAD_CPU_ISA_NS set (cpu/CMakeLists.txt)"
+#endif
+
+// One copy per x86-64 level (cpu/kernels.h); nothing here may be shared between the copies.
+namespace tgrad::cpu::TGRAD_CPU_ISA_NS {
 namespace {
 
 template <class T>
@@ -31,7 +36,11 @@ using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<
 constexpr int64_t kColsBudgetBytes = int64_t{1} << 19;
 constexpr int64_t kMinChunk = 64;         // input positions per GEMM, at least
 constexpr int64_t kMaxForwardRows = 512;  // forward splits (co, kh, kw) rows into blocks this big
-constexpr int64_t kMaxWgradSlices = 8;    // wgrad's reduction is cut into at most this many parts
+constexpr int64_t kMaxWgradSlices = 32;   // wgrad's reduction is cut into at most this many parts
+// Forward with fewer (n, g, channel block) tasks than this (batch 1, say) splits over positions
+// instead, through one column buffer per (n, g) of at most kMaxWholeColsBytes.
+constexpr int64_t kMinForwardTasks = 16;
+constexpr int64_t kMaxWholeColsBytes = int64_t{64} << 20;
 constexpr int64_t kMaxWgradPartialBytes = int64_t{64} << 20;
 
 __extension__ typedef __int128 int128;  // GCC and Clang; only for overflow-free index bounds
@@ -218,7 +227,36 @@ void im2col(const Plan& pl, const T* dy_ng, int64_t p0, int64_t len, T* cols) {
   }
 }
 
-// Tasks (n, g, block of output channels); each writes only its own channels of y.
+// Forward for few (n, g): per (n, g), tasks over chunks of input positions fill one column buffer
+// of all rows (the GEMMs), then tasks over output channels scatter it into y (col2im), so that
+// every thread has work even at batch 1.
+template <class T>
+void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+  const int64_t chunk = pl.chunk(pl.rows, sizeof(T));
+  const int64_t n_chunks = ceil_div(pl.in_hw, chunk);
+  const Workspace<T> cols(pl.rows * pl.in_hw);
+  for (int64_t n = 0; n < pl.batch; ++n) {
+    for (int64_t g = 0; g < pl.groups; ++g) {
+      const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
+      const T* x_ng = x + (n * pl.in_channels + g * pl.cig) * pl.in_hw;
+      parallel_for(threads, n_chunks, [&](int64_t t) {
+        const int64_t p0 = t * chunk, len = std::min(chunk, pl.in_hw - p0);
+        const ConstStridedMap<T> x_chunk(x_ng + p0, pl.cig, len, Eigen::OuterStride<>(pl.in_hw));
+        StridedMap<T> c(cols.data() + p0, pl.rows, len, Eigen::OuterStride<>(pl.in_hw));
+        c.noalias() = w_g.transpose() * x_chunk;
+      });
+      T* y_ng = y + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
+      parallel_for(threads, pl.cog, [&](int64_t co) {
+        const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
+        std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
+        col2im_add(pl, cols.data() + co * pl.taps * pl.in_hw, co, co + 1, 0, pl.in_hw, y_ng);
+      });
+    }
+  }
+}
+
+// Tasks (n, g, block of output channels); each writes only its own channels of y. The choice
+// between this and forward_by_positions depends on the shape only.
 template <class T>
 void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
   const int64_t blocks = std::max<int64_t>(1, ceil_div(pl.rows, kMaxForwardRows));
@@ -227,6 +265,11 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   const int64_t block_rows = co_per_block * pl.taps;
   const int64_t chunk = pl.chunk(block_rows, sizeof(T));
   const int64_t tasks = pl.batch * pl.groups * n_blocks;
+  if (tasks < kMinForwardTasks && pl.in_hw > chunk &&
+      pl.rows * pl.in_hw * static_cast<int64_t>(sizeof(T)) <= kMaxWholeColsBytes) {
+    forward_by_positions(pl, x, w, b, y, threads);
+    return;
+  }
   parallel_for(
       threads, tasks, [&] { return Workspace<T>(block_rows * chunk); },
       [&](Workspace<T>& cols, int64_t t) {
@@ -383,4 +426,4 @@ void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& d
   });
 }
 
-}  // namespace tgrad::cpu
+}  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS

@@ -1,15 +1,21 @@
 // Elementwise CPU kernels: fill, cast, unary y[i] = f(x[i]), binary with broadcasting
-// y[i] = a[i . sa] (op) b[i . sb] (stride 0 on a size-1 axis), and sum_to, which adds x into y in
-// x's row-major order (one fixed order, accumulated in double) over y's size-1 axes.
+// y[i] = a[i . sa] (op) b[i . sb] (stride 0 on a size-1 axis), and sum_to, which adds x over y's
+// size-1 axes in one order fixed by the shapes (accumulated in double).
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
-namespace tgrad::cpu {
+#ifndef TGRAD_CPU_ISA_NS
+#error "compiled once per level with TGRAD_CPU_ISA_NS set (cpu/CMakeLists.txt)"
+#endif
+
+// One copy per x86-64 level (cpu/kernels.h); nothing here may be shared between the copies.
+namespace tgrad::cpu::TGRAD_CPU_ISA_NS {
 namespace {
 
 // A row-major loop nest over `sizes` with one stride per operand and axis. Adjacent axes that
@@ -78,6 +84,13 @@ void run_loop_nest(const LoopNest<K>& nest, Inner&& inner) {
   }
 }
 
+int64_t numel_of(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape)
+    n *= s;
+  return n;
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size(), 1);
   for (size_t d = shape.size(); d-- > 1;)
@@ -113,9 +126,7 @@ constexpr int64_t kGrain = int64_t{1} << 15;
 // Calls f(begin, end) for consecutive blocks of [0, n), in parallel when there are several.
 template <class F>
 void for_blocks(int64_t n, F f) {
-  const int64_t blocks = (n + kGrain - 1) / kGrain;
-  parallel_for(blocks > 1 ? max_threads() : 1, blocks,
-               [&](int64_t b) { f(b * kGrain, std::min(n, (b + 1) * kGrain)); });
+  parallel_for_range(n, kGrain, f);
 }
 
 template <class T, class F>
@@ -241,6 +252,82 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
   TGRAD_FAIL("cpu backend: binary: unknown op ", static_cast<int>(op));
 }
 
+// sum_to's order, fixed by the shapes alone: each output y[j] adds its inputs in x's row-major
+// order (the order of the summed axes), in double. Outputs are cut into blocks of consecutive
+// elements, each block one task that walks the summed axes once and, for every summed position,
+// adds into each output of the block. With one output only (a full sum), the input is cut into
+// blocks of kGrain whose double partial sums are then added in block order.
+template <class T>
+void sum_to_typed(const T* xp, const Shape& in, T* yp, const Shape& out) {
+  const int64_t outputs = numel_of(out);
+  const int64_t inputs = numel_of(in);
+  if (inputs == 0 || outputs == 0) {
+    std::fill_n(yp, outputs, T(0));
+    return;
+  }
+  const int64_t per_output = inputs / outputs;
+  if (outputs == 1) {
+    const int64_t blocks = (inputs + kGrain - 1) / kGrain;
+    std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+    for_blocks(inputs, [&](int64_t i0, int64_t i1) {
+      double acc = 0.0;
+      for (int64_t i = i0; i < i1; ++i)
+        acc += static_cast<double>(xp[i]);
+      partial[static_cast<size_t>(i0 / kGrain)] = acc;
+    });
+    double total = 0.0;
+    for (double v : partial)
+      total += v;
+    yp[0] = static_cast<T>(total);
+    return;
+  }
+  // The summed axes (x's size, y's size 1) form one loop nest; the kept ones give each output's
+  // offset in x.
+  const Shape xs = contiguous_strides(in);
+  Shape summed_sizes, summed_strides, kept_sizes, kept_strides;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (out[d] == 1 && in[d] != 1) {
+      summed_sizes.push_back(in[d]);
+      summed_strides.push_back(xs[d]);
+    } else {
+      kept_sizes.push_back(in[d]);
+      kept_strides.push_back(xs[d]);
+    }
+  }
+  const auto nest = make_loop_nest<1>(summed_sizes, {summed_strides});
+  const int64_t block = std::clamp<int64_t>(kGrain / std::max<int64_t>(1, per_output), 1, 4096);
+  const int64_t tasks = (outputs + block - 1) / block;
+  parallel_for(
+      tasks > 1 && inputs > kGrain ? max_threads() : 1, tasks,
+      [&] { return std::pair<std::vector<int64_t>, std::vector<double>>(); },
+      [&](std::pair<std::vector<int64_t>, std::vector<double>>& scratch, int64_t t) {
+        const int64_t j0 = t * block, len = std::min(block, outputs - j0);
+        auto& [offsets, acc] = scratch;
+        offsets.assign(static_cast<size_t>(len), 0);
+        acc.assign(static_cast<size_t>(len), 0.0);
+        // x offset of output j: its kept coordinates (row-major in y's order) times x's strides.
+        for (int64_t k = 0; k < len; ++k) {
+          int64_t rest = j0 + k, off = 0;
+          for (size_t d = kept_sizes.size(); d-- > 0;) {
+            off += rest % kept_sizes[d] * kept_strides[d];
+            rest /= kept_sizes[d];
+          }
+          offsets[static_cast<size_t>(k)] = off;
+        }
+        run_loop_nest<1>(
+            nest, [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
+              for (int64_t i = 0; i < n; ++i) {
+                const T* xi = xp + o[0] + i * s[0];
+                for (int64_t k = 0; k < len; ++k)
+                  acc[static_cast<size_t>(k)] +=
+                      static_cast<double>(xi[offsets[static_cast<size_t>(k)]]);
+              }
+            });
+        for (int64_t k = 0; k < len; ++k)
+          yp[j0 + k] = static_cast<T>(acc[static_cast<size_t>(k)]);
+      });
+}
+
 }  // namespace
 
 void fill(Tensor& y, double value) {
@@ -280,23 +367,8 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
 
 void sum_to(const Tensor& x, Tensor& y) {
   check_broadcastable(y, x, "sum_to", "y", "x");
-  dispatch_floating(y.dtype(), [&]<class T>() {
-    const T* xp = data<T>(x);
-    std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
-    const Shape& in = x.shape();
-    const auto nest =
-        make_loop_nest<2>(in, {contiguous_strides(in), broadcast_strides(y.shape(), in)});
-    run_loop_nest<2>(
-        nest, [&](const std::array<int64_t, 2>& o, int64_t n, const std::array<int64_t, 2>& s) {
-          const T* xi = xp + o[0];
-          double* ai = acc.data() + o[1];
-          for (int64_t i = 0; i < n; ++i)
-            ai[i * s[1]] += static_cast<double>(xi[i * s[0]]);
-        });
-    T* yp = data<T>(y);
-    for (size_t i = 0; i < acc.size(); ++i)
-      yp[i] = static_cast<T>(acc[i]);
-  });
+  dispatch_floating(
+      y.dtype(), [&]<class T>() { sum_to_typed<T>(data<T>(x), x.shape(), data<T>(y), y.shape()); });
 }
 
-}  // namespace tgrad::cpu
+}  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS

@@ -1,6 +1,6 @@
 // The CPU backend's kernels as free functions, one family per file: elementwise.cpp (fill, cast,
-// unary, binary, sum_to), matmul.cpp, conv_transpose.cpp. `threads` caps the threads a kernel
-// may use; every result is bit-identical for any thread count. Internal to cpu/.
+// unary, binary, sum_to), matmul.cpp, conv_transpose.cpp, indexing.cpp. `threads` caps the threads
+// a kernel may use; every result is bit-identical for any thread count. Internal to cpu/.
 #pragma once
 
 #include <cstdint>
@@ -61,14 +61,35 @@ T* data(const Tensor& t) {
   return static_cast<T*>(t.raw_data());
 }
 
-void fill(Tensor& y, double value);
-void cast(const Tensor& x, Tensor& y);
-void unary(UnaryOp op, double p, const Tensor& x, Tensor& y);
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);
-void sum_to(const Tensor& x, Tensor& y);
+// The hot kernels, compiled once per x86-64 level (cpu/CMakeLists.txt), each copy in namespace
+// tgrad::cpu::isa_<level>; the functions of the same names in tgrad::cpu (isa.cpp) call the copy
+// of the level in use (cpu/isa.h). elementwise.cpp, matmul.cpp and conv_transpose.cpp define them.
+#define TGRAD_CPU_ISA_KERNELS                                                                     \
+  void fill(Tensor& y, double value);                                                             \
+  void cast(const Tensor& x, Tensor& y);                                                          \
+  void unary(UnaryOp op, double p, const Tensor& x, Tensor& y);                                   \
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);                          \
+  void sum_to(const Tensor& x, Tensor& y);                                                        \
+  void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool transpose_b,    \
+              int threads);                                                                       \
+  void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,            \
+                              const Tensor* b, Tensor& y, int threads);                           \
+  void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx, \
+                            int threads);                                                         \
+  void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dw, \
+                            int threads);                                                         \
+  void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db, int threads);
 
-void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool transpose_b,
-            int threads);
+TGRAD_CPU_ISA_KERNELS
+namespace isa_default {
+TGRAD_CPU_ISA_KERNELS
+}
+namespace isa_avx2 {
+TGRAD_CPU_ISA_KERNELS
+}
+namespace isa_avx512 {
+TGRAD_CPU_ISA_KERNELS
+}
 
 // indexing.cpp: see the Backend methods of the same names.
 void strided_gather(const Tensor& x, const StridedWindow& w, Tensor& y, int threads);
@@ -79,13 +100,5 @@ void index_add(const Tensor& x, int64_t outer, int64_t inner, const Tensor& inde
                int threads);
 void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t inner, Tensor& values,
                 Tensor& indices, int threads);
-
-void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,
-                            const Tensor* b, Tensor& y, int threads);
-void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx,
-                          int threads);
-void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dw,
-                          int threads);
-void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db, int threads);
 
 }  // namespace tgrad::cpu

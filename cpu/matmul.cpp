@@ -6,7 +6,12 @@
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
-namespace tgrad::cpu {
+#ifndef TGRAD_CPU_ISA_NS
+#error "compiled once per level with TGRAD_CPU_ISA_NS set (cpu/CMakeLists.txt)"
+#endif
+
+// One copy per x86-64 level (cpu/kernels.h); nothing here may be shared between the copies.
+namespace tgrad::cpu::TGRAD_CPU_ISA_NS {
 namespace {
 
 template <class T>
@@ -70,4 +75,4 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool 
       y.dtype(), [&]<class T>() { matmul_typed<T>(a, b, y, transpose_a, transpose_b, threads); });
 }
 
-}  // namespace tgrad::cpu
+}  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS

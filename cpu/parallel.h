@@ -56,4 +56,17 @@ void parallel_for(int max_threads, int64_t n_tasks, Fn&& fn) {
       max_threads, n_tasks, [] { return 0; }, [&](int, int64_t t) { fn(t); });
 }
 
+// Calls fn(begin, end) for the consecutive blocks of [0, n) of `grain` elements each (the last
+// one shorter), on up to max_threads() threads when there are several blocks, else on the
+// calling thread. The blocks depend on n and grain only, never on the thread count, so a loop
+// whose blocks write disjoint outputs (an optimizer's update of a flat parameter, say) gives the
+// same bits for any thread count.
+template <class Fn>
+void parallel_for_range(int64_t n, int64_t grain, Fn&& fn) {
+  const int64_t g = std::max<int64_t>(1, grain);
+  const int64_t blocks = n <= 0 ? 0 : (n - 1) / g + 1;
+  parallel_for(blocks > 1 ? max_threads() : 1, blocks,
+               [&](int64_t b) { fn(b * g, std::min(n, (b + 1) * g)); });
+}
+
 }  // namespace tgrad::cpu

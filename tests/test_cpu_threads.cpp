@@ -2,6 +2,7 @@
 // from user threads, and the setting's checks.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "core/device.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "cpu/parallel.h"
 #include "tests/test_util.h"
 
 namespace tgrad::testing {
@@ -25,8 +27,9 @@ class ThreadsScope {
   int saved_;
 };
 
-// Every result of a small training-like computation: conv forward and backward, a regular conv,
-// matmul, elementwise ops with broadcasting, and reductions, sized past the parallel grain.
+// Every result of a small training-like computation: conv forward and backward (batched, batch 1,
+// and a wgrad whose reduction is cut into many slices), a regular conv, matmul, elementwise ops
+// with broadcasting, and reductions (full sums, sum_to of a bias), sized past the parallel grain.
 std::vector<Tensor> compute_everything() {
   Generator gen(21);
   const Tensor x = randn({2, 16, 48, 48}, gen).requires_grad_(true);
@@ -37,9 +40,19 @@ std::vector<Tensor> compute_everything() {
       conv2d(tanh(y), randn({4, 8, 3, 3}, gen), Tensor(), Conv2dFuncOptions().padding(1));
   const Tensor m = matmul(randn({300, 200}, gen), randn({200, 150}, gen));
   const Tensor e = exp(randn({70000}, gen) * 0.1) + randn({1, 70000}, gen);
-  const Tensor s = sum(z * z, {0, 2, 3}) + sum(e) + mean(sum(m, {1}));
+  const Tensor x1 = randn({1, 32, 5000}, gen).requires_grad_(true);
+  const Tensor w1 = randn({32, 32, 3}, gen).requires_grad_(true);
+  const Tensor y1 = conv_transpose1d(x1, w1, Tensor(), ConvTranspose1dFuncOptions().stride(2));
+  const Tensor x2 = randn({40, 4, 300}, gen).requires_grad_(true);
+  const Tensor w2 = randn({4, 6, 5}, gen).requires_grad_(true);
+  const Tensor y2 = conv_transpose1d(x2, w2);
+  const Tensor bias = randn({300}, gen).requires_grad_(true);
+  const Tensor h = tanh(randn({400, 300}, gen) + bias);
+  const Tensor s =
+      sum(z * z, {0, 2, 3}) + sum(e) + mean(sum(m, {1})) + sum(y1 * y1) + sum(y2 * y2) + sum(h);
   sum(s).backward();
-  return {y.detach(), z.detach(), m, e, s.detach(), x.grad(), w.grad(), b.grad()};
+  return {y.detach(), z.detach(),  m,         e,         s.detach(), x.grad(),  w.grad(),
+          b.grad(),   y1.detach(), x1.grad(), w1.grad(), x2.grad(),  w2.grad(), bias.grad()};
 }
 
 TEST(CpuThreads, ResultsAreBitIdenticalForAnyThreadCount) {
@@ -68,6 +81,30 @@ TEST(CpuThreads, ConcurrentCallersFromUserThreadsGetTheSameBits) {
   for (const auto& g : got) {
     for (size_t i = 0; i < expected.size(); ++i)
       EXPECT_TRUE(equal(g[i], expected[i])) << "result " << i;
+  }
+}
+
+// The blocks parallel_for_range hands out depend on n and the grain only: every thread count
+// sees the same blocks, which tile [0, n) exactly once.
+TEST(CpuThreads, ParallelForRangeBlocksDependOnTheSizeOnly) {
+  ThreadsScope restore;
+  for (int n : {1, 3, 8}) {
+    set_num_threads(n);
+    std::vector<std::atomic<int>> hits(1000);
+    std::vector<std::atomic<int64_t>> block_of(1000);
+    cpu::parallel_for_range(1000, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        hits[static_cast<size_t>(i)].fetch_add(1);
+        block_of[static_cast<size_t>(i)].store(begin);
+      }
+    });
+    for (int64_t i = 0; i < 1000; ++i) {
+      EXPECT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i << " at " << n << " threads";
+      EXPECT_EQ(block_of[static_cast<size_t>(i)].load(), i / 64 * 64) << i;
+    }
+    int calls = 0;
+    cpu::parallel_for_range(0, 64, [&](int64_t, int64_t) { ++calls; });
+    EXPECT_EQ(calls, 0);
   }
 }
 

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""tgrad's CPU backend against PyTorch's, side by side in one run: the conv-transpose passes
+(forward, dgrad, wgrad) of the scaled S1-S5 workloads and of the scaled decoder-layer suite
+(bench/cpu_conv_bench --json gives their geometries and tgrad's times), and the
+upsampling_decoder demo's training step (bench/train_step_bench --json, and
+bench/train_step_torch.py's model), at 1 thread, 4 threads and every CPU. Prints one table per
+thread count with the ratio PyTorch time / tgrad time (above 1: tgrad is faster) and the
+geometric mean. A bench tool only: tgrad itself never needs Python.
+
+  python3 bench/cpu_vs_torch.py --build build-cpu [--threads 1,4,all] [--suite all] [--runs 5]
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_step_torch  # noqa: E402  (the demo's model in PyTorch)
+
+
+def median_ms(runs, fn):
+    fn()  # warm-up, as cpu_conv_bench does
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def torch_conv_passes(entry, runs):
+    """PyTorch's times for one geometry: forward through F.conv_transpose{1,2}d, dgrad and wgrad
+    through aten.convolution_backward, the call autograd makes for each."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(entry["x"], generator=g)
+    w = torch.randn(entry["w"], generator=g)
+    cout = entry["w"][1] * entry["groups"]
+    b = torch.randn(cout, generator=g)
+    conv = F.conv_transpose1d if entry["dims"] == 1 else F.conv_transpose2d
+    kw = dict(stride=entry["stride"], padding=entry["padding"],
+              output_padding=entry["output_padding"], groups=entry["groups"],
+              dilation=entry["dilation"])
+    with torch.no_grad():
+        y = conv(x, w, b, **kw)
+        dy = torch.randn(y.shape, generator=g)
+
+        def backward(mask):
+            return torch.ops.aten.convolution_backward(
+                dy, x, w, [cout], entry["stride"], entry["padding"], entry["dilation"], True,
+                entry["output_padding"], entry["groups"], mask)
+
+        return {
+            "forward": median_ms(runs, lambda: conv(x, w, b, **kw)),
+            "dgrad": median_ms(runs, lambda: backward([True, False, False])),
+            "wgrad": median_ms(runs, lambda: backward([False, True, False])),
+        }
+
+
+def run_json(cmd, threads):
+    env = dict(os.environ, TGRAD_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return out
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default="build", help="tgrad build folder with bench/ built")
+    ap.add_argument("--threads", default="1,4,all", help="comma list; 'all' = every CPU")
+    ap.add_argument("--suite", choices=["s", "decoders", "all"], default="all")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per pass (median)")
+    ap.add_argument("--steps", type=int, default=20, help="timed training steps (median)")
+    ap.add_argument("--no-train", action="store_true", help="skip the training step")
+    ap.add_argument("--json", help="also write every row to this file")
+    args = ap.parse_args()
+
+    conv_bench = os.path.join(args.build, "bench", "cpu_conv_bench")
+    train_bench = os.path.join(args.build, "bench", "train_step_bench")
+    for exe in [conv_bench] + ([] if args.no_train else [train_bench]):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"cpu_vs_torch.py: {exe} not found: build it "
+                     f"(cmake --build {args.build} --target cpu_conv_bench train_step_bench)")
+    cpus = len(os.sched_getaffinity(0))
+    thread_counts = []
+    for t in args.threads.split(","):
+        n = cpus if t == "all" else int(t)
+        if n not in thread_counts:
+            thread_counts.append(n)
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    cpu_name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu_name = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"# tgrad (commit {commit}) vs torch {torch.__version__}, {cpu_name}, {cpus} CPUs, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print("# ratio = torch ms / tgrad ms (above 1: tgrad faster); medians of "
+          f"{args.runs} runs per pass, {args.steps} training steps")
+
+    rows = []
+    for threads in thread_counts:
+        torch.set_num_threads(threads)
+        report = json.loads(run_json([conv_bench, "--json", "--suite", args.suite, "--runs",
+                                      str(args.runs), "--threads", str(threads)], threads))
+        level = report["cpu_capability"]
+        print(f"\n## {threads} thread(s), tgrad CPU level {level}")
+        print(f"{'suite':<9} {'id':<16} {'pass':<8} {'tgrad ms':>10} {'torch ms':>10} {'ratio':>7}")
+        by_geometry = {}
+        for r in report["results"]:
+            key = (r["suite"], r["id"])
+            if key not in by_geometry:
+                by_geometry[key] = torch_conv_passes(r, args.runs)
+            t_ms = by_geometry[key][r["pass"]]
+            row = dict(threads=threads, level=level, suite=r["suite"], id=r["id"],
+                       passname=r["pass"], tgrad_ms=r["ms"], torch_ms=t_ms, ratio=t_ms / r["ms"])
+            rows.append(row)
+            print(f"{row['suite']:<9} {row['id']:<16} {row['passname']:<8} {row['tgrad_ms']:10.3f} "
+                  f"{row['torch_ms']:10.3f} {row['ratio']:7.2f}", flush=True)
+        if not args.no_train:
+            for mode in ("2d", "1d"):
+                out = run_json([train_bench, "--device", "cpu", "--json", "--mode", mode,
+                                "--steps", str(args.steps), "--threads", str(threads)], threads)
+                tg = json.loads(out.strip().splitlines()[-1])
+                med, _, _ = train_step_torch.time_steps(mode, tg["batch"], 5, args.steps, "cpu")
+                row = dict(threads=threads, level=level, suite="train", id=f"demo_{mode}",
+                           passname="step", tgrad_ms=tg["median_ms"], torch_ms=med,
+                           ratio=med / tg["median_ms"])
+                rows.append(row)
+                print(f"{'train':<9} {row['id']:<16} {'step':<8} {row['tgrad_ms']:10.3f} "
+                      f"{row['torch_ms']:10.3f} {row['ratio']:7.2f}", flush=True)
+        mine = [r for r in rows if r["threads"] == threads]
+        worst = min(mine, key=lambda r: r["ratio"])
+        print(f"geomean ratio {geomean([r['ratio'] for r in mine]):.2f} over {len(mine)} rows; "
+              f"slowest {worst['suite']} {worst['id']} {worst['passname']} {worst['ratio']:.2f}")
+        for suite in ("s", "decoders", "train"):
+            part = [r["ratio"] for r in mine if r["suite"] == suite]
+            if part:
+                print(f"  {suite}: geomean {geomean(part):.2f}, min {min(part):.2f} "
+                      f"({len(part)} rows)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(commit=commit, cpu=cpu_name, cpus=cpus, torch=torch.__version__,
+                           rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
