@@ -238,8 +238,9 @@ def build(model):
 
         def step(b, s):
             real, z = b[f"real.{s}"], b[f"z.{s}"]
-            ones, zeros = torch.ones(real.shape[0], dtype=real.dtype), torch.zeros(
-                real.shape[0], dtype=real.dtype)
+            # On the batch's device: the benchmark runs these steps on CUDA too.
+            ones = torch.ones(real.shape[0], dtype=real.dtype, device=real.device)
+            zeros = torch.zeros(real.shape[0], dtype=real.dtype, device=real.device)
             od.zero_grad()
             err_real = F.binary_cross_entropy_with_logits(d(real), ones)
             fake = g(z)
