@@ -302,7 +302,10 @@ void sum_to_typed(const T* xp, const Shape& in, T* yp, const Shape& out) {
       [&] { return std::pair<std::vector<int64_t>, std::vector<double>>(); },
       [&](std::pair<std::vector<int64_t>, std::vector<double>>& scratch, int64_t t) {
         const int64_t j0 = t * block, len = std::min(block, outputs - j0);
-        auto& [offsets, acc] = scratch;
+        // Named references, not a structured binding: clang before 16 (the fuzz build) cannot
+        // capture a binding in the lambda below.
+        std::vector<int64_t>& offsets = scratch.first;
+        std::vector<double>& acc = scratch.second;
         offsets.assign(static_cast<size_t>(len), 0);
         acc.assign(static_cast<size_t>(len), 0.0);
         // x offset of output j: its kept coordinates (row-major in y's order) times x's strides.
