@@ -18,10 +18,16 @@ bool cpu_has_avx2_level() {
 #if defined(TGRAD_CPU_MULTI_ISA) && (defined(__x86_64__) || defined(__i386__))
   // x86-64-v3, the flags the avx2 copy is compiled with: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE.
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("lzcnt") &&
+  const bool core = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+#if defined(__clang__) && __clang_major__ < 16
+  // Clang before 16 (the fuzz build's) has no "f16c", "lzcnt" or "movbe" for this builtin; every
+  // CPU with AVX2, FMA and BMI2 has them (Haswell and Zen onwards).
+  return core;
+#else
+  return core && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("lzcnt") &&
          __builtin_cpu_supports("movbe");
+#endif
 #else
   return false;
 #endif
