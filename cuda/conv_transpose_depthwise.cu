@@ -255,15 +255,9 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p, cons
 
 }  // namespace
 
-
 void conv_depthwise_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g,
                         const ConvOperands& t) {
-  const char* fn = pass == ConvPass::forward ? "CUDA conv_transpose_forward (depthwise path)"
-                   : pass == ConvPass::dgrad ? "CUDA conv_transpose_dgrad (depthwise path)"
-                                             : "CUDA conv_transpose_wgrad (depthwise path)";
-  const ConvParams p = pass == ConvPass::forward ? make_conv_params(fn, g, t.a, t.b, t.out)
-                       : pass == ConvPass::dgrad ? make_conv_params(fn, g, t.out, t.b, t.a)
-                                                 : make_conv_params(fn, g, t.a, t.out, t.b);
+  const ConvParams p = conv_operand_params(pass, g, t, "depthwise path");
   DeviceGuard guard(t.out.device());
   dispatch_float(t.out.dtype(), [&](auto tag) { run_typed<decltype(tag)>(alloc, pass, p, t); });
   g_launches.fetch_add(1, std::memory_order_relaxed);

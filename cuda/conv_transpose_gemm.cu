@@ -276,15 +276,19 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
 
 }  // namespace
 
+ConvParams conv_operand_params(ConvPass pass, const ConvGeometry& g, const ConvOperands& t,
+                               const char* path) {
+  const std::string fn = std::string("CUDA conv_transpose_") +
+                         (pass == ConvPass::forward ? "forward" : conv_pass_name(pass)) + " (" +
+                         path + ")";
+  return pass == ConvPass::forward ? make_conv_params(fn.c_str(), g, t.a, t.b, t.out)
+         : pass == ConvPass::dgrad ? make_conv_params(fn.c_str(), g, t.out, t.b, t.a)
+                                   : make_conv_params(fn.c_str(), g, t.a, t.out, t.b);
+}
 
 void conv_gemm_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g,
                    const ConvOperands& t) {
-  const char* fn = pass == ConvPass::forward ? "CUDA conv_transpose_forward (GEMM path)"
-                   : pass == ConvPass::dgrad ? "CUDA conv_transpose_dgrad (GEMM path)"
-                                             : "CUDA conv_transpose_wgrad (GEMM path)";
-  const ConvParams p = pass == ConvPass::forward ? make_conv_params(fn, g, t.a, t.b, t.out)
-                       : pass == ConvPass::dgrad ? make_conv_params(fn, g, t.out, t.b, t.a)
-                                                 : make_conv_params(fn, g, t.a, t.out, t.b);
+  const ConvParams p = conv_operand_params(pass, g, t, "GEMM path");
   DeviceGuard guard(t.out.device());
   dispatch_float(t.out.dtype(), [&](auto tag) { run_typed<decltype(tag)>(alloc, pass, g, p, t); });
 }

@@ -8,6 +8,7 @@
 
 #include "core/backend.h"
 #include "cuda/allocator.h"
+#include "cuda/conv_params.h"
 #include "cuda/conv_path_rules.h"
 
 namespace tgrad::cuda {
@@ -20,6 +21,11 @@ struct ConvOperands {
   const Tensor* bias;
   Tensor& out;
 };
+
+// The ConvParams of `pass` from its operands, checked as make_conv_params checks them; `path`
+// names the path in messages ("GEMM path", "depthwise path").
+ConvParams conv_operand_params(ConvPass pass, const ConvGeometry& g, const ConvOperands& t,
+                               const char* path);
 
 // Runs `pass` through the GEMM path; the caller has checked gemm_path_declined and the tensors.
 void conv_gemm_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g,
