@@ -1,5 +1,5 @@
-// The CPU backend's threads: one persistent OpenMP team (created once, reused by every call, as
-// PyTorch's and Eigen's pools are), the thread-count setting, and run_workers, with exceptions
+// The CPU backend's threads: one persistent pool (started once, reused by every call), or an
+// OpenMP team in a TGRAD_OPENMP build, the thread-count setting, and run_workers, with exceptions
 // carried back to the caller.
 #include "cpu/parallel.h"
 
@@ -8,7 +8,10 @@
 #include <omp.h>
 #endif
 
+#include <pthread.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -65,8 +68,123 @@ int max_threads() {
 
 namespace {
 
-// Workers 1..workers-1 on the team (or on threads started for this call, in a build without
-// OpenMP), worker 0 on the calling thread; the first exception is kept.
+#ifndef _OPENMP
+// Tells the core that this thread is spinning (x86's pause), so a hyperthread sibling runs faster.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// The team when the build has no OpenMP: threads started once (grown on demand, never shrunk)
+// that wait for work, each job numbered by an epoch. A thread spins briefly after a job, since
+// the next parallel loop usually follows within microseconds, and then sleeps on a futex
+// (std::atomic::wait), so idle threads cost nothing: unlike an OpenMP runtime that spins for
+// milliseconds after every region, it does not take CPU time from the one thread that runs the
+// single-threaded stretches between parallel loops (docs/design.md, "Threads").
+class ThreadPool {
+ public:
+  // Runs body(w) for w in [0, workers), body(0) on the calling thread; returns when all are done.
+  void run(int workers, const std::function<void(int)>& body) {
+    workers = std::min(workers, grow(workers - 1) + 1);
+    if (workers <= 1) {
+      body(0);
+      return;
+    }
+    body_ = &body;
+    pending_.store(workers - 1);
+    // The epoch carries the job's size, so a thread reads both in one load.
+    const uint64_t job = ((epoch_.load() >> kWorkerBits) + 1) << kWorkerBits | unsigned(workers);
+    epoch_.store(job);
+    if (sleepers_.load() > 0) epoch_.notify_all();
+    body(0);
+    wait_until_done();
+  }
+
+  // Called in a forked child, where only the forking thread exists: forget the parent's threads.
+  void forget_threads_after_fork() {
+    // A std::thread that still names a thread must not be destroyed; the child never joins them.
+    new std::vector<std::thread>(std::move(threads_));  // NOLINT: deliberately never freed
+    threads_.clear();
+    sleepers_.store(0);
+    caller_sleeping_.store(false);
+  }
+
+ private:
+  static constexpr int kWorkerBits = 16;  // workers <= 4096 (set_num_threads' bound)
+  static constexpr auto kSpin = std::chrono::microseconds(50);
+
+  // Starts threads until there are `wanted`; returns how many there are (fewer when the system
+  // refuses one: tasks are claimed dynamically, so fewer workers give the same results).
+  int grow(int wanted) {
+    while (static_cast<int>(threads_.size()) < wanted) {
+      const int index = static_cast<int>(threads_.size()) + 1;
+      try {
+        threads_.emplace_back([this, index, seen = epoch_.load()] { loop(index, seen); });
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    return static_cast<int>(threads_.size());
+  }
+
+  // Spins on `cond` for up to kSpin, then returns false.
+  template <class Cond>
+  static bool spin_until(Cond cond) {
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 1;; ++i) {
+      if (cond()) return true;
+      cpu_relax();
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return false;
+    }
+  }
+
+  [[noreturn]] void loop(int index, uint64_t seen) {
+    for (;;) {
+      if (!spin_until([&] { return epoch_.load(std::memory_order_acquire) != seen; })) {
+        // seq_cst increment then load (inside wait), against run()'s seq_cst store then load of
+        // sleepers_: either this thread sees the new epoch or run() sees it asleep and wakes it.
+        sleepers_.fetch_add(1);
+        epoch_.wait(seen);
+        sleepers_.fetch_sub(1);
+      }
+      const uint64_t job = epoch_.load(std::memory_order_acquire);
+      if (job == seen) continue;  // a spurious wake-up
+      seen = job;
+      if (index >= static_cast<int>(job & ((uint64_t{1} << kWorkerBits) - 1))) continue;
+      (*body_)(index);  // run_team's body catches every exception
+      if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) pending_.notify_one();
+    }
+  }
+
+  void wait_until_done() {
+    if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
+    caller_sleeping_.store(true);
+    for (int left = pending_.load(); left != 0; left = pending_.load())
+      pending_.wait(left);
+    caller_sleeping_.store(false);
+  }
+
+  std::vector<std::thread> threads_;
+  const std::function<void(int)>* body_ = nullptr;
+  std::atomic<uint64_t> epoch_{0};  // job number << kWorkerBits | workers
+  std::atomic<int> pending_{0};     // pool threads still running the current job
+  std::atomic<int> sleepers_{0};    // pool threads blocked in epoch_.wait
+  std::atomic<bool> caller_sleeping_{false};
+};
+
+ThreadPool& pool() {
+  // Never destroyed: its threads wait for work until the process ends, and a tgrad call made
+  // from a static destructor still finds it.
+  static ThreadPool* const instance = [] {
+    pthread_atfork(nullptr, nullptr, [] { pool().forget_threads_after_fork(); });
+    return new ThreadPool;  // NOLINT: deliberately never freed
+  }();
+  return *instance;
+}
+#endif
+
+// Workers 1..workers-1 on the team, worker 0 on the calling thread; the first exception is kept.
 void run_team(int workers, const std::function<void(int)>& body) {
   std::mutex mutex;
   std::exception_ptr first_error;
@@ -82,19 +200,7 @@ void run_team(int workers, const std::function<void(int)>& body) {
 #pragma omp parallel num_threads(workers)
   guarded(omp_get_thread_num());
 #else
-  {
-    std::vector<std::jthread> threads;
-    threads.reserve(static_cast<size_t>(workers - 1));
-    for (int w = 1; w < workers; ++w) {
-      // A thread the system refuses is simply not used: tasks are claimed dynamically.
-      try {
-        threads.emplace_back(guarded, w);
-      } catch (const std::system_error&) {
-        break;
-      }
-    }
-    guarded(0);
-  }  // joins every thread
+  pool().run(workers, guarded);
 #endif
   if (first_error) std::rethrow_exception(first_error);
 }

@@ -11,7 +11,7 @@
 
 namespace tgrad::cpu {
 
-// Runs body(worker) for worker in [0, workers) on the persistent OpenMP team, the calling thread
+// Runs body(worker) for worker in [0, workers) on the persistent team, the calling thread
 // being worker 0, and waits for them all. The first exception any worker throws is rethrown
 // here. A call made while the team is busy (from another user thread, or nested in a kernel)
 // runs body(0) alone on its own thread: no oversubscription, and, since tasks are claimed
