@@ -1,8 +1,16 @@
 // The CPU backend's threads: results bit-identical for any thread count, concurrent callers
-// from user threads, and the setting's checks.
+// from user threads, the pool's behaviour (errors, changing team sizes, idle threads asleep,
+// fork), and the setting's checks.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <fstream>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -107,6 +115,109 @@ TEST(CpuThreads, ParallelForRangeBlocksDependOnTheSizeOnly) {
     EXPECT_EQ(calls, 0);
   }
 }
+
+// A task that throws on a pool thread: the caller gets that exception, and the pool still runs
+// the next loop whole.
+TEST(CpuThreads, AnExceptionOnAPoolThreadReachesTheCallerAndThePoolGoesOn) {
+  ThreadsScope restore;
+  set_num_threads(4);
+  EXPECT_THROW(cpu::parallel_for(4, 64,
+                                 [](int64_t t) {
+                                   // Slow tasks, so every worker takes some and the throw is on
+                                   // whichever thread claims task 37.
+                                   std::this_thread::sleep_for(std::chrono::microseconds(200));
+                                   if (t == 37) throw std::runtime_error("task 37");
+                                 }),
+               std::runtime_error);
+  std::vector<std::atomic<int>> hits(256);
+  cpu::parallel_for(4, 256, [&](int64_t t) { hits[static_cast<size_t>(t)].fetch_add(1); });
+  for (size_t t = 0; t < hits.size(); ++t)
+    EXPECT_EQ(hits[t].load(), 1) << t;
+}
+
+// Thousands of back-to-back loops whose team size changes every time, some short enough that
+// threads are still spinning and some after a pause long enough that they sleep: a lost wake-up
+// would hang here (ctest's timeout), a thread running a stale job would double-count.
+TEST(CpuThreads, LoopsOfChangingTeamSizesEachRunEveryTaskOnce) {
+  ThreadsScope restore;
+  set_num_threads(8);
+  std::vector<std::atomic<int>> hits(64);
+  int64_t expected = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const int workers = 1 + round % 8;
+    const int64_t tasks = 1 + (round * 7) % 64;
+    cpu::parallel_for(workers, tasks,
+                      [&](int64_t t) { hits[static_cast<size_t>(t)].fetch_add(1); });
+    expected += tasks;
+    if (round % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  int64_t total = 0;
+  for (const auto& h : hits)
+    total += h.load();
+  EXPECT_EQ(total, expected);
+}
+
+// Idle pool threads go to sleep instead of spinning on, so they leave the CPU to the thread that
+// runs the serial work between parallel loops. Read from /proc: after a loop and a pause far
+// longer than the pool's spin (50 us), no other thread of this process is running. (The pause is
+// generous so that a loaded machine cannot delay a spinning thread past it.)
+TEST(CpuThreads, IdlePoolThreadsSleep) {
+#ifdef TGRAD_TEST_OPENMP_TEAM
+  GTEST_SKIP() << "built with TGRAD_OPENMP: the OpenMP runtime decides how its threads wait";
+#endif
+  ThreadsScope restore;
+  set_num_threads(4);
+  std::atomic<int64_t> sum{0};
+  cpu::parallel_for(4, 64, [&](int64_t t) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    sum.fetch_add(t);
+  });
+  ASSERT_EQ(sum.load(), 64 * 63 / 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string self = std::to_string(gettid());
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) GTEST_SKIP() << "no /proc/self/task on this system";
+  int others = 0, running = 0;
+  while (const dirent* e = readdir(dir)) {
+    const std::string tid = e->d_name;
+    if (tid == "." || tid == ".." || tid == self) continue;
+    std::ifstream stat("/proc/self/task/" + tid + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    // The state is the field after the parenthesised command name.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) continue;
+    ++others;
+    if (line[close + 2] == 'R') ++running;
+  }
+  closedir(dir);
+  EXPECT_GE(others, 3) << "the pool should have started 3 threads besides this one";
+  EXPECT_EQ(running, 0) << running << " of " << others << " other threads still running";
+}
+
+#if !defined(__SANITIZE_THREAD__)
+// A child forked after the pool started has none of its threads: its loops must still run, on
+// threads of its own (DataLoader-style code and subprocess helpers fork).
+TEST(CpuThreads, AForkedChildRunsParallelLoops) {
+  ThreadsScope restore;
+  set_num_threads(4);
+  cpu::parallel_for(4, 16, [](int64_t) {});  // the pool's threads exist now
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::vector<std::atomic<int>> hits(100);
+    cpu::parallel_for(4, 100, [&](int64_t t) { hits[static_cast<size_t>(t)].fetch_add(1); });
+    int ok = 1;
+    for (const auto& h : hits)
+      ok &= static_cast<int>(h.load() == 1);
+    _exit(ok == 1 ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+#endif
 
 TEST(CpuThreads, TheSettingIsChecked) {
   ThreadsScope restore;
