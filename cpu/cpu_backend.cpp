@@ -1,49 +1,21 @@
-// CpuBackend: the default backend, on host memory. Memory is 64-byte aligned operator new with
-// byte counters, an optional cap (set_memory_limit) and a refusal of requests larger than the
-// machine's RAM + swap; kernels live in the other files of cpu/ (see kernels.h). cpu_backend()
+// CpuBackend: the default backend, on host memory (cpu/allocator.h: aligned blocks, the cap, the
+// cache of large blocks); kernels live in the other files of cpu/ (see kernels.h). cpu_backend()
 // returns the one instance (a function-local static).
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <new>
 #include <string>
-#include <thread>
 
 #include <sys/sysinfo.h>
 
 #include "core/backend.h"
+#include "cpu/allocator.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
 namespace tgrad {
 namespace {
-
-constexpr std::align_val_t kAlignment{64};
-
-// Live and peak bytes, and the cap on live bytes (0: none). Shared with every allocation's
-// deleter, so a tensor that outlives the backend (a static one, say) still frees itself safely.
-struct ByteCounters {
-  std::atomic<int64_t> allocated{0};
-  std::atomic<int64_t> peak{0};
-  std::atomic<int64_t> limit{0};
-
-  // Reserves nbytes under the cap; false (and nothing reserved) when they would pass it.
-  bool try_add(int64_t nbytes) {
-    int64_t now = allocated.load();
-    do {
-      const int64_t cap = limit.load();
-      if (cap > 0 && nbytes > cap - now) return false;
-    } while (!allocated.compare_exchange_weak(now, now + nbytes));
-    now += nbytes;
-    int64_t old_peak = peak.load();
-    while (now > old_peak && !peak.compare_exchange_weak(old_peak, now)) {
-    }
-    return true;
-  }
-  void sub(int64_t nbytes) { allocated.fetch_sub(nbytes); }
-};
 
 // RAM + swap in bytes: no single allocation larger than this can succeed, so it is refused with
 // a clear error up front (malloc of an absurd size aborts under AddressSanitizer, and Linux
@@ -55,6 +27,27 @@ int64_t host_memory_bytes() {
   const auto total = static_cast<int64_t>(info.totalram) + static_cast<int64_t>(info.totalswap);
   int64_t bytes = 0;
   return __builtin_mul_overflow(total, unit, &bytes) ? std::numeric_limits<int64_t>::max() : bytes;
+}
+
+// The most bytes of unused large blocks the allocator keeps (less on a machine with under 8 GiB).
+constexpr int64_t kMaxCacheBytes = int64_t{1} << 30;
+
+// The cache is on unless TGRAD_CPU_NO_CACHING is set (to anything but 0), or AddressSanitizer is
+// watching: a block kept for reuse would hide a use after free from it.
+bool caching_by_default() {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  constexpr bool kAsan = true;
+#else
+  constexpr bool kAsan = false;
+#endif
+#else
+  constexpr bool kAsan = false;
+#endif
+  const char* off = std::getenv("TGRAD_CPU_NO_CACHING");
+  return !kAsan && (off == nullptr || *off == '\0' || std::strcmp(off, "0") == 0);
 }
 
 void check_cpu(Device device, const char* fn) {
@@ -79,31 +72,16 @@ void check_bytes(int64_t nbytes, const char* fn) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : host_bytes_(host_memory_bytes()) {}
+  CpuBackend()
+      : allocator_(caching_by_default(), host_memory_bytes(),
+                   std::min(kMaxCacheBytes, host_memory_bytes() / 8)) {}
 
   std::string name() const override { return "cpu"; }
   int device_count() const override { return 1; }
 
   std::shared_ptr<void> allocate(int64_t nbytes, Device device) override {
     check_cpu(device, "allocate");
-    check_bytes(nbytes, "allocate");
-    TGRAD_CHECK(nbytes <= host_bytes_, "cpu backend: out of memory: cannot allocate ", nbytes,
-                " bytes, more than the machine's ", host_bytes_, " bytes of RAM + swap");
-    TGRAD_CHECK(counters_->try_add(nbytes), "cpu backend: out of memory: allocating ", nbytes,
-                " bytes would pass the memory limit of ", counters_->limit.load(), " bytes (",
-                counters_->allocated.load(), " bytes already allocated)");
-    // Zero bytes still get a distinct, valid pointer, as operator new gives.
-    void* p = ::operator new(static_cast<size_t>(nbytes), kAlignment, std::nothrow);
-    if (p == nullptr) {
-      counters_->sub(nbytes);
-      TGRAD_FAIL("cpu backend: out of memory allocating ", nbytes, " bytes (",
-                 counters_->allocated.load(), " bytes already allocated)");
-    }
-    // If the control block cannot be allocated, shared_ptr calls the deleter itself.
-    return std::shared_ptr<void>(p, [counters = counters_, nbytes](void* q) {
-      ::operator delete(q, kAlignment);
-      counters->sub(nbytes);
-    });
+    return allocator_.allocate(nbytes);
   }
 
   void copy_from_host(void* dst, const void* src, int64_t nbytes, Device device) override {
@@ -119,21 +97,19 @@ class CpuBackend final : public Backend {
 
   MemoryStats memory_stats(Device device) override {
     check_cpu(device, "memory_stats");
-    MemoryStats s;
-    s.allocated = counters_->allocated.load();
-    s.reserved = s.allocated;  // no cache: every byte held is in a live tensor
-    s.peak_allocated = counters_->peak.load();
-    return s;
+    return allocator_.stats();
   }
-  void empty_cache(Device device) override { check_cpu(device, "empty_cache"); }
+  void empty_cache(Device device) override {
+    check_cpu(device, "empty_cache");
+    allocator_.empty_cache();
+  }
   void set_memory_limit(Device device, int64_t bytes) override {
     check_cpu(device, "set_memory_limit");
-    check_bytes(bytes, "set_memory_limit");
-    counters_->limit.store(bytes);
+    allocator_.set_memory_limit(bytes);
   }
   int64_t memory_limit(Device device) override {
     check_cpu(device, "memory_limit");
-    return counters_->limit.load();
+    return allocator_.memory_limit();
   }
 
   void fill(Tensor& y, double value) override {
@@ -264,8 +240,7 @@ class CpuBackend final : public Backend {
     if (nbytes > 0) std::memmove(dst, src, static_cast<size_t>(nbytes));
   }
 
-  std::shared_ptr<ByteCounters> counters_ = std::make_shared<ByteCounters>();
-  int64_t host_bytes_;
+  cpu::HostAllocator allocator_;
 };
 
 }  // namespace

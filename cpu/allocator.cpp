@@ -1,0 +1,143 @@
+// HostAllocator: aligned blocks, the cap on live bytes, and the cache of large freed blocks
+// (best fit within 1/8 of the request; emptied and retried once before out of memory).
+#include "cpu/allocator.h"
+
+#include <algorithm>
+#include <bit>
+#include <iterator>
+#include <new>
+
+#include "core/error.h"
+
+namespace tgrad::cpu {
+namespace {
+
+constexpr std::align_val_t kAlignment{64};
+
+void* new_block(int64_t size) {
+  return ::operator new(static_cast<size_t>(size), kAlignment, std::nothrow);
+}
+
+void delete_block(void* block) {
+  ::operator delete(block, kAlignment);
+}
+
+}  // namespace
+
+HostAllocator::HostAllocator(bool caching, int64_t host_bytes, int64_t cache_limit)
+    : caching_(caching), host_bytes_(host_bytes), cache_limit_(cache_limit) {}
+
+int64_t HostAllocator::round_size(int64_t nbytes) {
+  if (nbytes < kCacheMin) return nbytes;
+  // Eight steps per power of two: at most 1/8 more than asked.
+  const int64_t step = (int64_t{1} << (63 - std::countl_zero(static_cast<uint64_t>(nbytes)))) / 8;
+  return (nbytes + step - 1) / step * step;
+}
+
+HostAllocator::State::~State() {
+  free_cached_locked();
+}
+
+void HostAllocator::State::free_cached_locked() {
+  for (const auto& [size, block] : free_blocks) {
+    delete_block(block);
+    stats.reserved -= size;
+  }
+  free_blocks.clear();
+  cached = 0;
+}
+
+std::shared_ptr<void> HostAllocator::allocate(int64_t nbytes) {
+  TGRAD_CHECK(nbytes >= 0, "cpu backend: allocate: nbytes=", nbytes, " must be non-negative");
+  TGRAD_CHECK(nbytes <= host_bytes_, "cpu backend: out of memory: cannot allocate ", nbytes,
+              " bytes, more than the machine's ", host_bytes_, " bytes of RAM + swap");
+  const bool cache = caching_ && nbytes >= kCacheMin;
+  const int64_t size = cache ? round_size(nbytes) : nbytes;
+  State& s = *state_;
+  void* block = nullptr;
+  int64_t block_size = size;
+  {
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    TGRAD_CHECK(s.limit == 0 || nbytes <= s.limit - s.stats.allocated,
+                "cpu backend: out of memory: allocating ", nbytes,
+                " bytes would pass the memory limit of ", s.limit, " bytes (", s.stats.allocated,
+                " bytes already allocated)");
+    if (cache) {
+      const auto it = s.free_blocks.lower_bound(size);
+      if (it != s.free_blocks.end() && it->first <= size + size / 8) {
+        block_size = it->first;
+        block = it->second;
+        s.free_blocks.erase(it);
+        s.cached -= block_size;
+      }
+    }
+    if (block == nullptr) {
+      // Zero bytes still get a distinct, valid pointer, as operator new gives.
+      block = new_block(size);
+      if (block == nullptr && s.cached > 0) {
+        s.free_cached_locked();
+        block = new_block(size);
+      }
+      if (block == nullptr) {
+        TGRAD_FAIL("cpu backend: out of memory allocating ", nbytes, " bytes (", s.stats.allocated,
+                   " bytes already allocated)");
+      }
+      s.stats.reserved += size;
+    }
+    s.stats.allocated += nbytes;
+    s.stats.peak_allocated = std::max(s.stats.peak_allocated, s.stats.allocated);
+  }
+  // If the control block cannot be allocated, shared_ptr calls the deleter itself.
+  return std::shared_ptr<void>(
+      block, [state = state_, nbytes, block_size, cache, limit = cache_limit_](void* p) {
+        release(*state, p, nbytes, block_size, cache ? limit : -1);
+      });
+}
+
+void HostAllocator::release(State& s, void* block, int64_t nbytes, int64_t block_size,
+                            int64_t cache_limit) noexcept {
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  s.stats.allocated -= nbytes;
+  if (block_size <= cache_limit) {
+    try {
+      s.free_blocks.emplace(block_size, block);
+      s.cached += block_size;
+      // Over the cache's budget: give back the largest unused blocks first.
+      while (s.cached > cache_limit) {
+        const auto largest = std::prev(s.free_blocks.end());
+        delete_block(largest->second);
+        s.cached -= largest->first;
+        s.stats.reserved -= largest->first;
+        s.free_blocks.erase(largest);
+      }
+      return;
+    } catch (...) {
+      // No memory for the map node: free the block instead.
+    }
+  }
+  delete_block(block);
+  s.stats.reserved -= block_size;
+}
+
+MemoryStats HostAllocator::stats() const {
+  const std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->stats;
+}
+
+void HostAllocator::empty_cache() {
+  const std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->free_cached_locked();
+}
+
+void HostAllocator::set_memory_limit(int64_t bytes) {
+  TGRAD_CHECK(bytes >= 0, "cpu backend: set_memory_limit: bytes=", bytes, " must be non-negative");
+  const std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->limit = bytes;
+}
+
+int64_t HostAllocator::memory_limit() const {
+  const std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->limit;
+}
+
+}  // namespace tgrad::cpu
