@@ -5,12 +5,13 @@
 //   dgrad:   dx[n, c, ih, iw] = sum_{kh, kw} dy[n, c, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW] w[c,
 //            kh, kw];
 //   wgrad:   dw[c, kh, kw] = sum_{n, ih, iw} x[n, c, ih, iw] dy[n, c, oh, ow].
-// forward and dgrad: one thread per output element, the innermost spatial index fastest, taps
-// summed in (kh, kw) order: memory-bound, every element written once. wgrad: stage 1 gives each
-// (channel, chunk of batch x positions) one block whose threads accumulate every tap in float64
-// registers, reduced by a fixed shuffle tree and then across warps in order; stage 2 sums the
-// chunks of each weight in chunk order. The chunking depends on the shape only, so the bits are
-// the same on every run and GPU.
+// forward: one thread per output position, walking many (n, c) planes, so that its taps (which
+// need divisions by the stride) are worked out once; dgrad: one thread per input element (its
+// taps need no division). Taps summed in (kh, kw) order: memory-bound, every element written
+// once. wgrad: stage 1 gives each (channel, chunk of batch x positions) one block whose threads
+// accumulate every tap in float64 registers, reduced by a fixed shuffle tree and then across
+// warps in order; stage 2 sums the chunks of each weight in chunk order. The chunking depends on
+// the shape only, so the bits are the same on every run and GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,28 +37,71 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMinChunk = 4096;  // positions per stage-1 block at least
 constexpr int64_t kTargetBlocks = 2048;
 
-// Forward, one thread per output element (idx over (n, c, oh, ow)). I: the index type, 32-bit
-// when the tensor is small enough.
-template <class T, class I>
+// The taps of one axis that output index o gathers from (forward): taps k0 + j*k_step for j < n,
+// reading input index i0 - j*i_step. The taps whose offset o + pad - k*dil divides by the stride
+// step by k_step = stride / gcd(dil, stride), and those landing inside the input form a run of
+// consecutive k, so together they are one arithmetic run.
+struct TapRun {
+  int k0, n, i0;
+};
+__device__ inline TapRun gather_run(int o, int taps, int pad, int dil, int stride, int in) {
+  TapRun r{0, 0, 0};
+  for_each_gather_tap(o, taps, pad, dil, stride, in, [&](int k, int i) {
+    if (r.n++ == 0) {
+      r.k0 = k;
+      r.i0 = i;
+    }
+  });
+  return r;
+}
+
+// The step of a tap run and of its input index (see TapRun), per axis.
+struct RunSteps {
+  int k_h, i_h, k_w, i_w;
+};
+inline int gcd_int(int a, int b) {
+  while (b != 0) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+inline RunSteps run_steps(const Plane32& q) {
+  const int kh = q.sH / gcd_int(q.dH, q.sH), kw = q.sW / gcd_int(q.dW, q.sW);
+  return {kh, kh * q.dH / q.sH, kw, kw * q.dW / q.sW};
+}
+
+// Forward: thread (ow, oh) works out the taps that reach its output position once, then walks
+// the (n, c) planes z, z + gridDim.z, ...: the index arithmetic, which bounds these memory-bound
+// kernels, is paid once per position rather than once per element. Taps are summed in (kh, kw)
+// order from 0, the bias added last.
+template <class T>
 __global__ void dw_forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                  const T* __restrict__ b, T* __restrict__ y, Plane32 q, I C,
-                                  I total) {
-  const I out_plane = I{q.Ho} * q.Wo;
-  const int in_plane = q.Hi * q.Wi, taps = q.kH * q.kW;
-  const I stride = static_cast<I>(gridDim.x * blockDim.x);
-  for (I idx = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); idx < total; idx += stride) {
-    const I plane = idx / out_plane;  // n * C + c
-    const int pos = static_cast<int>(idx - plane * out_plane);
-    const int c = static_cast<int>(plane % C);
-    const int oh = pos / q.Wo, ow = pos - oh * q.Wo;
-    const T* xc = x + int64_t{plane} * in_plane;
-    const T* wc = w + int64_t{c} * taps;
-    T acc = T(0);
-    for_each_gather_tap(oh, q.kH, q.pH, q.dH, q.sH, q.Hi, [&](int kh, int ih) {
-      for_each_gather_tap(ow, q.kW, q.pW, q.dW, q.sW, q.Wi,
-                          [&](int kw, int iw) { acc += xc[ih * q.Wi + iw] * wc[kh * q.kW + kw]; });
-    });
-    y[idx] = b ? acc + b[c] : acc;
+                                  const T* __restrict__ b, T* __restrict__ y, Plane32 q,
+                                  RunSteps st, int64_t C, int64_t planes) {
+  const int in_plane = q.Hi * q.Wi, out_plane = q.Ho * q.Wo, taps = q.kH * q.kW;
+  const int64_t c_step = gridDim.z % C;
+  for (int oh = blockIdx.y * blockDim.y + threadIdx.y; oh < q.Ho; oh += gridDim.y * blockDim.y) {
+    const TapRun rh = gather_run(oh, q.kH, q.pH, q.dH, q.sH, q.Hi);
+    for (int ow = blockIdx.x * blockDim.x + threadIdx.x; ow < q.Wo; ow += gridDim.x * blockDim.x) {
+      const TapRun rw = gather_run(ow, q.kW, q.pW, q.dW, q.sW, q.Wi);
+      int64_t c = blockIdx.z % C;
+      for (int64_t plane = blockIdx.z; plane < planes; plane += gridDim.z) {
+        const T* xc = x + plane * in_plane;
+        const T* wc = w + c * taps;
+        T acc = T(0);
+        for (int jh = 0; jh < rh.n; ++jh) {
+          const T* x_row = xc + (rh.i0 - jh * st.i_h) * q.Wi + rw.i0;
+          const T* w_row = wc + (rh.k0 + jh * st.k_h) * q.kW + rw.k0;
+          for (int jw = 0; jw < rw.n; ++jw)
+            acc += x_row[-jw * st.i_w] * w_row[jw * st.k_w];
+        }
+        y[plane * out_plane + oh * q.Wo + ow] = b ? acc + b[c] : acc;
+        c += c_step;
+        if (c >= C) c -= C;
+      }
+    }
   }
 }
 
@@ -89,14 +133,35 @@ __global__ void dw_dgrad_kernel(const T* __restrict__ dy, const T* __restrict__ 
   }
 }
 
+// The forward's launch shape over an H x W plane and `planes` planes: 32 x 8 threads (256 x 1
+// for one-row planes), and enough planes in z that about 2^20 threads run, each walking the rest
+// of the planes. (Walking planes did not pay in dgrad, whose taps need no division: there one
+// thread per element measured faster.)
+struct PlaneGrid {
+  dim3 grid, block;
+};
+PlaneGrid plane_grid(int64_t H, int64_t W, int64_t planes) {
+  const dim3 block(H == 1 ? 256 : 32, H == 1 ? 1 : 8);
+  const int64_t gx = std::clamp<int64_t>(ceil_div(W, block.x), 1, (int64_t{1} << 31) - 1);
+  const int64_t gy = std::clamp<int64_t>(ceil_div(H, block.y), 1, 65535);
+  const int64_t threads = gx * gy * block.x * block.y;
+  const int64_t gz =
+      std::clamp<int64_t>(ceil_div(int64_t{1} << 20, threads), 1, std::min<int64_t>(planes, 65535));
+  return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)),
+          block};
+}
+
 // Stage 1: block (c, chunk) writes out[(c * taps + tap) * chunks + chunk] (out = dw when
 // chunks == 1); kMaxTaps >= taps accumulators (instances for 9, 16 and 32 taps keep the
 // registers, and so the blocks per SM, of small kernels low). Each tap's row and column offsets
 // (kh*dH, kw*dW) come from shared memory, so the unrolled tap loop has no division.
+// Up to 16 taps the registers are capped for three blocks per SM (ncu: the uncapped kernel held
+// two, and its warps waited on loads with nothing else to issue; a cap for four spills twice as
+// much).
 template <class T, class Out, int kMaxTaps>
-__global__ void dw_wgrad_kernel(const T* __restrict__ x, const T* __restrict__ dy,
-                                Out* __restrict__ out, Plane32 q, int64_t N, int64_t C,
-                                int64_t chunks, int64_t chunk_len) {
+__global__ void __launch_bounds__(kThreads, kMaxTaps <= 16 ? 3 : 1)
+    dw_wgrad_kernel(const T* __restrict__ x, const T* __restrict__ dy, Out* __restrict__ out,
+                    Plane32 q, int64_t N, int64_t C, int64_t chunks, int64_t chunk_len) {
   __shared__ double warp_sums[kMaxTaps][kWarps];
   __shared__ int tap_dh[kMaxTaps], tap_dw[kMaxTaps];
   const int64_t c = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
@@ -187,14 +252,13 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p, cons
   const Plane32 q = plane32(p);
   switch (pass) {
     case ConvPass::forward: {
-      const int64_t total = p.N * p.Co * p.Ho * p.Wo;
-      with_index_type(total, [&](auto tag) {
-        using I = decltype(tag);
-        dw_forward_kernel<T, I><<<grid_for(total), kThreads>>>(
-            t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.bias ? t.bias->data_ptr<T>() : nullptr,
-            t.out.data_ptr<T>(), q, I(p.Co), I(total));
-        TGRAD_CUDA_CHECK_LAUNCH("dw_forward_kernel");
-      });
+      const int64_t planes = p.N * p.Co;
+      if (planes == 0 || p.Ho * p.Wo == 0) break;
+      const PlaneGrid lg = plane_grid(p.Ho, p.Wo, planes);
+      dw_forward_kernel<T><<<lg.grid, lg.block>>>(
+          t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.bias ? t.bias->data_ptr<T>() : nullptr,
+          t.out.data_ptr<T>(), q, run_steps(q), p.Co, planes);
+      TGRAD_CUDA_CHECK_LAUNCH("dw_forward_kernel");
       break;
     }
     case ConvPass::dgrad: {

@@ -15,10 +15,10 @@
 #include "bench/decoder_layers.h"
 #include "core/backend.h"
 #include "core/conv_geometry.h"
+#include "core/device.h"
 #include "core/ops.h"
 #include "core/random.h"
 #include "core/tensor.h"
-#include "core/device.h"
 #include "cuda/conv_path_rules.h"
 #include "cuda/conv_plan.h"
 #include "cuda/kernel_stats.h"
@@ -263,6 +263,14 @@ TEST(CudaConvPaths, DepthwiseOnOddGeometries) {
   check_path(Path::depthwise,
              odd_geometry(1, 3, 4, 4, 4, {1, 50}, {1, 7}, {1, 3}, {0, 1}, {1, 1}, {0, 2}), 1802,
              "depthwise 1-D stride 3");
+  // More planes than the grid's z: each thread walks several (n, c) planes, its channel index
+  // wrapping past C (2-D: 64 planes in z for 192 planes; 1-D: 4096 in z for 6400).
+  check_path(Path::depthwise,
+             odd_geometry(2, 4, 48, 48, 48, {64, 64}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}), 1805,
+             "depthwise, planes walked per thread, 2-D");
+  check_path(Path::depthwise,
+             odd_geometry(1, 64, 100, 100, 100, {1, 50}, {1, 4}, {1, 2}, {0, 1}, {1, 1}, {0, 0}),
+             1806, "depthwise, planes walked per thread, 1-D");
   // 25 taps: wgrad's largest accumulator instance (32 taps).
   check_path(Path::depthwise,
              odd_geometry(2, 2, 3, 3, 3, {7, 6}, {5, 5}, {1, 2}, {2, 1}, {1, 1}, {0, 1}), 1804,
