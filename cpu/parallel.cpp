@@ -66,9 +66,24 @@ int max_threads() {
   return thread_setting().load(std::memory_order_relaxed);
 }
 
+std::chrono::microseconds spin_from_env(const char* value) {
+  if (value == nullptr || *value == '\0') return std::chrono::microseconds(200);
+  char* end = nullptr;
+  const long us = std::strtol(value, &end, 10);
+  TGRAD_CHECK(*end == '\0' && us >= 0 && us <= 100000, "cpu backend: TGRAD_CPU_SPIN_US='", value,
+              "' must be an integer from 0 to 100000");
+  return std::chrono::microseconds(us);
+}
+
 namespace {
 
 #ifndef _OPENMP
+// How long an idle pool thread (or a caller waiting for the pool) spins before it sleeps.
+std::chrono::microseconds spin_time() {
+  static const std::chrono::microseconds spin = spin_from_env(std::getenv("TGRAD_CPU_SPIN_US"));
+  return spin;
+}
+
 // Tells the core that this thread is spinning (x86's pause), so a hyperthread sibling runs faster.
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -80,12 +95,15 @@ inline void cpu_relax() {
 // that wait for work, each job numbered by an epoch. A thread spins briefly after a job, since
 // the next parallel loop usually follows within microseconds, and then sleeps on a futex
 // (std::atomic::wait), so idle threads cost nothing: unlike an OpenMP runtime that spins for
-// milliseconds after every region, it does not take CPU time from the one thread that runs the
-// single-threaded stretches between parallel loops (docs/design.md, "Threads").
+// milliseconds after every region, it does not take CPU time for long from the one thread that
+// runs the single-threaded stretches between parallel loops (docs/design.md, "Threads").
 class ThreadPool {
  public:
   // Runs body(w) for w in [0, workers), body(0) on the calling thread; returns when all are done.
   void run(int workers, const std::function<void(int)>& body) {
+    // Read (and checked) here, on the caller, before a pool thread could first need it: an
+    // error then reaches the caller instead of ending a pool thread.
+    (void)spin_time();
     workers = std::min(workers, grow(workers - 1) + 1);
     if (workers <= 1) {
       body(0);
@@ -112,7 +130,6 @@ class ThreadPool {
 
  private:
   static constexpr int kWorkerBits = 16;  // workers <= 4096 (set_num_threads' bound)
-  static constexpr auto kSpin = std::chrono::microseconds(50);
 
   // Starts threads until there are `wanted`; returns how many there are (fewer when the system
   // refuses one: tasks are claimed dynamically, so fewer workers give the same results).
@@ -128,10 +145,10 @@ class ThreadPool {
     return static_cast<int>(threads_.size());
   }
 
-  // Spins on `cond` for up to kSpin, then returns false.
+  // Spins on `cond` for up to spin_time(), then returns false.
   template <class Cond>
   static bool spin_until(Cond cond) {
-    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    const auto deadline = std::chrono::steady_clock::now() + spin_time();
     for (int i = 1;; ++i) {
       if (cond()) return true;
       cpu_relax();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 
@@ -21,6 +22,12 @@ void run_workers(int workers, const std::function<void(int)>& body);
 // The threads a kernel may use: set_num_threads() (core/device.h), by default TGRAD_NUM_THREADS
 // or the CPUs of the process's affinity mask.
 int max_threads();
+
+// How long the pool's idle threads spin before they sleep, from TGRAD_CPU_SPIN_US's value:
+// microseconds from 0 to 100000, 200 when unset or empty. The default bridges the small serial
+// ops between a training step's parallel loops (a futex wake-up costs more than such a gap)
+// without taking a core from the thread that runs them for long.
+std::chrono::microseconds spin_from_env(const char* value);
 
 // The thread count for a kernel doing `flops` of work: 1 when the work is too small to be worth
 // starting a thread for, else max_threads.

@@ -159,8 +159,8 @@ TEST(CpuThreads, LoopsOfChangingTeamSizesEachRunEveryTaskOnce) {
 
 // Idle pool threads go to sleep instead of spinning on, so they leave the CPU to the thread that
 // runs the serial work between parallel loops. Read from /proc: after a loop and a pause far
-// longer than the pool's spin (50 us), no other thread of this process is running. (The pause is
-// generous so that a loaded machine cannot delay a spinning thread past it.)
+// longer than the pool's spin (200 us by default), no other thread of this process is running. (The
+// pause is generous so that a loaded machine cannot delay a spinning thread past it.)
 TEST(CpuThreads, IdlePoolThreadsSleep) {
 #ifdef TGRAD_TEST_OPENMP_TEAM
   GTEST_SKIP() << "built with TGRAD_OPENMP: the OpenMP runtime decides how its threads wait";
@@ -218,6 +218,21 @@ TEST(CpuThreads, AForkedChildRunsParallelLoops) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 #endif
+
+TEST(CpuThreads, TheSpinTimeComesFromTheEnvironmentAndIsChecked) {
+  EXPECT_EQ(cpu::spin_from_env(nullptr).count(), 200);
+  EXPECT_EQ(cpu::spin_from_env("").count(), 200);
+  EXPECT_EQ(cpu::spin_from_env("0").count(), 0);
+  EXPECT_EQ(cpu::spin_from_env("1000").count(), 1000);
+  for (const char* bad : {"-1", "100001", "20us", "fast"}) {
+    EXPECT_NE(
+        error_of([&] {
+          cpu::spin_from_env(bad);
+        }).find("TGRAD_CPU_SPIN_US='" + std::string(bad) + "' must be an integer from 0 to 100000"),
+        std::string::npos)
+        << bad;
+  }
+}
 
 TEST(CpuThreads, TheSettingIsChecked) {
   ThreadsScope restore;
