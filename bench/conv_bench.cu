@@ -304,10 +304,21 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
     for (Row& row : local)
       row.bytes = bytes;
 
-    // float64 reference of the same float32 inputs, computed on the GPU.
+    // float64 reference of the same float32 inputs, computed on the GPU by the planner's choice:
+    // a forced float32-only kernel (--kernel) cannot run it.
     Tensor ref =
         tgrad::empty(shapes.out, tgrad::TensorOptions(tgrad::kFloat64).device(f32.device()));
-    run_tgrad(base, pass, a[0].to(tgrad::kFloat64), b[0].to(tgrad::kFloat64), ref);
+    {
+      const std::string forced = tgrad::get_conv_kernel();
+      tgrad::set_conv_kernel("");
+      try {
+        run_tgrad(base, pass, a[0].to(tgrad::kFloat64), b[0].to(tgrad::kFloat64), ref);
+      } catch (...) {
+        tgrad::set_conv_kernel(forced);
+        throw;
+      }
+      tgrad::set_conv_kernel(forced);
+    }
     tgrad::cuda_empty_cache();
 
     Tensor out_tgrad = tgrad::empty(shapes.out, f32), out_cudnn = tgrad::empty(shapes.out, f32);

@@ -101,10 +101,10 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
             EXPECT_NE(plan.kernel, "mma.sync") << config;
             const bool over_budget =
                 plan.describe().find("over the workspace budget") != std::string::npos;
-            EXPECT_EQ(plan.kernel, depthwise && (pass != ConvPass::wgrad ||
-                                                 g.kernel[0] * g.kernel[1] <= 32)
-                                       ? "depthwise"
-                                       : (over_budget ? "fma" : "gemm"))
+            EXPECT_EQ(plan.kernel,
+                      depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32)
+                          ? "depthwise"
+                          : (over_budget ? "fma" : "gemm"))
                 << config;
           }
         }
@@ -204,16 +204,30 @@ TEST(ConvPlan, HighestDeclinesWgmmaForNarrowUnfoldedProblems) {
   EXPECT_EQ(high.label(), "wgmma");
 }
 
-TEST(ConvPlan, TooManyTapsLeaveTheImplicitGemmForTheGemmPath) {
-  // 2-D 7x7 = 49 taps: past the implicit GEMM's 32.
+TEST(ConvPlan, TooManyTapsLeaveTheRowImplicitGemmsForBatchIgemmThenTheGemmPath) {
+  // 2-D 7x7 = 49 taps: past the row implicit GEMMs' 32, within batch-igemm's 64 a phase.
   ConvLayerSpec l = bench::layer2d("t", "t", 2, 64, 64, 16, 7, 1, 3);
   const ConvPlan plan = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
                                   DeviceCaps::h100());
-  EXPECT_EQ(plan.kernel, "gemm");
+  EXPECT_EQ(plan.kernel, "batch-igemm");
   EXPECT_NE(reason_of(plan, "wgmma").find("more than 32 taps"), std::string::npos)
       << plan.describe();
   EXPECT_NE(reason_of(plan, "mma.sync").find("more than 32 taps"), std::string::npos)
       << plan.describe();
+  // 9x9 = 81 taps in the one phase of stride 1: past batch-igemm's 64 too.
+  l.kernel = {9, 9};
+  l.padding = {4, 4};
+  const ConvPlan wide = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
+                                  DeviceCaps::h100());
+  EXPECT_EQ(wide.kernel, "gemm") << wide.describe();
+  EXPECT_NE(reason_of(wide, "batch-igemm").find("81 taps in one output phase"), std::string::npos)
+      << wide.describe();
+  // Stride 3 splits them: at most 3 x 3 taps a phase, so batch-igemm can run it.
+  l.stride = {3, 3};
+  const ConvPlan phased = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
+                                    DeviceCaps::h100(), "batch-igemm");
+  EXPECT_EQ(phased.batch.max_taps, 9) << phased.describe();
+  EXPECT_EQ(phased.batch.phases_h * phased.batch.phases_w, 9) << phased.describe();
 }
 
 TEST(ConvPlan, WgradSharedMemoryComesFromTheDevice) {
@@ -237,7 +251,7 @@ TEST(ConvPlan, ForcedKernelRunsOrThrowsNamingItAndTheReason) {
   const ConvPlan forced =
       plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), "fma");
   EXPECT_EQ(forced.kernel, "fma");
-  ASSERT_EQ(forced.declined.size(), 4u);  // wgmma, mma.sync, depthwise, gemm
+  ASSERT_EQ(forced.declined.size(), 5u);  // wgmma, mma.sync, batch-igemm, depthwise, gemm
   EXPECT_NE(forced.declined[0].reason.find("forced"), std::string::npos);
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
             "mma.sync");
@@ -379,30 +393,32 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
   const ConvGeometry huge = make_conv_transpose_geometry(args);
   const ConvPlan big = plan_conv(ConvPass::forward, huge, DType::float64, DeviceCaps::h100());
   EXPECT_EQ(big.kernel, "fma") << big.describe();
-  EXPECT_NE(big.describe().find("over the workspace budget"), std::string::npos)
-      << big.describe();
+  EXPECT_NE(big.describe().find("over the workspace budget"), std::string::npos) << big.describe();
   EXPECT_THROW(plan_conv(ConvPass::forward, huge, DType::float64, DeviceCaps::h100(), "gemm"),
                Error);
 }
 
-// Tiles mostly empty give way to the GEMM path: a DCGAN layer's 8x8 rows leave a 64- or
-// 128-wide row tile nearly empty, and an RGB output fills 3 of a tile's 64 channel rows; the
-// same layers with long rows and many channels keep the tensor cores.
-TEST(ConvPlan, MostlyEmptyTilesGiveWayToTheGemmPath) {
+// Tiles mostly empty give way to batch-igemm (forward, dgrad) or the GEMM path (wgrad): a DCGAN
+// layer's 8x8 rows leave a 64- or 128-wide row tile nearly empty, and an RGB output fills 3 of a
+// tile's 64 channel rows; the same layers with long rows and many channels keep the row kernels.
+TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
   const ConvLayerSpec small = bench::layer2d("t", "t", 64, 256, 128, 8, 4, 2, 1);
   const ConvLayerSpec rgb = bench::layer2d("t", "t", 8, 128, 3, 128, 4, 2, 1);
   const ConvLayerSpec big = bench::layer2d("t", "t", 8, 256, 128, 128, 4, 2, 1);
   for (Precision precision : {Precision::highest, Precision::high}) {
     for (ConvPass pass : kPasses) {
-      const ConvPlan a = plan_conv(pass, geometry(small, precision), DType::float32, DeviceCaps::h100());
-      EXPECT_EQ(a.kernel, "gemm") << a.describe();
+      const ConvPlan a =
+          plan_conv(pass, geometry(small, precision), DType::float32, DeviceCaps::h100());
+      EXPECT_EQ(a.kernel, pass == ConvPass::wgrad ? "gemm" : "batch-igemm") << a.describe();
       EXPECT_NE(a.describe().find("% useful work"), std::string::npos) << a.describe();
-      const ConvPlan b = plan_conv(pass, geometry(big, precision), DType::float32, DeviceCaps::h100());
+      const ConvPlan b =
+          plan_conv(pass, geometry(big, precision), DType::float32, DeviceCaps::h100());
       EXPECT_NE(b.kernel, "gemm") << b.describe();
+      EXPECT_NE(b.kernel, "batch-igemm") << b.describe();
     }
-    const ConvPlan c = plan_conv(ConvPass::forward, geometry(rgb, precision), DType::float32,
-                                 DeviceCaps::h100());
-    EXPECT_EQ(c.kernel, "gemm") << c.describe();
+    const ConvPlan c =
+        plan_conv(ConvPass::forward, geometry(rgb, precision), DType::float32, DeviceCaps::h100());
+    EXPECT_EQ(c.kernel, "batch-igemm") << c.describe();
     // A preference, not an inability: forced, or with preferences off, the tensor cores run it.
     EXPECT_EQ(plan_conv(ConvPass::forward, geometry(small, precision), DType::float32,
                         DeviceCaps::h100(), "mma.sync")
@@ -411,7 +427,7 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToTheGemmPath) {
     EXPECT_NE(plan_conv(ConvPass::forward, geometry(small, precision), DType::float32,
                         DeviceCaps::h100(), "", /*prefer=*/false)
                   .kernel,
-              "gemm");
+              "batch-igemm");
   }
 }
 
