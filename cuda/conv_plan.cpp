@@ -75,6 +75,8 @@ std::string tile_name(const IgemmTiling& t) {
 // path's N spans batch x positions instead, so it keeps its tiles full there. Below half
 // useful work, the tensor-core rows give way to it (when it can take the call): measured on the
 // decoder suite, the GEMM path was 1.2x to 20x faster on such calls (docs/performance.md).
+// batch-igemm (whose N also spans batch x positions, without the GEMM path's column buffer)
+// takes them first where it can.
 constexpr double kMinTileUse = 0.5;
 
 std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out);
@@ -166,6 +168,13 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
 std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
+  // 2-D images: this kernel's tiles cover one output row of one sample, batch-igemm's span rows
+  // and samples; on the suite's 2-D layers that reached this row (U-Net, CycleGAN dgrad at both
+  // precisions) batch-igemm measured 1.1x-1.8x faster (docs/performance.md, run 34). 1-D rows
+  // are long enough to fill these tiles, and stay here.
+  if (in.prefer && in.g.in_size[0] > 1 && in.g.out_size[0] > 1 &&
+      batch_igemm_declined(in, nullptr).empty())
+    return "2-D: batch-igemm's tiles span rows and samples";
   IgemmProblem p = igemm_problem(in.pass, in.g);
   // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
   // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
@@ -206,8 +215,11 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
 
 // ---- batch-igemm: the implicit GEMM with N over batch x positions (forward and dgrad) ---------
 
-// Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) can run the call, with
-// its plan in *out (when not null); else why not. Capability only: no speed preference.
+// Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) runs the call, with its
+// plan in *out (when not null); else why not: what it cannot run, then (in.prefer) where the
+// GEMM path measured faster.
+constexpr int64_t kBatchIgemmMaxPreferredM = 256;
+
 std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
@@ -272,6 +284,34 @@ std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
     return "tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) + " needs " +
            std::to_string(plan.smem_bytes) + " bytes of shared memory, the device allows " +
            std::to_string(in.caps.smem_per_block_optin);
+  // Speed preferences, where the GEMM path (next row) can take the call. Each was measured on
+  // the decoder suite, the kernel and the GEMM path forced in one run (H100, run 34 in
+  // docs/performance.md), and is a property of the problem, not of a listed layer:
+  if (in.prefer && gemm_path_declined(in.pass, g, g.precision, in.dtype).empty()) {
+    // - Few output channels or summed channels (RGB or mono outputs, their dgrad): the tile's
+    //   rows or its 32-channel K steps are mostly zero padding; 3.6x-5x slower than the GEMM path.
+    const double use = static_cast<double>(M) / static_cast<double>(plan.m_pad) *
+                       static_cast<double>(C) / static_cast<double>(plan.c_pad);
+    if (use < kMinTileUse) {
+      std::ostringstream os;
+      os.precision(2);
+      os << "tile " << plan.bm << "x" << plan.bn << " would do " << use * 100.0
+         << "% useful work (C=" << C << ", M=" << M << "): the GEMM path";
+      return os.str();
+    }
+    // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
+    //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles (1.3x-40x faster).
+    const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w;
+    if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count)
+      return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
+             " SMs (no split-K): the GEMM path";
+    // - Many output channels: the column buffer costs the GEMM path 8 bytes of traffic per
+    //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate once M
+    //   is 512 or more (measured 1.05x-3x faster there); up to 256 this kernel was faster.
+    if (M > kBatchIgemmMaxPreferredM)
+      return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
+             ": the GEMM path's column traffic is small next to its GEMM's speed";
+  }
   if (out != nullptr) *out = plan;
   return "";
 }
