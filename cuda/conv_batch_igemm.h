@@ -69,9 +69,10 @@ TGRAD_BI_HD inline BatchIgemmAxis batch_igemm_axis(bool gather, int out, int k_s
 }
 
 // Dynamic shared memory of the instance with a bm x bn tile: kBatchIgemmStages stages of a
-// kBatchIgemmChunk x bm A tile (twice for 3xTF32's residuals) and a chunk x bn B tile.
+// kBatchIgemmChunk x (bm + 8) A tile (twice for 3xTF32's residuals) and a chunk x (bn + 8) B tile.
 constexpr int batch_igemm_smem_bytes(int bm, int bn, bool split) {
-  return kBatchIgemmStages * (kBatchIgemmChunk * bm * (split ? 2 : 1) + kBatchIgemmChunk * bn) * 4;
+  return kBatchIgemmStages *
+         (kBatchIgemmChunk * (bm + 8) * (split ? 2 : 1) + kBatchIgemmChunk * (bn + 8)) * 4;
 }
 
 // What the planner hands the launcher (conv_plan.h's ConvPlan::batch): the tile and the grid.

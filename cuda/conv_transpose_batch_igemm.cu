@@ -13,16 +13,15 @@
 // into shared memory (cp.async, zero fill outside the plane), so nothing but x, w and y moves
 // through DRAM.
 //
-// Layout. A (weights) is packed once per call by pack_kernel into mma fragment order, already
-// rounded to TF32 (and for 3xTF32 a second array of residuals), zero padded to c_pad x m_pad, so
-// a K step's A tile is kBK / 8 contiguous runs of kBM * 8 floats (16-byte cp.async, no bounds
-// checks) and a warp reads a fragment with one 128-bit load per lane. B is kBK channels x kBN
-// columns of one tap: each thread owns one column for the whole K loop (its (n, qy, qx)
-// decomposed once) and kBK * kBN / kThreads channels of it; a warp's lanes are consecutive
-// columns, so forward's loads (ss = 1) are coalesced. B's shared-memory layout (b_word) puts
-// a lane's two fragment values side by side (one 64-bit load), swizzled so that the cp.async
-// writes of a row spread over the banks. B is converted to TF32 (or split) as fragments are
-// read: each value is read by the warps of one column slice only.
+// Layout. A (weights) is packed once per call by pack_kernel into [tap][c_pad][m_pad], already
+// rounded to TF32 (and for 3xTF32 a second array of residuals), zero padded, so a K step's A
+// tile is kBK rows of kBM contiguous floats: 16-byte cp.async, no bounds checks. B is kBK
+// channels x kBN columns of one tap: each thread owns one column for the whole K loop (its (n,
+// qy, qx) decomposed once) and kBK * kBN / kThreads rows of it; a warp's lanes are consecutive
+// columns, so forward's loads (ss = 1) are coalesced. Both tiles are k-major with a row pitch of
+// 8 mod 32 floats, which makes every fragment load conflict-free. B is converted to TF32 (or
+// split) as fragments are read: each value is read by one warp row only.
+//
 // K order: taps outer, channels inner, kBK channels a step; kBatchIgemmStages steps in flight.
 // "highest" (3xTF32) flushes each step's chain into a float32 register sum (tf32_mma.cuh says
 // why). Each output is written once by one CTA from a fixed-order sum: deterministic.
@@ -52,7 +51,8 @@ struct BiConfig {
   static constexpr bool kSplit = kSplit_;
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kBM = kWarpsM * kFragM * 16, kBN = kWarpsN * kFragN * 8;
-  static constexpr int kAFloats = kBK * kBM * (kSplit ? 2 : 1), kBFloats = kBK * kBN;
+  static constexpr int kLdA = kBM + 8, kLdB = kBN + 8;  // == 8 mod 32: conflict-free fragments
+  static constexpr int kAFloats = kBK * kLdA * (kSplit ? 2 : 1), kBFloats = kBK * kLdB;
   static constexpr int kStageFloats = kAFloats + kBFloats;
   static constexpr int kSmemBytes = kStages * kStageFloats * 4;
   static_assert(kWarpsM * kWarpsN * 32 == kThreadsBI, "one thread count for every instance");
@@ -75,22 +75,16 @@ struct BiArgs {
   int64_t c_pad, m_pad;
 };
 
-// Packs W into mma A-fragment order, so a warp reads a fragment with one 128-bit load per lane:
-//   wp[(((tap*kb_total + kb)*mt_total + mt)*32 + lane)*4 + i] = tf32(W[m, c, tap]),
-//   m = mt*16 + lane/4 + 8*(i & 1), c = kb*8 + lane%4 + 4*(i >> 1)
-// (the residual into `small` when split), zero outside M x C; W[m, c, tap] = w[c, m, tap]
-// (forward, w is (C, M, taps)) or w[m, c, tap] (dgrad, w is (M, C, taps)).
+// wp[(tap*c_pad + c)*m_pad + m] = tf32(W[m, c, tap]) (residual into wp_small when split), zero
+// outside M x C; W[m, c, tap] = w[c, m, tap] (forward, w is (C, M, taps)) or w[m, c, tap] (dgrad,
+// w is (M, C, taps)).
 __global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big,
                             float* __restrict__ small, int64_t C, int64_t M, int64_t taps,
                             int64_t c_pad, int64_t m_pad, bool gather) {
   const int64_t total = taps * c_pad * m_pad;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
-    const int i = static_cast<int>(e % 4), lane = static_cast<int>(e / 4 % 32);
-    const int64_t frag = e / 128, mt_total = m_pad / 16, kb_total = c_pad / 8;
-    const int64_t mt = frag % mt_total, kb = frag / mt_total % kb_total;
-    const int64_t tap = frag / mt_total / kb_total;
-    const int64_t m = mt * 16 + lane / 4 + 8 * (i & 1), c = kb * 8 + lane % 4 + 4 * (i >> 1);
+    const int64_t m = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad);
     float v = 0.0f;
     if (m < M && c < C) v = gather ? w[(c * M + m) * taps + tap] : w[(m * C + c) * taps + tap];
     const uint32_t hi = to_tf32(v);
@@ -99,21 +93,9 @@ __global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big
   }
 }
 
-// The B tile's shared-memory word of (k, column n): per k8 block and column, 8 words holding
-// rows t and t+4 side by side (slot 2t, 2t+1: a lane's fragment is one 64-bit load), XORed by an
-// even value that depends on n so that a warp's cp.async writes of one row (32 consecutive n)
-// spread over the banks (at most two to a bank) and the pairs stay adjacent.
-__device__ inline int b_swizzle(int n) {
-  return ((n >> 2) & 3) << 1;
-}
-template <int kBN>
-__device__ inline int b_word(int k, int n) {
-  return (((k >> 3) * kBN + n) << 3) + ((((k & 3) << 1) | ((k >> 2) & 1)) ^ b_swizzle(n));
-}
-
 template <class Cfg>
 __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kernel(const BiArgs a) {
-  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN;
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kLdA = Cfg::kLdA, kLdB = Cfg::kLdB;
   constexpr bool kSplit = Cfg::kSplit;
   constexpr int kFM = Cfg::kFragM, kFN = Cfg::kFragN;
   extern __shared__ __align__(16) float smem[];
@@ -166,31 +148,27 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
     const int t = s / c_steps, c0 = (s - t * c_steps) * kBK;
     const int th = t / ax.taps, tw = t - th * ax.taps;
     const int wtap = tap_kh[th] * a.kW + tap_kw[tw];
-    // A: for each of the step's kBK / 8 k8 blocks, the fragments of the tile's kBM / 16 m16
-    // blocks, contiguous in the packed weights (kBM * 8 floats).
+    // A: kBK rows of kBM floats from the packed weights.
     float* at = a_tile(stage);
-    const int64_t kb_total = a.c_pad / 8, mt_total = a.m_pad / 16;
+    const int64_t a_row0 = (int64_t{wtap} * a.c_pad + c0) * a.m_pad + m0;
 #pragma unroll
     for (int v = 0; v < kBK * kBM / 4 / kThreadsBI; ++v) {
       const int idx = tid + v * kThreadsBI;
-      const int kbl = idx / (kBM * 2), off = (idx - kbl * (kBM * 2)) * 4;
-      const int64_t from =
-          ((int64_t{wtap} * kb_total + c0 / 8 + kbl) * mt_total + m0 / 16) * 128 + off;
-      cp_async16(at + kbl * kBM * 8 + off, a.a_big + from);
-      if constexpr (kSplit) cp_async16(at + kBK * kBM + kbl * kBM * 8 + off, a.a_small + from);
+      const int r = idx / (kBM / 4), c4 = (idx - r * (kBM / 4)) * 4;
+      cp_async16(at + r * kLdA + c4, a.a_big + a_row0 + int64_t{r} * a.m_pad + c4);
+      if constexpr (kSplit)
+        cp_async16(at + kBK * kLdA + r * kLdA + c4, a.a_small + a_row0 + int64_t{r} * a.m_pad + c4);
     }
     // B: this thread's column, kRows channels of the tap's src element (zero outside).
     float* bt = b_tile(stage);
     const int sy = sy0 + tap_sh[th], sx = sx0 + tap_sw[tw];
     const bool in = col_ok && sy >= 0 && sy < a.Hs && sx >= 0 && sx < a.Ws;
     const float* p = src_n + (in ? int64_t{sy} * a.Ws + sx : 0);
-    const float* q = p + int64_t{c0 + row0} * plane_s;
-    const int64_t q_step = kRowStep * plane_s;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r, q += q_step) {
-      const int k = row0 + r * kRowStep;
-      const bool ok = in && c0 + k < a.C;
-      cp_async4(bt + b_word<kBN>(k, col), ok ? q : a.src, ok);
+    for (int r = 0; r < kRows; ++r) {
+      const int k = row0 + r * kRowStep, c = c0 + k;
+      const bool ok = in && c < a.C;
+      cp_async4(bt + k * kLdB + col, ok ? p + int64_t{c} * plane_s : a.src, ok);
     }
   };
 
@@ -217,22 +195,28 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
       Frag<2, kSplit> fb[kFN];
 #pragma unroll
       for (int i = 0; i < kFM; ++i) {
-        const float* p = at + ((kk / 8) * (kBM / 16) + wm / 16 + i) * 128 + lane * 4;
-        set_words(fa[i].big, *reinterpret_cast<const uint4*>(p));
-        if constexpr (kSplit)
-          set_words(fa[i].small, *reinterpret_cast<const uint4*>(p + kBK * kBM));
+        const float* p = at + (kk + tq) * kLdA + wm + i * 16 + g;
+        fa[i].big[0] = __float_as_uint(p[0]);
+        fa[i].big[1] = __float_as_uint(p[8]);
+        fa[i].big[2] = __float_as_uint(p[4 * kLdA]);
+        fa[i].big[3] = __float_as_uint(p[4 * kLdA + 8]);
+        if constexpr (kSplit) {
+          const float* q = p + kBK * kLdA;
+          fa[i].small[0] = __float_as_uint(q[0]);
+          fa[i].small[1] = __float_as_uint(q[8]);
+          fa[i].small[2] = __float_as_uint(q[4 * kLdA]);
+          fa[i].small[3] = __float_as_uint(q[4 * kLdA + 8]);
+        }
       }
 #pragma unroll
       for (int n = 0; n < kFN; ++n) {
-        const int col_n = wn + n * 8 + g;
-        const float2 v = *reinterpret_cast<const float2*>(bt + (((kk / 8) * kBN + col_n) << 3) +
-                                                          ((tq << 1) ^ b_swizzle(col_n)));
+        const float* p = bt + (kk + tq) * kLdB + wn + n * 8 + g;
         if constexpr (kSplit) {
-          split_tf32(v.x, fb[n].big[0], fb[n].small[0]);
-          split_tf32(v.y, fb[n].big[1], fb[n].small[1]);
+          split_tf32(p[0], fb[n].big[0], fb[n].small[0]);
+          split_tf32(p[4 * kLdB], fb[n].big[1], fb[n].small[1]);
         } else {
-          fb[n].big[0] = to_tf32(v.x);
-          fb[n].big[1] = to_tf32(v.y);
+          fb[n].big[0] = to_tf32(p[0]);
+          fb[n].big[1] = to_tf32(p[4 * kLdB]);
         }
       }
       mma_tile<kSplit>(acc, fa, fb);
@@ -242,27 +226,37 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
   cp_async_wait<0>();
 
   // Epilogue: element (i, n, e) is row m = wm + i*16 + g + 8*(e/2), column wn + n*8 + 2*tq + e%2.
-  // Column by column, so only one column's offset is live (the accumulators fill the registers).
   const int64_t plane_o = int64_t{a.Ho} * a.Wo;
-  const auto store = [&](const float(&res)[kFM][kFN][4]) {
+  int64_t col_off[kFN][2];
 #pragma unroll
-    for (int n = 0; n < kFN; ++n) {
+  for (int n = 0; n < kFN; ++n) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t jj = n0 + wn + n * 8 + 2 * tq + e;
-        if (jj >= n_total) continue;
+    for (int e = 0; e < 2; ++e) {
+      const int64_t jj = n0 + wn + n * 8 + 2 * tq + e;
+      col_off[n][e] = -1;
+      if (jj < n_total) {
         const int64_t nb = jj / qplane;
         const int rest = static_cast<int>(jj - nb * qplane);
         const int qy = rest / ax.q, qx = rest - qy * ax.q;
         const int oy = qy * ay.os + ay.ob, ox = qx * ax.os + ax.ob;
-        float* out_j = a.out + nb * a.M * plane_o + int64_t{oy} * a.Wo + ox;
+        col_off[n][e] = nb * a.M * plane_o + int64_t{oy} * a.Wo + ox;
+      }
+    }
+  }
+  const auto store = [&](const float(&res)[kFM][kFN][4]) {
 #pragma unroll
-        for (int i = 0; i < kFM; ++i) {
+    for (int i = 0; i < kFM; ++i) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int m = m0 + wm + i * 16 + g + 8 * h;
-            if (m < a.M)
-              out_j[int64_t{m} * plane_o] = res[i][n][2 * h + e] + (a.bias ? a.bias[m] : 0.0f);
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + wm + i * 16 + g + 8 * h;
+        if (m >= a.M) continue;
+        const float b = a.bias ? a.bias[m] : 0.0f;
+        float* out_m = a.out + int64_t{m} * plane_o;
+#pragma unroll
+        for (int n = 0; n < kFN; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (col_off[n][e] >= 0) out_m[col_off[n][e]] = res[i][n][2 * h + e] + b;
           }
         }
       }
