@@ -268,14 +268,8 @@ std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
   plan.bm = M > 64 ? 128 : M > 32 ? 64 : 32;
   plan.bn = plan.split && plan.bm == 128 ? 64 : 128;
   plan.max_q = g.batch * most_q[0] * most_q[1];
-  plan.m_tiles = ceil_div(M, plan.bm);
-  // 1xTF32 with 128 rows: 256 columns (one CTA per SM, half the L2 traffic per multiply-add of
-  // the tile's operands; the kernel's instance list says why) when that grid still has a CTA
-  // for every SM.
-  if (!plan.split && plan.bm == 128 &&
-      ceil_div(plan.max_q, 256) * plan.m_tiles * plan.phases_h * plan.phases_w >= in.caps.sm_count)
-    plan.bn = 256;
   plan.n_tiles = ceil_div(plan.max_q, plan.bn);
+  plan.m_tiles = ceil_div(M, plan.bm);
   if (plan.n_tiles > kIntMax) return "more than 2^31-1 column tiles (the grid's x)";
   if (plan.m_tiles > 65535) return "more than 65535 row tiles (the grid's y)";
   plan.c_pad = ceil_div(C, kBatchIgemmChunk) * kBatchIgemmChunk;

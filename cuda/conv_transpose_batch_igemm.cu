@@ -283,13 +283,9 @@ void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
 }
 
 // The instances: (warps M x N, m16 x n8 blocks per warp, split, CTAs per SM). 1xTF32: 128 x 128,
-// 64 x 128, 32 x 128, two CTAs per SM; and 128 x 256 (64 x 64 warp tiles, one CTA per SM) for
-// grids that still fill the GPU: each K step then loads 48 KB of tiles from L2 per 1M
-// multiply-adds instead of 32 KB per 0.5M, and L2 bandwidth, not the tensor cores, bounds the
-// 128 x 128 tile at "high" (~24 bytes per clock per SM against its 16 multiply-adds per byte).
-// 3xTF32 keeps a register sum beside the chain, so its 128-row tile is 128 x 64 at one CTA per SM.
+// 64 x 128, 32 x 128, two CTAs per SM (three for the smallest). 3xTF32 keeps a register sum
+// beside the chain, so its 128-row tile is 128 x 64 at one CTA per SM.
 using Hi128 = BiConfig<2, 4, 4, 4, false, 2>;
-using Hi128w = BiConfig<2, 4, 4, 8, false, 1>;
 using Hi64 = BiConfig<2, 4, 2, 4, false, 2>;
 using Hi32 = BiConfig<1, 8, 2, 2, false, 2>;
 using Hx128 = BiConfig<2, 4, 4, 2, true, 1>;
@@ -341,7 +337,7 @@ void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPl
     launch<Cfg>(args, plan);
     launched = true;
   };
-  try_one(Hi128{}), try_one(Hi128w{}), try_one(Hi64{}), try_one(Hi32{});
+  try_one(Hi128{}), try_one(Hi64{}), try_one(Hi32{});
   try_one(Hx128{}), try_one(Hx64{}), try_one(Hx32{});
   TGRAD_CHECK(launched, "conv batch-igemm: no instance has the planned tile ", plan.bm, "x",
               plan.bn, plan.split ? " 3xTF32" : " 1xTF32");
