@@ -170,7 +170,7 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   if (!why.empty()) return why;
   // 2-D images: this kernel's tiles cover one output row of one sample, batch-igemm's span rows
   // and samples; on the suite's 2-D layers that reached this row (U-Net, CycleGAN dgrad at both
-  // precisions) batch-igemm measured 1.1x-1.8x faster (docs/performance.md, run 34). 1-D rows
+  // precisions) batch-igemm measured 1.1x-2.3x faster (docs/performance.md, run 34). 1-D rows
   // are long enough to fill these tiles, and stay here.
   if (in.prefer && in.g.in_size[0] > 1 && in.g.out_size[0] > 1 &&
       batch_igemm_declined(in, nullptr).empty())
@@ -289,7 +289,8 @@ std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
   // docs/performance.md), and is a property of the problem, not of a listed layer:
   if (in.prefer && gemm_path_declined(in.pass, g, g.precision, in.dtype).empty()) {
     // - Few output channels or summed channels (RGB or mono outputs, their dgrad): the tile's
-    //   rows or its 32-channel K steps are mostly zero padding; 3.6x-5x slower than the GEMM path.
+    //   rows or its 32-channel K steps are mostly zero padding; 1.3x-4.2x slower than the GEMM
+    //   path.
     const double use = static_cast<double>(M) / static_cast<double>(plan.m_pad) *
                        static_cast<double>(C) / static_cast<double>(plan.c_pad);
     if (use < kMinTileUse) {
@@ -307,7 +308,8 @@ std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
              " SMs (no split-K): the GEMM path";
     // - Many output channels: the column buffer costs the GEMM path 8 bytes of traffic per
     //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate once M
-    //   is 512 or more (measured 1.05x-3x faster there); up to 256 this kernel was faster.
+    //   is 512 or more (measured 1.0x-3x faster there); up to 256 this kernel was faster on the
+    //   calls that reach it (DCGAN g2-g4, U-Net up2 forward, the 2-D dgrads).
     if (M > kBatchIgemmMaxPreferredM)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
              ": the GEMM path's column traffic is small next to its GEMM's speed";
