@@ -293,6 +293,10 @@ TEST(ConvPlan, SetConvKernelParsesSpecsAndRejectsBadOnes) {
   set_conv_kernel("wgmma");
   EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "wgmma");
   EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::wgrad), "");
+  set_conv_kernel("batch-igemm");  // forward and dgrad only
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "batch-igemm");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::dgrad), "batch-igemm");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::wgrad), "");
   set_conv_kernel("fwd=wgmma,wgrad=fma");
   EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "wgmma");
   EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::dgrad), "");
@@ -322,6 +326,16 @@ TEST(ConvPlan, TraceLineNamesPassGeometryKernelConfigAndDeclines) {
        {"tgrad conv dgrad:", "C_in=32", "float32 precision=highest", "-> mma.sync",
         "[tile 32x256/16ch 3xTF32", "declined: wgmma (highest with M=32"}) {
     EXPECT_NE(line.find(part), std::string::npos) << part << " in: " << line;
+  }
+  // batch-igemm's line names its tile, precision, phases, taps and grid (DCGAN g3's forward).
+  ConvLayerSpec dcgan = bench::decoder_layers()[2];
+  ASSERT_EQ(dcgan.id, "dcgan_g3");
+  const std::string bi = plan_conv(ConvPass::forward, geometry(dcgan, Precision::high),
+                                   DType::float32, DeviceCaps::h100())
+                             .describe();
+  for (const char* part : {"-> batch-igemm [tile 128x128/32ch 1xTF32, 4 phases, taps<=4",
+                           "grid 64x1x4]", "declined: wgmma (", "; mma.sync ("}) {
+    EXPECT_NE(bi.find(part), std::string::npos) << part << " in: " << bi;
   }
   struct Restore {
     bool on = get_conv_trace();
