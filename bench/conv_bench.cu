@@ -304,10 +304,21 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
     for (Row& row : local)
       row.bytes = bytes;
 
-    // float64 reference of the same float32 inputs, computed on the GPU.
+    // float64 reference of the same float32 inputs, computed on the GPU by the planner's choice:
+    // a forced float32-only kernel (--kernel) cannot run it.
     Tensor ref =
         tgrad::empty(shapes.out, tgrad::TensorOptions(tgrad::kFloat64).device(f32.device()));
-    run_tgrad(base, pass, a[0].to(tgrad::kFloat64), b[0].to(tgrad::kFloat64), ref);
+    {
+      const std::string forced = tgrad::get_conv_kernel();
+      tgrad::set_conv_kernel("");
+      try {
+        run_tgrad(base, pass, a[0].to(tgrad::kFloat64), b[0].to(tgrad::kFloat64), ref);
+      } catch (...) {
+        tgrad::set_conv_kernel(forced);
+        throw;
+      }
+      tgrad::set_conv_kernel(forced);
+    }
     tgrad::cuda_empty_cache();
 
     Tensor out_tgrad = tgrad::empty(shapes.out, f32), out_cudnn = tgrad::empty(shapes.out, f32);
@@ -683,9 +694,10 @@ int main(int argc, char** argv) {
   app.add_flag("--cudnn-deterministic", opt.deterministic_cudnn,
                "only let cuDNN choose deterministic algorithms (tgrad's always are)");
   app.add_option("--seed", opt.seed, "seed of the random inputs");
-  app.add_option("--kernel", opt.kernel,
-                 "force tgrad's conv kernel: a name (wgmma, mma.sync, fma) or fwd=..,dgrad=..,"
-                 "wgrad=.. (set_conv_kernel); cells it cannot run report the planner's reason");
+  app.add_option(
+      "--kernel", opt.kernel,
+      "force tgrad's conv kernel: a name (wgmma, mma.sync, batch-igemm, fma) or fwd=..,dgrad=..,"
+      "wgrad=.. (set_conv_kernel); cells it cannot run report the planner's reason");
   CLI11_PARSE(app, argc, argv);
   if (opt.check && repeats->count() == 0) opt.repeats = 5;
   try {

@@ -75,15 +75,22 @@ std::string tile_name(const IgemmTiling& t) {
 // path's N spans batch x positions instead, so it keeps its tiles full there. Below half
 // useful work, the tensor-core rows give way to it (when it can take the call): measured on the
 // decoder suite, the GEMM path was 1.2x to 20x faster on such calls (docs/performance.md).
+// batch-igemm (whose N also spans batch x positions, without the GEMM path's column buffer)
+// takes them first where it can.
 constexpr double kMinTileUse = 0.5;
+
+std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out);
 
 std::string low_use_reason(const PlanInput& in, double use, const std::string& what) {
   if (!in.prefer || use >= kMinTileUse) return "";
-  if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
+  // Give way only to a row below that can take the call: batch-igemm (forward, dgrad) or the
+  // GEMM path, whose N both span batch x positions.
+  const bool batch = in.pass != ConvPass::wgrad && batch_igemm_declined(in, nullptr).empty();
+  if (!batch && !gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
   std::ostringstream os;
   os.precision(2);
-  os << what << " would do " << use * 100.0 << "% useful work (below "
-     << kMinTileUse * 100.0 << "%): the GEMM path spans batch x positions";
+  os << what << " would do " << use * 100.0 << "% useful work (below " << kMinTileUse * 100.0
+     << "%): " << (batch ? "batch-igemm" : "the GEMM path") << " spans batch x positions";
   return os.str();
 }
 
@@ -161,6 +168,13 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
 std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
+  // 2-D images: this kernel's tiles cover one output row of one sample, batch-igemm's span rows
+  // and samples; on the suite's 2-D layers that reached this row (U-Net, CycleGAN dgrad at both
+  // precisions) batch-igemm measured 1.1x-2.3x faster (docs/performance.md, run 34). 1-D rows
+  // are long enough to fill these tiles, and stay here.
+  if (in.prefer && in.g.in_size[0] > 1 && in.g.out_size[0] > 1 &&
+      batch_igemm_declined(in, nullptr).empty())
+    return "2-D: batch-igemm's tiles span rows and samples";
   IgemmProblem p = igemm_problem(in.pass, in.g);
   // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
   // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
@@ -197,6 +211,115 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
     misses += (misses.empty() ? "" : "; ") + tile_name(t) + ": " + no;
   }
   return "no tile fits (" + misses + ")";
+}
+
+// ---- batch-igemm: the implicit GEMM with N over batch x positions (forward and dgrad) ---------
+
+// Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) runs the call, with its
+// plan in *out (when not null); else why not: what it cannot run, then (in.prefer) where the
+// GEMM path measured faster.
+constexpr int64_t kBatchIgemmMaxPreferredM = 256;
+
+std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
+  std::string why = tensor_core_reason(in);
+  if (!why.empty()) return why;
+  if (in.caps.sm_major < 8)
+    return "compute capability " + std::to_string(in.caps.sm_major) + "." +
+           std::to_string(in.caps.sm_minor) + ": TF32 mma.sync needs 8.0";
+  const ConvGeometry& g = in.g;
+  // The kernel's plane arithmetic is 32-bit; offsets across channels and samples are int64.
+  if (!fits_plane32(g)) return "a spatial size or plane past the kernel's 32-bit plane arithmetic";
+  const bool fwd = in.pass == ConvPass::forward;
+  const int64_t C = fwd ? g.in_channels : g.out_channels, M = fwd ? g.out_channels : g.in_channels;
+  constexpr int64_t kIntMax = 2147483647;
+  if (C > kIntMax / 2 || M > kIntMax / 2) return "more than 2^30 channels";
+  BatchIgemmPlan plan;
+  plan.phases_h = fwd ? static_cast<int>(std::min<int64_t>(g.stride[0], 65536)) : 1;
+  plan.phases_w = fwd ? static_cast<int>(std::min<int64_t>(g.stride[1], 65536)) : 1;
+  if (int64_t{plan.phases_h} * plan.phases_w > 65535)
+    return "stride " + std::to_string(g.stride[0]) + "x" + std::to_string(g.stride[1]) +
+           ": more than 65535 output phases (the grid's z)";
+  // Per axis, the most taps and output positions of any phase (the same arithmetic as the
+  // kernel's, conv_batch_igemm.h).
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  int most_taps[2] = {0, 0};
+  int64_t most_q[2] = {0, 0};
+  const int64_t out_size[2] = {fwd ? g.out_size[0] : g.in_size[0],
+                               fwd ? g.out_size[1] : g.in_size[1]};
+  const int phases[2] = {plan.phases_h, plan.phases_w};
+  for (int a = 0; a < 2; ++a) {
+    const auto u = static_cast<size_t>(a);
+    for (int r = 0; r < phases[a]; ++r) {
+      const BatchIgemmAxis ax =
+          batch_igemm_axis(fwd, i(out_size[a]), i(g.kernel[u]), i(g.stride[u]), i(g.padding[u]),
+                           i(g.dilation[u]), r, nullptr, nullptr, 0);
+      most_taps[a] = std::max(most_taps[a], ax.taps);
+      most_q[a] = std::max<int64_t>(most_q[a], ax.q);
+    }
+  }
+  const int64_t taps = int64_t{most_taps[0]} * most_taps[1];
+  if (taps > kBatchIgemmMaxTaps)
+    return std::to_string(taps) + " taps in one output phase, more than " +
+           std::to_string(kBatchIgemmMaxTaps);
+  plan.max_taps = static_cast<int>(taps);
+  plan.split = g.precision == Precision::highest;
+  // The tile rows follow M (fewest empty rows); 3xTF32's 128-row tile is 64 columns wide
+  // (a register sum beside each accumulator).
+  plan.bm = M > 64 ? 128 : M > 32 ? 64 : 32;
+  plan.bn = plan.split && plan.bm == 128 ? 64 : 128;
+  plan.max_q = g.batch * most_q[0] * most_q[1];
+  plan.n_tiles = ceil_div(plan.max_q, plan.bn);
+  plan.m_tiles = ceil_div(M, plan.bm);
+  if (plan.n_tiles > kIntMax) return "more than 2^31-1 column tiles (the grid's x)";
+  if (plan.m_tiles > 65535) return "more than 65535 row tiles (the grid's y)";
+  plan.c_pad = ceil_div(C, kBatchIgemmChunk) * kBatchIgemmChunk;
+  plan.m_pad = plan.m_tiles * plan.bm;
+  const int64_t packed =
+      g.kernel[0] * g.kernel[1] * plan.c_pad * plan.m_pad * 4 * (plan.split ? 2 : 1);
+  if (packed > kGemmWorkspaceBytes)
+    return "packed weights of " + std::to_string(packed) + " bytes, over the workspace budget of " +
+           std::to_string(kGemmWorkspaceBytes);
+  plan.smem_bytes = batch_igemm_smem_bytes(plan.bm, plan.bn, plan.split);
+  if (plan.smem_bytes > in.caps.smem_per_block_optin)
+    return "tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) + " needs " +
+           std::to_string(plan.smem_bytes) + " bytes of shared memory, the device allows " +
+           std::to_string(in.caps.smem_per_block_optin);
+  // Speed preferences, where the GEMM path (next row) can take the call. Each was measured on
+  // the decoder suite, the kernel and the GEMM path forced in one run (H100, run 34 in
+  // docs/performance.md), and is a property of the problem, not of a listed layer:
+  if (in.prefer && gemm_path_declined(in.pass, g, g.precision, in.dtype).empty()) {
+    // - Few output channels or summed channels (RGB or mono outputs, their dgrad): the tile's
+    //   rows or its 32-channel K steps are mostly zero padding; 1.3x-4.2x slower than the GEMM
+    //   path.
+    const double use = static_cast<double>(M) / static_cast<double>(plan.m_pad) *
+                       static_cast<double>(C) / static_cast<double>(plan.c_pad);
+    if (use < kMinTileUse) {
+      std::ostringstream os;
+      os.precision(2);
+      os << "tile " << plan.bm << "x" << plan.bn << " would do " << use * 100.0
+         << "% useful work (C=" << C << ", M=" << M << "): the GEMM path";
+      return os.str();
+    }
+    // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
+    //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles (1.3x-40x faster).
+    const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w;
+    if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count)
+      return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
+             " SMs (no split-K): the GEMM path";
+    // - Many output channels: the column buffer costs the GEMM path 8 bytes of traffic per
+    //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate once M
+    //   is 512 or more (measured 1.0x-3x faster there); up to 256 this kernel was faster on the
+    //   calls that reach it (DCGAN g2-g4, U-Net up2 forward, the 2-D dgrads).
+    if (M > kBatchIgemmMaxPreferredM)
+      return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
+             ": the GEMM path's column traffic is small next to its GEMM's speed";
+  }
+  if (out != nullptr) *out = plan;
+  return "";
+}
+
+std::string rule_batch_igemm(const PlanInput& in, ConvPlan& plan) {
+  return batch_igemm_declined(in, &plan.batch);
 }
 
 // ---- wgrad's split-K tensor-core GEMM ---------------------------------------------------------
@@ -286,11 +409,13 @@ const std::vector<Candidate>& conv_candidates() {
   static const std::vector<Candidate> table = {
       {kKernelWgmma, ConvPass::forward, rule_wgmma},
       {kKernelMmaSync, ConvPass::forward, rule_mma_sync},
+      {kKernelBatchIgemm, ConvPass::forward, rule_batch_igemm},
       {kKernelDepthwise, ConvPass::forward, rule_depthwise},
       {kKernelGemm, ConvPass::forward, rule_gemm},
       {kKernelFma, ConvPass::forward, rule_fma},
       {kKernelWgmma, ConvPass::dgrad, rule_wgmma},
       {kKernelMmaSync, ConvPass::dgrad, rule_mma_sync},
+      {kKernelBatchIgemm, ConvPass::dgrad, rule_batch_igemm},
       {kKernelDepthwise, ConvPass::dgrad, rule_depthwise},
       {kKernelGemm, ConvPass::dgrad, rule_gemm},
       {kKernelFma, ConvPass::dgrad, rule_fma},
@@ -362,6 +487,12 @@ std::string ConvPlan::describe() const {
     }
     os << ", raw stages " << p.raw_stages << ", smem " << p.smem_bytes << " B, grid "
        << p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N << "]";
+  } else if (kernel == kKernelBatchIgemm) {
+    const BatchIgemmPlan& b = batch;
+    os << " [tile " << b.bm << "x" << b.bn << "/" << kBatchIgemmChunk << "ch"
+       << (b.split ? " 3xTF32" : " 1xTF32") << ", " << b.phases_h * b.phases_w
+       << " phases, taps<=" << b.max_taps << ", smem " << b.smem_bytes << " B, grid " << b.n_tiles
+       << "x" << b.m_tiles << "x" << b.phases_h * b.phases_w << "]";
   } else if (kernel == kKernelMmaSync) {
     const WgradPlan& s = wgrad.plan;
     os << " [" << s.warps_m * kWgradWarpM << "x" << s.warps_n * kWgradWarpN << "x" << s.taps_per_cta

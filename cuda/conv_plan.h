@@ -9,6 +9,7 @@
 
 #include "core/conv_geometry.h"
 #include "core/dtype.h"
+#include "cuda/conv_batch_igemm.h"
 #include "cuda/conv_tiles.h"
 
 namespace tgrad::cuda {
@@ -36,9 +37,11 @@ struct DeviceCaps {
 // Kernel names, as the trace prints them and TGRAD_CONV_KERNEL / set_conv_kernel take them.
 inline constexpr const char* kKernelWgmma = "wgmma";       // fwd, dgrad: sm_90a implicit GEMM
 inline constexpr const char* kKernelMmaSync = "mma.sync";  // every pass: TF32 tensor cores
+// fwd, dgrad: TF32 tensor cores, GEMM N over batch x positions per stride phase, no column buffer
+inline constexpr const char* kKernelBatchIgemm = "batch-igemm";
 inline constexpr const char* kKernelDepthwise = "depthwise";  // every pass: depthwise direct
-inline constexpr const char* kKernelGemm = "gemm";  // every pass: columns + cuBLAS GEMMs
-inline constexpr const char* kKernelFma = "fma";           // every pass: the general kernels
+inline constexpr const char* kKernelGemm = "gemm";            // every pass: columns + cuBLAS GEMMs
+inline constexpr const char* kKernelFma = "fma";              // every pass: the general kernels
 
 struct Declined {
   std::string kernel;
@@ -54,6 +57,8 @@ struct ConvPlan {
   IgemmProblem igemm{};
   IgemmTiling tile{};
   int wgmma_max_taps = 0;
+  // batch-igemm (forward, dgrad): tile, phases and grid.
+  BatchIgemmPlan batch{};
   // mma.sync (wgrad): the split-K GEMM's plan and instance.
   WgradLaunch wgrad{};
   // fma (wgrad): positions per chunk and chunks (their partials are summed in order).

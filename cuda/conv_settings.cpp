@@ -42,7 +42,8 @@ std::array<std::string, 3> parse_spec(const char* who, const std::string& spec) 
       any = any || !forced[static_cast<size_t>(i)].empty();
     }
     TGRAD_CHECK(any, who, ": unknown conv kernel '", spec, "' (kernels: ", kKernelWgmma, ", ",
-                kKernelMmaSync, ", ", kKernelDepthwise, ", ", kKernelGemm, ", ", kKernelFma, ")");
+                kKernelMmaSync, ", ", kKernelBatchIgemm, ", ", kKernelDepthwise, ", ", kKernelGemm,
+                ", ", kKernelFma, ")");
     return forced;
   }
   size_t start = 0;
@@ -117,8 +118,7 @@ bool conv_preferences() {
 }
 
 ConvPlan plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps) {
-  ConvPlan plan =
-      plan_conv(pass, g, dtype, caps, conv_kernel_forced(pass), g_preferences.load());
+  ConvPlan plan = plan_conv(pass, g, dtype, caps, conv_kernel_forced(pass), g_preferences.load());
   std::lock_guard<std::mutex> lock(mutex());
   ConvSettings& s = settings();
   if (s.trace) std::cerr << plan.describe() << std::endl;

@@ -11,6 +11,7 @@
 
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_batch_igemm.cuh"
 #include "cuda/conv_transpose_depthwise.h"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
@@ -86,6 +87,11 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
       conv_depthwise_run(alloc, ConvPass::dgrad, g, operands);
     else
       conv_gemm_run(alloc, ConvPass::dgrad, g, operands);
+    return;
+  }
+  if (plan.kernel == kKernelBatchIgemm) {
+    conv_batch_igemm(alloc, ConvPass::dgrad, plan.batch, g, dy.data_ptr<float>(),
+                     w.data_ptr<float>(), nullptr, dx.data_ptr<float>(), device);
     return;
   }
   if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {

@@ -11,6 +11,7 @@
 
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_batch_igemm.cuh"
 #include "cuda/conv_transpose_depthwise.h"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
@@ -101,6 +102,12 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
       conv_depthwise_run(alloc, ConvPass::forward, g, operands);
     else
       conv_gemm_run(alloc, ConvPass::forward, g, operands);
+    return;
+  }
+  if (plan.kernel == kKernelBatchIgemm) {
+    conv_batch_igemm(alloc, ConvPass::forward, plan.batch, g, x.data_ptr<float>(),
+                     w.data_ptr<float>(), b ? b->data_ptr<float>() : nullptr, y.data_ptr<float>(),
+                     device);
     return;
   }
   if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {

@@ -101,10 +101,10 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
             EXPECT_NE(plan.kernel, "mma.sync") << config;
             const bool over_budget =
                 plan.describe().find("over the workspace budget") != std::string::npos;
-            EXPECT_EQ(plan.kernel, depthwise && (pass != ConvPass::wgrad ||
-                                                 g.kernel[0] * g.kernel[1] <= 32)
-                                       ? "depthwise"
-                                       : (over_budget ? "fma" : "gemm"))
+            EXPECT_EQ(plan.kernel,
+                      depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32)
+                          ? "depthwise"
+                          : (over_budget ? "fma" : "gemm"))
                 << config;
           }
         }
@@ -182,14 +182,20 @@ TEST(ConvPlan, ComputeCapabilityDecidesWgmma) {
   a100.sm_major = 8, a100.sm_minor = 0;
   for (ConvPass pass : {ConvPass::forward, ConvPass::dgrad}) {
     EXPECT_EQ(plan_conv(pass, g, DType::float32, DeviceCaps::h100()).kernel, "wgmma");
+    // Without wgmma, this 2-D layer goes past mma.sync (whose tiles cover one row) to
+    // batch-igemm; a 1-D one stays on mma.sync.
     const ConvPlan plan = plan_conv(pass, g, DType::float32, a100);
-    EXPECT_EQ(plan.kernel, "mma.sync");
+    EXPECT_EQ(plan.kernel, "batch-igemm") << plan.describe();
     EXPECT_NE(reason_of(plan, "wgmma").find("compute capability 8.0"), std::string::npos)
         << plan.describe();
+    EXPECT_NE(reason_of(plan, "mma.sync").find("2-D"), std::string::npos) << plan.describe();
+    const ConvLayerSpec row = bench::layer1d("t", "t", 2, 64, 64, 4096, 3, 1, 1);
+    EXPECT_EQ(plan_conv(pass, geometry(row, Precision::high), DType::float32, a100).kernel,
+              "mma.sync");
   }
   DeviceCaps no_code = DeviceCaps::h100();
   no_code.wgmma_compiled = false;
-  EXPECT_EQ(plan_conv(ConvPass::forward, g, DType::float32, no_code).kernel, "mma.sync");
+  EXPECT_EQ(plan_conv(ConvPass::forward, g, DType::float32, no_code).kernel, "batch-igemm");
 }
 
 TEST(ConvPlan, HighestDeclinesWgmmaForNarrowUnfoldedProblems) {
@@ -204,16 +210,35 @@ TEST(ConvPlan, HighestDeclinesWgmmaForNarrowUnfoldedProblems) {
   EXPECT_EQ(high.label(), "wgmma");
 }
 
-TEST(ConvPlan, TooManyTapsLeaveTheImplicitGemmForTheGemmPath) {
-  // 2-D 7x7 = 49 taps: past the implicit GEMM's 32.
-  ConvLayerSpec l = bench::layer2d("t", "t", 2, 64, 64, 16, 7, 1, 3);
+TEST(ConvPlan, TooManyTapsLeaveTheRowImplicitGemmsForBatchIgemmThenTheGemmPath) {
+  // 2-D 7x7 = 49 taps: past the row implicit GEMMs' 32, within batch-igemm's 64 a phase (batch
+  // 64: enough column tiles to fill the GPU).
+  ConvLayerSpec l = bench::layer2d("t", "t", 64, 64, 64, 16, 7, 1, 3);
   const ConvPlan plan = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
                                   DeviceCaps::h100());
-  EXPECT_EQ(plan.kernel, "gemm");
+  EXPECT_EQ(plan.kernel, "batch-igemm");
   EXPECT_NE(reason_of(plan, "wgmma").find("more than 32 taps"), std::string::npos)
       << plan.describe();
-  EXPECT_NE(reason_of(plan, "mma.sync").find("more than 32 taps"), std::string::npos)
-      << plan.describe();
+  // mma.sync gives way to batch-igemm on 2-D images first; without preferences it names the taps.
+  const ConvPlan no_prefer = plan_conv(ConvPass::forward, geometry(l, Precision::high),
+                                       DType::float32, DeviceCaps::h100(), "", /*prefer=*/false);
+  EXPECT_EQ(no_prefer.kernel, "batch-igemm") << no_prefer.describe();
+  EXPECT_NE(reason_of(no_prefer, "mma.sync").find("more than 32 taps"), std::string::npos)
+      << no_prefer.describe();
+  // 9x9 = 81 taps in the one phase of stride 1: past batch-igemm's 64 too.
+  l.kernel = {9, 9};
+  l.padding = {4, 4};
+  const ConvPlan wide = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
+                                  DeviceCaps::h100());
+  EXPECT_EQ(wide.kernel, "gemm") << wide.describe();
+  EXPECT_NE(reason_of(wide, "batch-igemm").find("81 taps in one output phase"), std::string::npos)
+      << wide.describe();
+  // Stride 3 splits them: at most 3 x 3 taps a phase, so batch-igemm can run it.
+  l.stride = {3, 3};
+  const ConvPlan phased = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
+                                    DeviceCaps::h100(), "batch-igemm");
+  EXPECT_EQ(phased.batch.max_taps, 9) << phased.describe();
+  EXPECT_EQ(phased.batch.phases_h * phased.batch.phases_w, 9) << phased.describe();
 }
 
 TEST(ConvPlan, WgradSharedMemoryComesFromTheDevice) {
@@ -237,7 +262,7 @@ TEST(ConvPlan, ForcedKernelRunsOrThrowsNamingItAndTheReason) {
   const ConvPlan forced =
       plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), "fma");
   EXPECT_EQ(forced.kernel, "fma");
-  ASSERT_EQ(forced.declined.size(), 4u);  // wgmma, mma.sync, depthwise, gemm
+  ASSERT_EQ(forced.declined.size(), 5u);  // wgmma, mma.sync, batch-igemm, depthwise, gemm
   EXPECT_NE(forced.declined[0].reason.find("forced"), std::string::npos);
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
             "mma.sync");
@@ -268,6 +293,10 @@ TEST(ConvPlan, SetConvKernelParsesSpecsAndRejectsBadOnes) {
   set_conv_kernel("wgmma");
   EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "wgmma");
   EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::wgrad), "");
+  set_conv_kernel("batch-igemm");  // forward and dgrad only
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "batch-igemm");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::dgrad), "batch-igemm");
+  EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::wgrad), "");
   set_conv_kernel("fwd=wgmma,wgrad=fma");
   EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::forward), "wgmma");
   EXPECT_EQ(cuda::conv_kernel_forced(ConvPass::dgrad), "");
@@ -297,6 +326,16 @@ TEST(ConvPlan, TraceLineNamesPassGeometryKernelConfigAndDeclines) {
        {"tgrad conv dgrad:", "C_in=32", "float32 precision=highest", "-> mma.sync",
         "[tile 32x256/16ch 3xTF32", "declined: wgmma (highest with M=32"}) {
     EXPECT_NE(line.find(part), std::string::npos) << part << " in: " << line;
+  }
+  // batch-igemm's line names its tile, precision, phases, taps and grid (DCGAN g3's forward).
+  ConvLayerSpec dcgan = bench::decoder_layers()[2];
+  ASSERT_EQ(dcgan.id, "dcgan_g3");
+  const std::string bi = plan_conv(ConvPass::forward, geometry(dcgan, Precision::high),
+                                   DType::float32, DeviceCaps::h100())
+                             .describe();
+  for (const char* part : {"-> batch-igemm [tile 128x128/32ch 1xTF32, 4 phases, taps<=4",
+                           "grid 64x1x4]", "declined: wgmma (", "; mma.sync ("}) {
+    EXPECT_NE(bi.find(part), std::string::npos) << part << " in: " << bi;
   }
   struct Restore {
     bool on = get_conv_trace();
@@ -379,30 +418,43 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
   const ConvGeometry huge = make_conv_transpose_geometry(args);
   const ConvPlan big = plan_conv(ConvPass::forward, huge, DType::float64, DeviceCaps::h100());
   EXPECT_EQ(big.kernel, "fma") << big.describe();
-  EXPECT_NE(big.describe().find("over the workspace budget"), std::string::npos)
-      << big.describe();
+  EXPECT_NE(big.describe().find("over the workspace budget"), std::string::npos) << big.describe();
   EXPECT_THROW(plan_conv(ConvPass::forward, huge, DType::float64, DeviceCaps::h100(), "gemm"),
                Error);
 }
 
-// Tiles mostly empty give way to the GEMM path: a DCGAN layer's 8x8 rows leave a 64- or
-// 128-wide row tile nearly empty, and an RGB output fills 3 of a tile's 64 channel rows; the
-// same layers with long rows and many channels keep the tensor cores.
-TEST(ConvPlan, MostlyEmptyTilesGiveWayToTheGemmPath) {
+// Tiles mostly empty give way to batch-igemm or the GEMM path (both span batch x positions): a
+// DCGAN layer's 8x8 rows leave a 64- or 128-wide row tile nearly empty; the same layer with long
+// rows keeps wgmma forward. An RGB output fills 3 of batch-igemm's 32 tile rows too: the GEMM
+// path.
+TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
   const ConvLayerSpec small = bench::layer2d("t", "t", 64, 256, 128, 8, 4, 2, 1);
   const ConvLayerSpec rgb = bench::layer2d("t", "t", 8, 128, 3, 128, 4, 2, 1);
   const ConvLayerSpec big = bench::layer2d("t", "t", 8, 256, 128, 128, 4, 2, 1);
   for (Precision precision : {Precision::highest, Precision::high}) {
     for (ConvPass pass : kPasses) {
-      const ConvPlan a = plan_conv(pass, geometry(small, precision), DType::float32, DeviceCaps::h100());
-      EXPECT_EQ(a.kernel, "gemm") << a.describe();
-      EXPECT_NE(a.describe().find("% useful work"), std::string::npos) << a.describe();
-      const ConvPlan b = plan_conv(pass, geometry(big, precision), DType::float32, DeviceCaps::h100());
-      EXPECT_NE(b.kernel, "gemm") << b.describe();
+      const ConvPlan a =
+          plan_conv(pass, geometry(small, precision), DType::float32, DeviceCaps::h100());
+      if (pass == ConvPass::forward) {
+        EXPECT_EQ(a.kernel, "batch-igemm") << a.describe();
+      } else if (pass == ConvPass::dgrad) {
+        EXPECT_TRUE(a.kernel == "batch-igemm" || a.kernel == "gemm") << a.describe();
+      } else {
+        EXPECT_EQ(a.kernel, "gemm") << a.describe();
+      }
+      // dgrad: mma.sync gives way to batch-igemm on 2-D images before looking at its tiles.
+      if (pass != ConvPass::dgrad) {
+        EXPECT_NE(a.describe().find("% useful work"), std::string::npos) << a.describe();
+      }
     }
-    const ConvPlan c = plan_conv(ConvPass::forward, geometry(rgb, precision), DType::float32,
-                                 DeviceCaps::h100());
+    const ConvPlan b =
+        plan_conv(ConvPass::forward, geometry(big, precision), DType::float32, DeviceCaps::h100());
+    EXPECT_EQ(b.kernel, "wgmma") << b.describe();
+    const ConvPlan c =
+        plan_conv(ConvPass::forward, geometry(rgb, precision), DType::float32, DeviceCaps::h100());
     EXPECT_EQ(c.kernel, "gemm") << c.describe();
+    EXPECT_NE(reason_of(c, "batch-igemm").find("useful work (C=128, M=3)"), std::string::npos)
+        << c.describe();
     // A preference, not an inability: forced, or with preferences off, the tensor cores run it.
     EXPECT_EQ(plan_conv(ConvPass::forward, geometry(small, precision), DType::float32,
                         DeviceCaps::h100(), "mma.sync")
@@ -411,7 +463,67 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToTheGemmPath) {
     EXPECT_NE(plan_conv(ConvPass::forward, geometry(small, precision), DType::float32,
                         DeviceCaps::h100(), "", /*prefer=*/false)
                   .kernel,
-              "gemm");
+              "batch-igemm");
+  }
+}
+
+// The forward and dgrad kernel of every suite layer at both precisions with H100 caps, as
+// docs/performance.md's run 34 table shows them. batch-igemm runs where its measurements (run 34,
+// each pass forced to batch-igemm and to the GEMM path in one run) put it ahead: M <= 256 with
+// enough CTAs (DCGAN g2-g4 forward, U-Net up2 forward at "high"), and the 2-D dgrads that
+// mma.sync's one-row tiles served (U-Net up3/up4, CycleGAN, DCGAN g3/g4); grouped and float64
+// calls never reach it.
+TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
+  struct Row {
+    const char* id;
+    const char *fwd_highest, *dgrad_highest, *fwd_high, *dgrad_high;
+  };
+  const Row rows[] = {
+      {"dcgan_g1", "gemm", "gemm", "gemm", "gemm"},
+      {"dcgan_g2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
+      {"dcgan_g3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"dcgan_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"dcgan_g5", "gemm", "gemm", "gemm", "gemm"},
+      {"unet_up1", "gemm", "gemm", "gemm", "gemm"},
+      {"unet_up2", "wgmma", "gemm", "batch-igemm", "gemm"},
+      {"unet_up3", "wgmma", "batch-igemm", "wgmma", "batch-igemm"},
+      {"unet_up4", "wgmma", "batch-igemm", "wgmma", "batch-igemm"},
+      {"cyclegan_up1", "wgmma", "batch-igemm", "wgmma", "batch-igemm"},
+      {"cyclegan_up2", "wgmma", "batch-igemm", "wgmma", "batch-igemm"},
+      {"pix2pix_out", "gemm", "mma.sync", "gemm", "mma.sync"},
+      {"hifigan_v1_up1", "wgmma", "gemm", "gemm", "gemm"},
+      {"hifigan_v1_up2", "wgmma", "mma.sync", "wgmma", "gemm"},
+      {"hifigan_v1_up3", "wgmma", "mma.sync", "wgmma", "mma.sync"},
+      {"hifigan_v1_up4", "mma.sync", "mma.sync", "wgmma", "mma.sync"},
+      {"hifigan_v3_up1", "wgmma", "gemm", "gemm", "gemm"},
+      {"hifigan_v3_up2", "wgmma", "mma.sync", "wgmma", "gemm"},
+      {"hifigan_v3_up3", "mma.sync", "mma.sync", "wgmma", "batch-igemm"},
+      {"encodec_up8", "wgmma", "mma.sync", "wgmma", "gemm"},
+      {"encodec_up5", "wgmma", "mma.sync", "wgmma", "mma.sync"},
+      {"encodec_up4", "wgmma", "mma.sync", "wgmma", "mma.sync"},
+      {"encodec_up2", "mma.sync", "mma.sync", "mma.sync", "mma.sync"},
+      {"convtasnet_dec", "gemm", "mma.sync", "gemm", "gemm"},
+      {"grouped_g2", "gemm", "gemm", "gemm", "gemm"},
+      {"grouped_g4", "gemm", "gemm", "gemm", "gemm"},
+      {"grouped_g8", "gemm", "gemm", "gemm", "gemm"},
+      {"fcn_up2_dw", "depthwise", "depthwise", "depthwise", "depthwise"},
+      {"depthwise_256", "depthwise", "depthwise", "depthwise", "depthwise"},
+      {"deconvnet_5", "gemm", "gemm", "gemm", "gemm"},
+      {"deconvnet_1", "wgmma", "wgmma", "wgmma", "wgmma"},
+  };
+  const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
+  ASSERT_EQ(layers.size(), std::size(rows));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Row& row = rows[i];
+    ASSERT_EQ(layers[i].id, row.id);
+    for (Precision precision : {Precision::highest, Precision::high}) {
+      const bool high = precision == Precision::high;
+      const ConvGeometry g = geometry(layers[i], precision);
+      const ConvPlan fwd = plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100());
+      const ConvPlan dgrad = plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100());
+      EXPECT_EQ(fwd.kernel, high ? row.fwd_high : row.fwd_highest) << fwd.describe();
+      EXPECT_EQ(dgrad.kernel, high ? row.dgrad_high : row.dgrad_highest) << dgrad.describe();
+    }
   }
 }
 

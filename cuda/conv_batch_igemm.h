@@ -1,0 +1,89 @@
+// The batch-positions implicit GEMM of conv_transpose forward and dgrad (kernels in
+// conv_transpose_batch_igemm.cu): the phase arithmetic, shared by the kernel and the planner, and
+// the plan the planner fills. Plain C++ (the planner's tests run without a GPU); the axis helper
+// is also compiled for the device. Private to cuda/.
+//
+// Per output phase (rh, rw) (forward: (oh + pH) mod sH, (ow + pW) mod sW; dgrad: one phase), one
+// GEMM whose N spans batch x the phase's output positions (not one output row, so 4x4..32x32
+// images still fill 128-wide tiles) and whose K runs over (tap of the phase, channel):
+//   out[n, m, qy*os + oby, qx*os + obx] = bias[m]
+//       + sum_{taps (kh, kw) of the phase} sum_c W[m, c, kh, kw] * src[n, c, qy*ss + sby(kh),
+//                                                                    qx*ss + sbx(kw)]
+// (src zero outside its plane). forward: src = x, m = co, c = ci, W[m, c] = w[c, m], os = s,
+// ss = 1, and a phase holds only the taps with k*d = r (mod s): structurally zero taps are never
+// multiplied; dgrad: src = dy, m = ci, c = co, W[m, c] = w[m, c], os = 1, ss = s, every tap.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TGRAD_BI_HD __host__ __device__
+#else
+#define TGRAD_BI_HD
+#endif
+
+namespace tgrad::cuda {
+
+inline constexpr int kBatchIgemmMaxTaps = 64;  // taps of one phase (both axes together)
+inline constexpr int kBatchIgemmChunk = 32;    // channels per K step (c_pad is a multiple)
+inline constexpr int kBatchIgemmStages = 3;    // cp.async stages in flight
+inline constexpr int kBatchIgemmThreads = 256;
+
+// One axis of one phase: output index q*os + ob for q in [0, q), src index q*ss + sb[i] for the
+// phase's i-th tap k[i] (ascending).
+struct BatchIgemmAxis {
+  int q, os, ob, ss, taps;
+};
+
+// Fills the axis of phase r (forward: gather; dgrad: r = 0) and writes the first `cap` taps'
+// kernel index and src offset to tap_k / tap_sb (either may be null: the planner only counts).
+// The planner's rule keeps every size here under 2^30 (fits_plane32), so int arithmetic holds.
+//   forward: o = q*s + r - p for the q with 0 <= o < out; tap k lands when k*d - r = j*s, j >= 0,
+//            and reads src q + q0 - j (o + p - k*d = (q + q0 - j)*s), q0 the first q of the phase;
+//   dgrad:   o = q in [0, out); tap k reads src q*s - p + k*d.
+TGRAD_BI_HD inline BatchIgemmAxis batch_igemm_axis(bool gather, int out, int k_size, int s, int p,
+                                                   int d, int r, int* tap_k, int* tap_sb, int cap) {
+  BatchIgemmAxis a{};
+  if (!gather) {
+    a.q = out, a.os = 1, a.ob = 0, a.ss = s, a.taps = k_size;
+    for (int k = 0; k < k_size && k < cap; ++k) {
+      if (tap_k) tap_k[k] = k;
+      if (tap_sb) tap_sb[k] = k * d - p;
+    }
+    return a;
+  }
+  const int q0 = p > r ? (p - r + s - 1) / s : 0;
+  const int last = out - 1 + p - r;  // the phase's q satisfy q*s <= last
+  a.os = s, a.ss = 1, a.ob = q0 * s + r - p;
+  a.q = last < 0 || last / s < q0 ? 0 : last / s - q0 + 1;
+  for (int k = 0; k < k_size; ++k) {
+    const int t = k * d - r;
+    if (t < 0 || t % s != 0) continue;
+    if (a.taps < cap) {
+      if (tap_k) tap_k[a.taps] = k;
+      if (tap_sb) tap_sb[a.taps] = q0 - t / s;
+    }
+    ++a.taps;
+  }
+  return a;
+}
+
+// Dynamic shared memory of the instance with a bm x bn tile: kBatchIgemmStages stages of a
+// kBatchIgemmChunk x (bm + 8) A tile (twice for 3xTF32's residuals) and a chunk x (bn + 8) B tile.
+constexpr int batch_igemm_smem_bytes(int bm, int bn, bool split) {
+  return kBatchIgemmStages *
+         (kBatchIgemmChunk * (bm + 8) * (split ? 2 : 1) + kBatchIgemmChunk * (bn + 8)) * 4;
+}
+
+// What the planner hands the launcher (conv_plan.h's ConvPlan::batch): the tile and the grid.
+struct BatchIgemmPlan {
+  int bm = 0, bn = 0;  // CTA tile: bm rows m x bn columns (batch, position) of one phase
+  bool split = false;  // 3xTF32 ("highest"), else 1xTF32
+  int phases_h = 1, phases_w = 1;
+  int64_t max_q = 0;  // most output positions of one phase, times the batch (the grid's x)
+  int max_taps = 0;   // most taps of one phase
+  int64_t n_tiles = 0, m_tiles = 0, c_pad = 0, m_pad = 0;
+  int smem_bytes = 0;
+};
+
+}  // namespace tgrad::cuda

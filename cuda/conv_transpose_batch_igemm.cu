@@ -1,0 +1,349 @@
+// The batch-positions implicit GEMM of conv_transpose forward and dgrad (planner row
+// "batch-igemm"). Index formula, per output phase (conv_batch_igemm.h):
+//   out[n, m, qy*os + oby, qx*os + obx] = bias[m]
+//       + sum_{(kh, kw) of the phase} sum_c W[m, c, kh, kw] * src[n, c, qy*ss + sby(kh),
+//                                                                qx*ss + sbx(kw)]
+// GEMM rows are m; columns are j = (n*Qy + qy)*Qx + qx over the whole batch; K is (tap, c).
+//
+// Why a kernel of its own: the implicit GEMMs of conv_transpose_igemm.cu tile one output row,
+// so DCGAN's 4x4..32x32 images or U-Net's 28x28 leave their 128/256-wide tiles mostly empty,
+// and the GEMM path (conv_transpose_gemm.cu) fills its tiles only by writing a column buffer of
+// C_out*taps x batch*positions floats and reading it back, a DRAM round trip as large as the
+// GEMM's operands (docs/performance.md, run 31). Here the B tile is gathered straight from src
+// into shared memory (cp.async, zero fill outside the plane), so nothing but x, w (and its
+// packed copy) and y moves through DRAM. Tensor cores through mma.sync (tf32_mma.cuh's helpers,
+// any sm_80+ GPU), not wgmma: run 34 (docs/performance.md) measured 60-93 TFLOP/s at "high",
+// ahead of the GEMM path for M <= 256 and of mma.sync's row tiles on 2-D images, still behind
+// cuDNN; what was tried and what is suspected to bound it is written there.
+//
+// Layout. A (weights) is packed once per call by pack_kernel into [tap][c_pad][m_pad], already
+// rounded to TF32 (and for 3xTF32 a second array of residuals), zero padded, so a K step's A
+// tile is kBK rows of kBM contiguous floats: 16-byte cp.async, no bounds checks. B is kBK
+// channels x kBN columns of one tap: each thread owns one column for the whole K loop (its (n,
+// qy, qx) decomposed once) and kBK * kBN / kThreads rows of it; a warp's lanes are consecutive
+// columns, so forward's loads (ss = 1) are coalesced. Both tiles are k-major with a row pitch of
+// 8 mod 32 floats, which makes every fragment load conflict-free. B is converted to TF32 (or
+// split) as fragments are read: each value is read by one warp row only.
+//
+// K order: taps outer, channels inner, kBK channels a step; kBatchIgemmStages steps in flight.
+// "highest" (3xTF32) flushes each step's chain into a float32 register sum (tf32_mma.cuh says
+// why). Each output is written once by one CTA from a fixed-order sum: deterministic.
+// Index arithmetic: the plane offsets are 32-bit (the planner's fits_plane32), every offset that
+// crosses channels or samples is int64.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/conv_batch_igemm.h"
+#include "cuda/conv_transpose_batch_igemm.cuh"
+#include "cuda/cuda_util.h"
+#include "cuda/tf32_mma.cuh"
+
+namespace tgrad::cuda {
+
+namespace {
+
+constexpr int kBK = kBatchIgemmChunk;
+constexpr int kStages = kBatchIgemmStages;
+constexpr int kThreadsBI = kBatchIgemmThreads;
+
+template <int kWarpsM_, int kWarpsN_, int kFragM_, int kFragN_, bool kSplit_, int kMinBlocks_>
+struct BiConfig {
+  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
+  static constexpr int kFragM = kFragM_, kFragN = kFragN_;  // m16 / n8 blocks per warp
+  static constexpr bool kSplit = kSplit_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kBM = kWarpsM * kFragM * 16, kBN = kWarpsN * kFragN * 8;
+  static constexpr int kLdA = kBM + 8, kLdB = kBN + 8;  // == 8 mod 32: conflict-free fragments
+  static constexpr int kAFloats = kBK * kLdA * (kSplit ? 2 : 1), kBFloats = kBK * kLdB;
+  static constexpr int kStageFloats = kAFloats + kBFloats;
+  static constexpr int kSmemBytes = kStages * kStageFloats * 4;
+  static_assert(kWarpsM * kWarpsN * 32 == kThreadsBI, "one thread count for every instance");
+  static_assert(kThreadsBI % kBN == 0 && kBK * kBN % kThreadsBI == 0, "B rows per thread");
+  static_assert(kBK * kBM / 4 % kThreadsBI == 0, "A vectors per thread");
+  static_assert(kSmemBytes == batch_igemm_smem_bytes(kBM, kBN, kSplit), "the planner's count");
+};
+
+// The kernel's arguments (by value). Sizes per the header; gather: forward's phase arithmetic.
+struct BiArgs {
+  const float* src;
+  const float* a_big;    // packed TF32 weights [tap][c_pad][m_pad]
+  const float* a_small;  // their TF32 residuals (3xTF32), else null
+  const float* bias;     // M values or null
+  float* out;
+  int64_t N;
+  int C, M, Hs, Ws, Ho, Wo, kH, kW, sH, sW, pH, pW, dH, dW;
+  int phases_w;
+  bool gather;
+  int64_t c_pad, m_pad;
+};
+
+// wp[(tap*c_pad + c)*m_pad + m] = tf32(W[m, c, tap]) (residual into wp_small when split), zero
+// outside M x C; W[m, c, tap] = w[c, m, tap] (forward, w is (C, M, taps)) or w[m, c, tap] (dgrad,
+// w is (M, C, taps)).
+__global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big,
+                            float* __restrict__ small, int64_t C, int64_t M, int64_t taps,
+                            int64_t c_pad, int64_t m_pad, bool gather) {
+  const int64_t total = taps * c_pad * m_pad;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t m = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad);
+    float v = 0.0f;
+    if (m < M && c < C) v = gather ? w[(c * M + m) * taps + tap] : w[(m * C + c) * taps + tap];
+    const uint32_t hi = to_tf32(v);
+    big[e] = __uint_as_float(hi);
+    if (small != nullptr) small[e] = __uint_as_float(to_tf32(v - __uint_as_float(hi)));
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kernel(const BiArgs a) {
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kLdA = Cfg::kLdA, kLdB = Cfg::kLdB;
+  constexpr bool kSplit = Cfg::kSplit;
+  constexpr int kFM = Cfg::kFragM, kFN = Cfg::kFragN;
+  extern __shared__ __align__(16) float smem[];
+  __shared__ int tap_kh[kBatchIgemmMaxTaps], tap_sh[kBatchIgemmMaxTaps];
+  __shared__ int tap_kw[kBatchIgemmMaxTaps], tap_sw[kBatchIgemmMaxTaps];
+  __shared__ BatchIgemmAxis axis[2];
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int phase = static_cast<int>(blockIdx.z);
+  if (tid == 0) {
+    const int rh = phase / a.phases_w, rw = phase % a.phases_w;
+    axis[0] = batch_igemm_axis(a.gather, a.Ho, a.kH, a.sH, a.pH, a.dH, rh, tap_kh, tap_sh,
+                               kBatchIgemmMaxTaps);
+    axis[1] = batch_igemm_axis(a.gather, a.Wo, a.kW, a.sW, a.pW, a.dW, rw, tap_kw, tap_sw,
+                               kBatchIgemmMaxTaps);
+  }
+  __syncthreads();
+  const BatchIgemmAxis ay = axis[0], ax = axis[1];
+  const int64_t qplane = int64_t{ay.q} * ax.q;
+  const int64_t n_total = a.N * qplane;
+  const int64_t n0 = int64_t{blockIdx.x} * kBN;
+  if (n0 >= n_total) return;  // this phase has fewer positions than the largest one
+  const int m0 = static_cast<int>(blockIdx.y) * kBM;
+  const int taps = ay.taps * ax.taps;  // the planner keeps this <= kBatchIgemmMaxTaps
+  const int c_steps = static_cast<int>(a.c_pad / kBK);
+  const int steps = taps * c_steps;
+  const int64_t plane_s = int64_t{a.Hs} * a.Ws;
+
+  // This thread's B column, fixed for the whole K loop.
+  const int col = tid % kBN, row0 = tid / kBN;
+  constexpr int kRowStep = kThreadsBI / kBN, kRows = kBK * kBN / kThreadsBI;
+  const int64_t j = n0 + col;
+  const bool col_ok = j < n_total;
+  int sy0 = 0, sx0 = 0;
+  const float* src_n = a.src;
+  if (col_ok) {
+    const int64_t nb = j / qplane;
+    const int rest = static_cast<int>(j - nb * qplane);
+    const int qy = rest / ax.q, qx = rest - qy * ax.q;
+    sy0 = qy * ay.ss, sx0 = qx * ax.ss;
+    src_n = a.src + nb * a.C * plane_s;
+  }
+
+  float* const smem_f = smem;
+  const auto a_tile = [&](int stage) { return smem_f + stage * Cfg::kStageFloats; };
+  const auto b_tile = [&](int stage) { return smem_f + stage * Cfg::kStageFloats + Cfg::kAFloats; };
+
+  // Stages step s (tap s / c_steps, channels from (s % c_steps) * kBK) into `stage`.
+  const auto load = [&](int s, int stage) {
+    const int t = s / c_steps, c0 = (s - t * c_steps) * kBK;
+    const int th = t / ax.taps, tw = t - th * ax.taps;
+    const int wtap = tap_kh[th] * a.kW + tap_kw[tw];
+    // A: kBK rows of kBM floats from the packed weights.
+    float* at = a_tile(stage);
+    const int64_t a_row0 = (int64_t{wtap} * a.c_pad + c0) * a.m_pad + m0;
+#pragma unroll
+    for (int v = 0; v < kBK * kBM / 4 / kThreadsBI; ++v) {
+      const int idx = tid + v * kThreadsBI;
+      const int r = idx / (kBM / 4), c4 = (idx - r * (kBM / 4)) * 4;
+      cp_async16(at + r * kLdA + c4, a.a_big + a_row0 + int64_t{r} * a.m_pad + c4);
+      if constexpr (kSplit)
+        cp_async16(at + kBK * kLdA + r * kLdA + c4, a.a_small + a_row0 + int64_t{r} * a.m_pad + c4);
+    }
+    // B: this thread's column, kRows channels of the tap's src element (zero outside).
+    float* bt = b_tile(stage);
+    const int sy = sy0 + tap_sh[th], sx = sx0 + tap_sw[tw];
+    const bool in = col_ok && sy >= 0 && sy < a.Hs && sx >= 0 && sx < a.Ws;
+    const float* p = src_n + (in ? int64_t{sy} * a.Ws + sx : 0);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int k = row0 + r * kRowStep, c = c0 + k;
+      const bool ok = in && c < a.C;
+      cp_async4(bt + k * kLdB + col, ok ? p + int64_t{c} * plane_s : a.src, ok);
+    }
+  };
+
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int wm = (warp % Cfg::kWarpsM) * kFM * 16, wn = (warp / Cfg::kWarpsM) * kFN * 8;
+  float acc[kFM][kFN][4] = {};
+  float sum[kSplit ? kFM : 1][kSplit ? kFN : 1][4] = {};
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load(s, s);
+    cp_async_commit();
+  }
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // step s is visible to all; the slot refilled below was read at s - 1
+    if (s + kStages - 1 < steps) load(s + kStages - 1, (s + kStages - 1) % kStages);
+    cp_async_commit();
+    const float* at = a_tile(s % kStages);
+    const float* bt = b_tile(s % kStages);
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 8) {
+      Frag<4, kSplit> fa[kFM];
+      Frag<2, kSplit> fb[kFN];
+#pragma unroll
+      for (int i = 0; i < kFM; ++i) {
+        const float* p = at + (kk + tq) * kLdA + wm + i * 16 + g;
+        fa[i].big[0] = __float_as_uint(p[0]);
+        fa[i].big[1] = __float_as_uint(p[8]);
+        fa[i].big[2] = __float_as_uint(p[4 * kLdA]);
+        fa[i].big[3] = __float_as_uint(p[4 * kLdA + 8]);
+        if constexpr (kSplit) {
+          const float* q = p + kBK * kLdA;
+          fa[i].small[0] = __float_as_uint(q[0]);
+          fa[i].small[1] = __float_as_uint(q[8]);
+          fa[i].small[2] = __float_as_uint(q[4 * kLdA]);
+          fa[i].small[3] = __float_as_uint(q[4 * kLdA + 8]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kFN; ++n) {
+        const float* p = bt + (kk + tq) * kLdB + wn + n * 8 + g;
+        if constexpr (kSplit) {
+          split_tf32(p[0], fb[n].big[0], fb[n].small[0]);
+          split_tf32(p[4 * kLdB], fb[n].big[1], fb[n].small[1]);
+        } else {
+          fb[n].big[0] = to_tf32(p[0]);
+          fb[n].big[1] = to_tf32(p[4 * kLdB]);
+        }
+      }
+      mma_tile<kSplit>(acc, fa, fb);
+    }
+    if constexpr (kSplit) flush_into(sum, acc);
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: element (i, n, e) is row m = wm + i*16 + g + 8*(e/2), column wn + n*8 + 2*tq + e%2.
+  const int64_t plane_o = int64_t{a.Ho} * a.Wo;
+  int64_t col_off[kFN][2];
+#pragma unroll
+  for (int n = 0; n < kFN; ++n) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t jj = n0 + wn + n * 8 + 2 * tq + e;
+      col_off[n][e] = -1;
+      if (jj < n_total) {
+        const int64_t nb = jj / qplane;
+        const int rest = static_cast<int>(jj - nb * qplane);
+        const int qy = rest / ax.q, qx = rest - qy * ax.q;
+        const int oy = qy * ay.os + ay.ob, ox = qx * ax.os + ax.ob;
+        col_off[n][e] = nb * a.M * plane_o + int64_t{oy} * a.Wo + ox;
+      }
+    }
+  }
+  const auto store = [&](const float(&res)[kFM][kFN][4]) {
+#pragma unroll
+    for (int i = 0; i < kFM; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + wm + i * 16 + g + 8 * h;
+        if (m >= a.M) continue;
+        const float b = a.bias ? a.bias[m] : 0.0f;
+        float* out_m = a.out + int64_t{m} * plane_o;
+#pragma unroll
+        for (int n = 0; n < kFN; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (col_off[n][e] >= 0) out_m[col_off[n][e]] = res[i][n][2 * h + e] + b;
+          }
+        }
+      }
+    }
+  };
+  if constexpr (kSplit) {
+    store(sum);
+  } else {
+    store(acc);
+  }
+}
+
+template <class Cfg>
+void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
+  TGRAD_CHECK(Cfg::kSmemBytes == plan.smem_bytes, "conv batch-igemm: the plan's ", plan.smem_bytes,
+              " bytes of shared memory are not the instance's ", Cfg::kSmemBytes);
+  auto kernel = batch_igemm_kernel<Cfg>;
+  TGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.m_tiles),
+                  static_cast<unsigned>(plan.phases_h * plan.phases_w));
+  kernel<<<grid, kThreadsBI, Cfg::kSmemBytes>>>(args);
+  TGRAD_CUDA_CHECK_LAUNCH("batch_igemm_kernel");
+}
+
+// The instances: (warps M x N, m16 x n8 blocks per warp, split, CTAs per SM). 1xTF32: 128 x 128,
+// 64 x 128, 32 x 128, two CTAs per SM (three for the smallest). 3xTF32 keeps a register sum
+// beside the chain, so its 128-row tile is 128 x 64 at one CTA per SM.
+using Hi128 = BiConfig<2, 4, 4, 4, false, 2>;
+using Hi64 = BiConfig<2, 4, 2, 4, false, 2>;
+using Hi32 = BiConfig<1, 8, 2, 2, false, 2>;
+using Hx128 = BiConfig<2, 4, 4, 2, true, 1>;
+using Hx64 = BiConfig<2, 4, 2, 4, true, 1>;
+using Hx32 = BiConfig<1, 8, 2, 2, true, 2>;
+
+template <class Cfg>
+bool matches(const BatchIgemmPlan& p) {
+  return Cfg::kBM == p.bm && Cfg::kBN == p.bn && Cfg::kSplit == p.split;
+}
+
+}  // namespace
+
+void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPlan& plan,
+                      const ConvGeometry& g, const float* src, const float* w, const float* bias,
+                      float* out, int device) {
+  const bool fwd = pass == ConvPass::forward;
+  const int64_t taps = g.kernel[0] * g.kernel[1];
+  const int64_t C = fwd ? g.in_channels : g.out_channels, M = fwd ? g.out_channels : g.in_channels;
+  const int64_t values = taps * plan.c_pad * plan.m_pad;
+  std::shared_ptr<void> packed =
+      alloc.allocate(values * (plan.split ? 2 : 1) * int64_t{sizeof(float)}, device);
+  float* big = static_cast<float*>(packed.get());
+  float* small = plan.split ? big + values : nullptr;
+  pack_kernel<<<grid_for(values), kThreads>>>(w, big, small, C, M, taps, plan.c_pad, plan.m_pad,
+                                              fwd);
+  TGRAD_CUDA_CHECK_LAUNCH("batch_igemm pack_kernel");
+
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  BiArgs args{};
+  args.src = src, args.a_big = big, args.a_small = small, args.bias = bias, args.out = out;
+  args.N = g.batch;
+  args.C = i(C), args.M = i(M);
+  // src and out planes: forward reads x and writes y; dgrad reads dy and writes dx.
+  args.Hs = i(fwd ? g.in_size[0] : g.out_size[0]), args.Ws = i(fwd ? g.in_size[1] : g.out_size[1]);
+  args.Ho = i(fwd ? g.out_size[0] : g.in_size[0]), args.Wo = i(fwd ? g.out_size[1] : g.in_size[1]);
+  args.kH = i(g.kernel[0]), args.kW = i(g.kernel[1]);
+  args.sH = i(g.stride[0]), args.sW = i(g.stride[1]);
+  args.pH = i(g.padding[0]), args.pW = i(g.padding[1]);
+  args.dH = i(g.dilation[0]), args.dW = i(g.dilation[1]);
+  args.phases_w = plan.phases_w;
+  args.gather = fwd;
+  args.c_pad = plan.c_pad, args.m_pad = plan.m_pad;
+
+  bool launched = false;
+  const auto try_one = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    if (launched || !matches<Cfg>(plan)) return;
+    launch<Cfg>(args, plan);
+    launched = true;
+  };
+  try_one(Hi128{}), try_one(Hi64{}), try_one(Hi32{});
+  try_one(Hx128{}), try_one(Hx64{}), try_one(Hx32{});
+  TGRAD_CHECK(launched, "conv batch-igemm: no instance has the planned tile ", plan.bm, "x",
+              plan.bn, plan.split ? " 3xTF32" : " 1xTF32");
+}
+
+}  // namespace tgrad::cuda

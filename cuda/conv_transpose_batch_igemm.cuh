@@ -1,0 +1,20 @@
+// The launcher of the batch-positions implicit GEMM (conv_transpose_batch_igemm.cu; index formula
+// in conv_batch_igemm.h): forward (src = x, out = y, bias may be null) and dgrad (src = dy, out =
+// dx, bias null) of a float32, groups-1 transposed conv, as the planner's plan says. Private to
+// cuda/.
+#pragma once
+
+#include "core/conv_geometry.h"
+#include "cuda/allocator.h"
+#include "cuda/conv_batch_igemm.h"
+#include "cuda/conv_plan.h"
+
+namespace tgrad::cuda {
+
+// Packs w ((C_in, C_out, kH, kW)) into the plan's TF32 layout in a workspace, then launches the
+// instance of plan's tile; the caller has checked the tensors against g.
+void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPlan& plan,
+                      const ConvGeometry& g, const float* src, const float* w, const float* bias,
+                      float* out, int device);
+
+}  // namespace tgrad::cuda

@@ -1,0 +1,162 @@
+// The batch-positions implicit GEMM (cuda/conv_transpose_batch_igemm.cu, planner row
+// "batch-igemm") on the GPU, forced for forward and dgrad: every groups-1 layer of the decoder
+// suite at batch 2 (so a tile's columns cross samples) and edge geometries (dilation, output
+// padding, phases without taps, M and C off the tile sizes, unequal strides), each element of y
+// (with bias) and dx against float64 within its own error budget (tests/conv_budget.h), at both
+// precisions, and the plan that ran is batch-igemm with the precision's multiply.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "bench/decoder_layers.h"
+#include "core/autograd.h"
+#include "core/device.h"
+#include "core/ops.h"
+#include "core/random.h"
+#include "cuda/conv_plan.h"
+#include "tests/conv_budget.h"
+#include "tests/test_util.h"
+
+namespace tgrad {
+namespace {
+
+using bench::ConvLayerSpec;
+using testing::budget_factor;
+using testing::within_budget;
+
+Tensor conv(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (l.dims == 1) {
+    return conv_transpose1d(x, w, b,
+                            ConvTranspose1dFuncOptions()
+                                .stride(l.stride[0])
+                                .padding(l.padding[0])
+                                .output_padding(l.output_padding[0])
+                                .dilation(l.dilation[0]));
+  }
+  return conv_transpose2d(x, w, b,
+                          ConvTranspose2dFuncOptions()
+                              .stride(l.stride)
+                              .padding(l.padding)
+                              .output_padding(l.output_padding)
+                              .dilation(l.dilation));
+}
+
+struct Result {
+  Tensor y, dx;
+};
+
+Result run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& b,
+           const Tensor& dy) {
+  const Tensor xr = x.detach().requires_grad_();
+  const Tensor y = conv(l, xr, w, b);
+  sum(y * dy).backward();
+  return {y.detach(), xr.grad()};
+}
+
+void check_layer(const ConvLayerSpec& l, int64_t batch) {
+  const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
+  Generator gen(11);
+  Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels};
+  Shape y_shape = {batch, l.out_channels};
+  int64_t taps = 1;
+  for (int a = 0; a < l.dims; ++a) {
+    const auto u = static_cast<size_t>(a);
+    x_shape.push_back(l.in_size[u]);
+    w_shape.push_back(l.kernel[u]);
+    y_shape.push_back(g.out_size[static_cast<size_t>(2 - l.dims + a)]);
+    taps *= l.kernel[u];
+  }
+  const Tensor x = randn(x_shape, gen, TensorOptions(kFloat32));
+  const Tensor w = randn(w_shape, gen, TensorOptions(kFloat32)) * 0.05;
+  const Tensor b = randn({l.out_channels}, gen, TensorOptions(kFloat32));
+  const Tensor dy = randn(y_shape, gen, TensorOptions(kFloat32));
+  const Result ref = run(l, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), dy.to(kFloat64));
+  const Result mag =
+      run(l, abs(x).to(kFloat64), abs(w).to(kFloat64), abs(b).to(kFloat64), abs(dy).to(kFloat64));
+
+  struct Restore {
+    std::string kernel = get_conv_kernel();
+    std::string precision = get_float32_matmul_precision();
+    ~Restore() {
+      set_conv_kernel(kernel);
+      set_float32_matmul_precision(precision);
+    }
+  } restore;
+  set_conv_kernel("fwd=batch-igemm,dgrad=batch-igemm");
+  const Device cuda(kCUDA);
+  for (const char* precision : {"highest", "high"}) {
+    SCOPED_TRACE(l.id + " at " + precision);
+    set_float32_matmul_precision(precision);
+    const bool high = std::string(precision) == "high";
+    const Result got = run(l, x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
+    // One more term than the taps: the bias.
+    EXPECT_TRUE(within_budget(got.y, ref.y, mag.y, budget_factor(high, l.in_channels * taps + 1),
+                              "forward"));
+    EXPECT_TRUE(
+        within_budget(got.dx, ref.dx, mag.dx, budget_factor(high, l.out_channels * taps), "dgrad"));
+    for (cuda::ConvPass pass : {cuda::ConvPass::forward, cuda::ConvPass::dgrad}) {
+      const cuda::ConvPlan plan = cuda::last_conv_plan(pass);
+      EXPECT_EQ(plan.kernel, cuda::kKernelBatchIgemm) << plan.describe();
+      EXPECT_EQ(plan.batch.split, !high) << plan.describe();
+    }
+  }
+}
+
+class CudaBatchIgemmSuite : public ::testing::TestWithParam<ConvLayerSpec> {};
+
+TEST_P(CudaBatchIgemmSuite, ForwardAndDgradWithinBudgetOnTheForcedKernel) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  if (GetParam().groups != 1) GTEST_SKIP() << "grouped: the kernel takes groups 1";
+  check_layer(GetParam(), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Suite, CudaBatchIgemmSuite, ::testing::ValuesIn(bench::decoder_layers()),
+                         [](const ::testing::TestParamInfo<ConvLayerSpec>& layer) {
+                           return layer.param.id;
+                         });
+
+// Geometries the suite lacks: each stresses one part of the phase arithmetic or the tiling.
+std::vector<ConvLayerSpec> edge_layers() {
+  using bench::layer1d;
+  using bench::layer2d;
+  std::vector<ConvLayerSpec> v;
+  // Dilation 2 with stride 3 and output padding: taps spread unevenly over the phases.
+  ConvLayerSpec a = layer2d("dil2_s3_op1", "edge", 3, 37, 45, 7, 3, 3, 2, 1);
+  a.in_size = {7, 9};
+  a.dilation = {2, 2};
+  v.push_back(a);
+  // k1 s4: three of four phases have no tap, their outputs are the bias alone.
+  v.push_back(layer1d("k1_s4", "edge", 3, 40, 70, 33, 1, 4, 0, 3));
+  // M = 130: a partial second row tile; k5 s2 p2 op1.
+  ConvLayerSpec c = layer2d("m130_k5_s2", "edge", 3, 64, 130, 6, 5, 2, 2, 1);
+  c.in_size = {6, 5};
+  v.push_back(c);
+  // C_out = 1 with k16 s8 (Conv-TasNet's shape, small).
+  v.push_back(layer1d("co1_k16_s8", "edge", 3, 50, 1, 20, 16, 8, 4));
+  // Unequal strides and kernels: (2, 1), (4, 3).
+  ConvLayerSpec e = layer2d("s2x1_k4x3", "edge", 3, 33, 60, 5, 4, 2, 1);
+  e.in_size = {5, 11};
+  e.stride = {2, 1};
+  e.kernel = {4, 3};
+  e.padding = {1, 1};
+  v.push_back(e);
+  // Padding larger than the kernel reach on the left: the first phases start at q0 > 0.
+  v.push_back(layer1d("pad_gt_k", "edge", 3, 48, 36, 40, 4, 2, 3));
+  return v;
+}
+
+class CudaBatchIgemmEdges : public ::testing::TestWithParam<ConvLayerSpec> {};
+
+TEST_P(CudaBatchIgemmEdges, ForwardAndDgradWithinBudgetOnTheForcedKernel) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_layer(GetParam(), GetParam().batch);
+}
+
+INSTANTIATE_TEST_SUITE_P(Edges, CudaBatchIgemmEdges, ::testing::ValuesIn(edge_layers()),
+                         [](const ::testing::TestParamInfo<ConvLayerSpec>& layer) {
+                           return layer.param.id;
+                         });
+
+}  // namespace
+}  // namespace tgrad
