@@ -80,39 +80,55 @@ namespace {
 
 using namespace conv;  // NOLINT(google-build-using-namespace): this file's own helpers
 
-// Forward for few tasks on large images (batch 1): per (n, g), tasks over chunks of positions
-// fill one column buffer of all rows (the GEMMs), then tasks over output channels scatter it into
-// y (col2im), so that every thread has work.
+// Forward for few tasks on large images (batch 1): tasks over (n, g, chunk of positions) fill the
+// column buffers of all rows of a round of (n, g) images (the GEMMs), then tasks over (n, g,
+// output channel) scatter them into y (col2im), so that every thread has work, in two parallel
+// regions per round.
 template <class T>
 void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
   const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T));
-  const Workspace<T> cols(pl.rows * pl.in_hw);
-  for (int64_t n = 0; n < pl.batch; ++n) {
-    for (int64_t g = 0; g < pl.groups; ++g) {
+  const int64_t image_cols = pl.rows * pl.in_hw;
+  const int64_t images = pl.batch * pl.groups;  // image i = (n, g) = (i / groups, i % groups)
+  // Images whose buffers together fit in L2 share a round (fewer parallel regions); a larger one
+  // has a round of its own, its buffer written by the GEMMs and read by col2im while still warm.
+  constexpr int64_t kRoundBytes = int64_t{2} << 20;
+  const int64_t per_round = std::clamp<int64_t>(
+      kRoundBytes / std::max<int64_t>(1, image_cols * static_cast<int64_t>(sizeof(T))), 1,
+      std::max<int64_t>(1, images));
+  const Workspace<T> cols(image_cols * per_round);
+  for (int64_t first = 0; first < images; first += per_round) {
+    const int64_t count = std::min(per_round, images - first);
+    parallel_for(threads, count * cb.chunks_per_item, [&](int64_t t) {
+      const int64_t i = first + t / cb.chunks_per_item, g = i % pl.groups;
+      const int64_t p0 = t % cb.chunks_per_item * cb.chunk;
+      const int64_t len = std::min(cb.chunk, pl.in_hw - p0);
       const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-      const T* x_ng = x + (n * pl.in_channels + g * pl.cig) * pl.in_hw;
-      parallel_for(threads, cb.chunks_per_item, [&](int64_t c) {
-        const int64_t p0 = c * cb.chunk, len = std::min(cb.chunk, pl.in_hw - p0);
-        const ConstStridedMap<T> x_chunk(x_ng + p0, pl.cig, len, Eigen::OuterStride<>(pl.in_hw));
-        StridedMap<T> c_map(cols.data() + p0, pl.rows, len, Eigen::OuterStride<>(pl.in_hw));
-        c_map.noalias() = w_g.transpose() * x_chunk;
-      });
-      T* y_ng = y + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
-      parallel_for(threads, pl.cog, [&](int64_t co) {
-        const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
-        std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
-        col2im_add(pl, cols.data() + co * pl.taps * pl.in_hw, pl.in_hw, co, co + 1, 0, pl.in_hw,
-                   y_ng);
-      });
-    }
+      const ConstStridedMap<T> x_chunk(x + (i * pl.cig) * pl.in_hw + p0, pl.cig, len,
+                                       Eigen::OuterStride<>(pl.in_hw));
+      StridedMap<T> c_map(cols.data() + (i - first) * image_cols + p0, pl.rows, len,
+                          Eigen::OuterStride<>(pl.in_hw));
+      c_map.noalias() = w_g.transpose() * x_chunk;
+    });
+    parallel_for(threads, count * pl.cog, [&](int64_t t) {
+      const int64_t i = first + t / pl.cog, g = i % pl.groups, co = t % pl.cog;
+      T* y_ng = y + i * pl.cog * pl.out_hw;
+      const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
+      std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
+      col2im_add(pl, cols.data() + (i - first) * image_cols + co * pl.taps * pl.in_hw, pl.in_hw, co,
+                 co + 1, 0, pl.in_hw, y_ng);
+    });
   }
 }
 
 // Tasks (item block, g, block of output channels); each writes only its own channels of its
-// items of y, looping over the column blocks of its items. The choice between this and
-// forward_by_positions depends on the shape only.
+// items of y, looping over the column blocks of its items. The choice between this,
+// forward_by_positions and the depthwise loops depends on the shape only.
 template <class T>
 void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+  if (depthwise(pl)) {
+    depthwise_forward(pl, x, w, b, y, threads);
+    return;
+  }
   const ChannelBlocks by_size = channel_blocks(pl, kMinTasks);
   const ColBlocks cb = col_blocks(pl, by_size.per_block * pl.taps, sizeof(T));
   const int64_t outer = cb.item_blocks * pl.groups;
@@ -182,6 +198,10 @@ void store_dx(const Plan& pl, int64_t g, const ColBlock& b, int64_t ci0, int64_t
 // images, where dx is small and the weight large); the partials are then added in part order.
 template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel, int threads) {
+  if (depthwise(pl)) {
+    depthwise_dgrad(pl, dy, w, dx, threads);
+    return;
+  }
   constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
   const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T));
   const int64_t blocks = cb.count() * pl.groups;

@@ -112,6 +112,25 @@ Plan make_plan(const ConvGeometry& g, const char* fn);
 void check_numel(const Tensor& t, int64_t expected, const char* fn, const char* arg,
                  const ConvGeometry& g);
 
+// Whether the passes take conv_transpose_depthwise.cpp's direct loops: one input and one output
+// channel per group, and a W stride its phase layout can afford (one row per phase).
+inline bool depthwise(const Plan& pl) {
+  constexpr int64_t kMaxPhases = 16;
+  return pl.cig == 1 && pl.cog == 1 && pl.stride_w <= kMaxPhases;
+}
+
+// conv_transpose_depthwise.cpp: the passes when depthwise(pl).
+// Plain overloads, not templates: isa_objects.cmake renames every weak symbol per object, so a
+// template instantiated in one file cannot be called from another.
+void depthwise_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                       int threads);
+void depthwise_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
+                       int threads);
+void depthwise_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
+void depthwise_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
+void depthwise_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
+void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads);
+
 // One block of GEMM columns: positions [p0, p0 + len) of each of the items n0 .. n0 + items - 1,
 // side by side (item n0 + j at columns j*len ..).
 struct ColBlock {

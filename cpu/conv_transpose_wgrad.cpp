@@ -27,6 +27,10 @@ constexpr int64_t kMaxWgradPartialBytes = int64_t{64} << 20;
 // the tasks write dw directly.
 template <class T>
 void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel, int threads) {
+  if (depthwise(pl)) {
+    depthwise_wgrad(pl, x, dy, dw, threads);
+    return;
+  }
   const ChannelBlocks chb = channel_blocks(pl, pl.groups);
   const int64_t max_rows = chb.per_block * pl.taps;
   const ColBlocks cb = col_blocks(pl, max_rows, sizeof(T));

@@ -53,6 +53,19 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(1, {4, 16, 900}, {16, 32, 3}, false, {2}, {1}, {0}, {2}, 1)},
       {"1-D stride 3, small sequences batched",
        conv_case_from_shapes(1, {12, 40, 6}, {40, 96, 7}, true, {3}, {2}, {2}, {1}, 1)},
+      // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
+      // layout whose rows differ in length when the stride does not divide W_out, stride 1
+      // without it, and strides past 16 back on the GEMMs.
+      {"depthwise 2-D, strides (2, 3), dilated, padded",
+       conv_case_from_shapes(2, {3, 5, 7, 6}, {5, 1, 3, 4}, true, {2, 3}, {1, 2}, {1, 2}, {1, 2},
+                             5)},
+      {"depthwise 2-D stride 4, output padding",
+       conv_case_from_shapes(2, {2, 6, 9, 9}, {6, 1, 4, 4}, false, {4, 4}, {1, 1}, {3, 3}, {1, 1},
+                             6)},
+      {"depthwise 1-D stride 1",
+       conv_case_from_shapes(1, {4, 7, 300}, {7, 1, 5}, true, {1}, {2}, {0}, {3}, 7)},
+      {"depthwise 1-D stride 20 (GEMMs)",
+       conv_case_from_shapes(1, {2, 3, 40}, {3, 1, 25}, true, {20}, {3}, {0}, {1}, 3)},
   };
 }
 
