@@ -154,7 +154,12 @@ struct ColBlocks {
 };
 
 inline ColBlocks col_blocks(const Plan& pl, int64_t buffer_rows, int64_t elem_bytes) {
-  const int64_t target = pl.target_cols(buffer_rows, elem_bytes);
+  // Few rows allow long blocks, but then a 4000-long sequence is one block, one task: cut the
+  // columns into kMinTasks blocks where each still has kMinParallelCols.
+  constexpr int64_t kMinParallelCols = 256;
+  const int128 per_task = int128{pl.batch} * pl.in_hw / kMinTasks / 16 * 16;
+  const int64_t target = std::min<int128>(pl.target_cols(buffer_rows, elem_bytes),
+                                          std::max<int128>(kMinParallelCols, per_task));
   ColBlocks cb{};
   if (pl.in_hw >= target) {
     cb.items_per_block = 1;
@@ -184,45 +189,30 @@ inline ChannelBlocks channel_blocks(const Plan& pl, int64_t other_tasks) {
   return {per, ceil_div(pl.cog, per)};
 }
 
-// dst[i] = src[i * stride] for i in [0, n); the common strides get loops the compiler vectorises.
-template <class T>
-inline void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
-  const auto loop = [&]<int64_t S>() {
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = src[i * S];
-  };
+// Calls f.template operator()<S>() with S the W stride as a constant for the common strides (the
+// inner loops then vectorise and carry no stride arithmetic), else with S = 0: read it at run time.
+template <class F>
+void with_stride(int64_t stride, F&& f) {
   switch (stride) {
     case 1:
-      std::copy_n(src, n, dst);
-      return;
+      return f.template operator()<1>();
     case 2:
-      return loop.template operator()<2>();
+      return f.template operator()<2>();
     case 4:
-      return loop.template operator()<4>();
+      return f.template operator()<4>();
     default:
-      for (int64_t i = 0; i < n; ++i)
-        dst[i] = src[i * stride];
+      return f.template operator()<0>();
   }
 }
 
-// dst[i * stride] += src[i] for i in [0, n).
+// dst[i] = src[i * stride] for i in [0, n).
 template <class T>
-inline void scatter_add_strided(T* dst, const T* src, int64_t n, int64_t stride) {
-  const auto loop = [&]<int64_t S>() {
+void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
+  with_stride(stride, [&]<int64_t S>() {
+    const int64_t st = S != 0 ? S : stride;
     for (int64_t i = 0; i < n; ++i)
-      dst[i * S] += src[i];
-  };
-  switch (stride) {
-    case 1:
-      return loop.template operator()<1>();
-    case 2:
-      return loop.template operator()<2>();
-    case 4:
-      return loop.template operator()<4>();
-    default:
-      for (int64_t i = 0; i < n; ++i)
-        dst[i * stride] += src[i];
-  }
+      dst[i] = src[i * st];
+  });
 }
 
 // y_c[oh, ow] += cols[r*ld + p - p0] for the rows r of channels [co0, co1) (row 0 is co0's first
@@ -232,26 +222,29 @@ void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t 
                 int64_t len, T* y_ng) {
   const int64_t p1 = p0 + len;
   const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
-  for (int64_t co = co0; co < co1; ++co) {
-    T* y_c = y_ng + co * pl.out_hw;
-    for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
-      const int64_t ih_begin = std::max(pl.h.lo[kh], ih_first);
-      const int64_t ih_end = std::min(pl.h.hi[kh], ih_last + 1);
-      for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
-        const T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
-        for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
-          const int64_t row_p = ih * pl.in_w;  // position of (ih, 0)
-          const int64_t iw_begin = std::max(pl.w.lo[kw], p0 - row_p);
-          const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
-          if (iw_begin >= iw_end) continue;
-          const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-          const int64_t y_base = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*stride_w
-          scatter_add_strided(y_c + y_base + iw_begin * pl.stride_w, c_row + row_p - p0 + iw_begin,
-                              iw_end - iw_begin, pl.stride_w);
+  with_stride(pl.stride_w, [&]<int64_t S>() {
+    const int64_t sw = S != 0 ? S : pl.stride_w;
+    for (int64_t co = co0; co < co1; ++co) {
+      T* y_c = y_ng + co * pl.out_hw;
+      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+        const int64_t ih_begin = std::max(pl.h.lo[kh], ih_first);
+        const int64_t ih_end = std::min(pl.h.hi[kh], ih_last + 1);
+        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+          const T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
+          for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
+            const int64_t row_p = ih * pl.in_w;  // position of (ih, 0)
+            const int64_t iw_begin = std::max(pl.w.lo[kw], p0 - row_p);
+            const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
+            const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+            T* y_row = y_c + oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw
+            const T* c = c_row + row_p - p0;                            // + iw
+            for (int64_t iw = iw_begin; iw < iw_end; ++iw)
+              y_row[iw * sw] += c[iw];
+          }
         }
       }
     }
-  }
+  });
 }
 
 // cols[r*ld + p - p0] = dy_c[oh, ow] for the rows r = (co, kh, kw) of channels [co0, co1) (row 0
@@ -262,33 +255,38 @@ void im2col(const Plan& pl, const T* dy_ng, int64_t co0, int64_t co1, int64_t p0
             T* cols, int64_t ld) {
   const int64_t p1 = p0 + len;
   const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
-  for (int64_t co = co0; co < co1; ++co) {
-    const T* dy_c = dy_ng + co * pl.out_hw;
-    for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
-      for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
-        T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
-        for (int64_t ih = ih_first; ih <= ih_last; ++ih) {
-          const int64_t row_p = ih * pl.in_w;
-          const int64_t seg_begin = std::max<int64_t>(0, p0 - row_p);  // iw range in the chunk
-          const int64_t seg_end = std::min(pl.in_w, p1 - row_p);
-          T* c_seg = c_row + row_p - p0;                 // + iw
-          int64_t iw_begin = seg_end, iw_end = seg_end;  // the valid part; empty if ih is out
-          if (ih >= pl.h.lo[kh] && ih < pl.h.hi[kh]) {
-            iw_begin = std::clamp(pl.w.lo[kw], seg_begin, seg_end);
-            iw_end = std::clamp(pl.w.hi[kw], iw_begin, seg_end);
+  with_stride(pl.stride_w, [&]<int64_t S>() {
+    const int64_t sw = S != 0 ? S : pl.stride_w;
+    for (int64_t co = co0; co < co1; ++co) {
+      const T* dy_c = dy_ng + co * pl.out_hw;
+      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+          T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
+          for (int64_t ih = ih_first; ih <= ih_last; ++ih) {
+            const int64_t row_p = ih * pl.in_w;
+            const int64_t seg_begin = std::max<int64_t>(0, p0 - row_p);  // iw range in the chunk
+            const int64_t seg_end = std::min(pl.in_w, p1 - row_p);
+            T* c = c_row + row_p - p0;                     // + iw
+            int64_t iw_begin = seg_end, iw_end = seg_end;  // the valid part; empty if ih is out
+            if (ih >= pl.h.lo[kh] && ih < pl.h.hi[kh]) {
+              iw_begin = std::clamp(pl.w.lo[kw], seg_begin, seg_end);
+              iw_end = std::clamp(pl.w.hi[kw], iw_begin, seg_end);
+            }
+            for (int64_t iw = seg_begin; iw < iw_begin; ++iw)
+              c[iw] = T(0);
+            if (iw_begin < iw_end) {
+              const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+              const T* dy_row = dy_c + oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw
+              for (int64_t iw = iw_begin; iw < iw_end; ++iw)
+                c[iw] = dy_row[iw * sw];
+            }
+            for (int64_t iw = iw_end; iw < seg_end; ++iw)
+              c[iw] = T(0);
           }
-          std::fill(c_seg + seg_begin, c_seg + iw_begin, T(0));
-          if (iw_begin < iw_end) {
-            const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-            const int64_t dy_base = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*stride_w
-            gather_strided(c_seg + iw_begin, dy_c + dy_base + iw_begin * pl.stride_w,
-                           iw_end - iw_begin, pl.stride_w);
-          }
-          std::fill(c_seg + iw_end, c_seg + seg_end, T(0));
         }
       }
     }
-  }
+  });
 }
 
 // im2col of channels [co0, co1) of group g over a block's columns: item n0 + j at column j*len

@@ -53,6 +53,11 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(1, {4, 16, 900}, {16, 32, 3}, false, {2}, {1}, {0}, {2}, 1)},
       {"1-D stride 3, small sequences batched",
        conv_case_from_shapes(1, {12, 40, 6}, {40, 96, 7}, true, {3}, {2}, {2}, {1}, 1)},
+      // One long sequence with 16 rows (a decoder to one channel): a GEMM block could take all
+      // 4000 columns, but they are cut into 16 blocks for 16 tasks, forward by positions, wgrad
+      // in 16 slices.
+      {"one long sequence, few rows",
+       conv_case_from_shapes(1, {1, 64, 4000}, {64, 1, 16}, true, {8}, {0}, {0}, {1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
