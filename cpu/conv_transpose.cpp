@@ -86,7 +86,7 @@ using namespace conv;  // NOLINT(google-build-using-namespace): this file's own 
 // regions per round.
 template <class T>
 void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
-  const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T));
+  const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T), /*for_tasks=*/true);
   const int64_t image_cols = pl.rows * pl.in_hw;
   const int64_t images = pl.batch * pl.groups;  // image i = (n, g) = (i / groups, i % groups)
   // Images whose buffers together fit in L2 share a round (fewer parallel regions); a larger one
@@ -130,7 +130,7 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
     return;
   }
   const ChannelBlocks by_size = channel_blocks(pl, kMinTasks);
-  const ColBlocks cb = col_blocks(pl, by_size.per_block * pl.taps, sizeof(T));
+  const ColBlocks cb = col_blocks(pl, by_size.per_block * pl.taps, sizeof(T), /*for_tasks=*/false);
   const int64_t outer = cb.item_blocks * pl.groups;
   if (outer * by_size.count < kMinTasks && cb.chunks_per_item > 1 &&
       fits(pl.rows, pl.in_hw, sizeof(T), kMaxWholeColsBytes)) {
@@ -203,7 +203,7 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
     return;
   }
   constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
-  const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T));
+  const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T), /*for_tasks=*/true);
   const int64_t blocks = cb.count() * pl.groups;
   const int64_t parts_by_memory =
       kMaxPartialBytes / std::max<int64_t>(1, x_numel * static_cast<int64_t>(sizeof(T)));

@@ -153,13 +153,17 @@ struct ColBlocks {
   }
 };
 
-inline ColBlocks col_blocks(const Plan& pl, int64_t buffer_rows, int64_t elem_bytes) {
-  // Few rows allow long blocks, but then a 4000-long sequence is one block, one task: cut the
-  // columns into kMinTasks blocks where each still has kMinParallelCols.
+// `for_tasks`: also cut a long image or sequence into kMinTasks blocks where each keeps at least
+// kMinParallelCols columns: with few rows the L2 budget alone lets one block take 8000 columns, and
+// a batch-1 4000-long sequence would be one task. Forward's blocked path gains nothing from it (a
+// task owns output channels of whole items, whatever its blocks); forward_by_positions uses it.
+inline ColBlocks col_blocks(const Plan& pl, int64_t buffer_rows, int64_t elem_bytes,
+                            bool for_tasks) {
   constexpr int64_t kMinParallelCols = 256;
   const int128 per_task = int128{pl.batch} * pl.in_hw / kMinTasks / 16 * 16;
-  const int64_t target = std::min<int128>(pl.target_cols(buffer_rows, elem_bytes),
-                                          std::max<int128>(kMinParallelCols, per_task));
+  const int64_t budget = pl.target_cols(buffer_rows, elem_bytes);
+  const int64_t target =
+      for_tasks ? std::min<int128>(budget, std::max<int128>(kMinParallelCols, per_task)) : budget;
   ColBlocks cb{};
   if (pl.in_hw >= target) {
     cb.items_per_block = 1;

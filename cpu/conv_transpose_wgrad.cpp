@@ -33,7 +33,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   }
   const ChannelBlocks chb = channel_blocks(pl, pl.groups);
   const int64_t max_rows = chb.per_block * pl.taps;
-  const ColBlocks cb = col_blocks(pl, max_rows, sizeof(T));
+  const ColBlocks cb = col_blocks(pl, max_rows, sizeof(T), /*for_tasks=*/true);
   const int64_t reduce = cb.count();
   const int64_t owners = pl.groups * chb.count;
   const int64_t max_slices_by_memory =

@@ -37,7 +37,7 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(2, {1, 64, 5, 5}, {64, 128, 2, 2}, true, {2, 2}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
       // Batch 1 on a 70x70 image with 36 rows: more positions than one GEMM takes, too few
-      // tasks, so forward goes by positions.
+      // tasks, so forward goes by positions, its GEMMs in 17 chunks.
       {"batch 1, large image, forward by positions",
        conv_case_from_shapes(2, {1, 8, 70, 70}, {8, 4, 3, 3}, true, {1, 1}, {1, 1}, {0, 0}, {1, 1},
                              1)},
@@ -54,8 +54,8 @@ std::vector<PathCase> path_cases() {
       {"1-D stride 3, small sequences batched",
        conv_case_from_shapes(1, {12, 40, 6}, {40, 96, 7}, true, {3}, {2}, {2}, {1}, 1)},
       // One long sequence with 16 rows (a decoder to one channel): a GEMM block could take all
-      // 4000 columns, but they are cut into 16 blocks for 16 tasks, forward by positions, wgrad
-      // in 16 slices.
+      // 4000 columns, but dgrad and wgrad cut them into 16 blocks for 16 tasks (wgrad in 16
+      // slices of its reduction).
       {"one long sequence, few rows",
        conv_case_from_shapes(1, {1, 64, 4000}, {64, 1, 16}, true, {8}, {0}, {0}, {1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
