@@ -155,17 +155,31 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
           }
         }
         const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-        const auto w_block_t = w_g.middleCols(co0 * pl.taps, (co1 - co0) * pl.taps).transpose();
+        const int64_t rows = (co1 - co0) * pl.taps;
+        const auto w_block = w_g.middleCols(co0 * pl.taps, rows);
         T* cols = ws.data();
         T* x_buf = ws.data() + max_rows * cb.max_cols();
         for (int64_t c = 0; c < cb.chunks_per_item; ++c) {
           const ColBlock blk = cb.block(pl, ib, c);
           const int64_t ld = blk.cols();
-          MutMap<T>(cols, (co1 - co0) * pl.taps, ld).noalias() =
-              w_block_t * x_block(pl, x, g, blk, x_buf);
+          const ConstStridedMap<T> x_blk = x_block(pl, x, g, blk, x_buf);
+          // Few columns: the buffer transposed, (columns x rows), which Eigen computes reading
+          // the weight in its own order; (rows x columns) makes it pack W transposed, which
+          // costs as much as the arithmetic when each weight meets only a few columns.
+          const bool transposed = ld <= kMaxTransposedCols;
+          if (transposed) {
+            MutMap<T>(cols, ld, rows).noalias() = x_blk.transpose() * w_block;
+          } else {
+            MutMap<T>(cols, rows, ld).noalias() = w_block.transpose() * x_blk;
+          }
           for (int64_t j = 0; j < blk.items; ++j) {
             T* y_ng = y + ((blk.n0 + j) * pl.out_channels + g * pl.cog) * pl.out_hw;
-            col2im_add(pl, cols + j * blk.len, ld, co0, co1, blk.p0, blk.len, y_ng);
+            if (transposed) {
+              col2im_add_transposed(pl, cols + j * blk.len * rows, rows, co0, co1, blk.p0, blk.len,
+                                    y_ng);
+            } else {
+              col2im_add(pl, cols + j * blk.len, ld, co0, co1, blk.p0, blk.len, y_ng);
+            }
           }
         }
       });

@@ -251,6 +251,34 @@ void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t 
   });
 }
 
+// Forward's GEMM blocks of at most this many columns write their buffer transposed.
+inline constexpr int64_t kMaxTransposedCols = 128;
+
+// col2im_add for a transposed buffer: y_c[oh, ow] += cols_t[(p - p0)*ld + r], position by position
+// (each position's rows of channels [co0, co1) are contiguous).
+template <class T>
+void col2im_add_transposed(const Plan& pl, const T* cols_t, int64_t ld, int64_t co0, int64_t co1,
+                           int64_t p0, int64_t len, T* y_ng) {
+  for (int64_t p = p0; p < p0 + len; ++p) {
+    const int64_t ih = p / pl.in_w, iw = p % pl.in_w;
+    const T* c = cols_t + (p - p0) * ld;
+    for (int64_t co = co0; co < co1; ++co) {
+      T* y_c = y_ng + co * pl.out_hw;
+      const T* c_co = c + (co - co0) * pl.taps;
+      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+        if (ih < pl.h.lo[kh] || ih >= pl.h.hi[kh]) continue;
+        const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+        const int64_t y_base = oh * pl.out_w + iw * pl.stride_w - pl.pad_w;  // + kw*dw
+        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+          if (iw >= pl.w.lo[kw] && iw < pl.w.hi[kw]) {
+            y_c[y_base + kw * pl.dil_w] += c_co[kh * pl.kernel_w + kw];
+          }
+        }
+      }
+    }
+  }
+}
+
 // cols[r*ld + p - p0] = dy_c[oh, ow] for the rows r = (co, kh, kw) of channels [co0, co1) (row 0
 // is co0's first tap) and positions p in [p0, p0 + len), 0 where (oh, ow) falls outside dy. dy_ng
 // points at channel 0 of the group of one item.
