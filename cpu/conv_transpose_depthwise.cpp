@@ -76,6 +76,7 @@ void for_each_tap_row(const Plan& pl, const Phases& f, Fn&& fn) {
 
 template <class T>
 void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+  if (pl.batch == 0) return;  // nothing to write; a phase plane could be huge (empty tensors)
   const Phases f = phases_of(pl);
   parallel_for(
       threads, pl.batch * pl.groups, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
@@ -98,6 +99,7 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
 
 template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
+  if (pl.batch == 0) return;
   const Phases f = phases_of(pl);
   parallel_for(
       threads, pl.batch * pl.groups, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
@@ -123,6 +125,10 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
 template <class T>
 void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   constexpr int64_t kLanes = 16;
+  if (pl.batch == 0) {
+    std::fill_n(dw, pl.groups * pl.taps, T(0));
+    return;
+  }
   const Phases f = phases_of(pl);
   parallel_for(
       threads, pl.groups,

@@ -133,5 +133,23 @@ TEST(CpuConvPaths, SameBitsForAnyThreadCount) {
   set_num_threads(saved);
 }
 
+// An empty batch on a huge length: every pass has nothing to compute and must allocate nothing
+// sized by the length (the depthwise loops' phase planes are per output plane).
+TEST(CpuConvPaths, EmptyBatchOnAHugeLengthAllocatesNothing) {
+  const int64_t length = int64_t{1} << 40;
+  for (int64_t groups : {int64_t{1}, int64_t{3}}) {
+    const ConvCase c = conv_case_from_shapes(1, {0, 3, length}, {3, 3 / groups, 4}, true, {2}, {1},
+                                             {0}, {1}, groups);
+    const ConvData d = make_conv_data(c, 7300);
+    for (DType dtype : {kFloat32, kFloat64}) {
+      const ConvOutputs out = run_backend_passes(c, conv_tensors(c, d, dtype, Device(kCPU)));
+      EXPECT_EQ(out.y.numel(), 0);
+      EXPECT_EQ(out.dx.numel(), 0);
+      EXPECT_TRUE(equal(out.dw, zeros(c.w_shape4(), TensorOptions(dtype)))) << c.str();
+      EXPECT_TRUE(equal(out.db, zeros({3}, TensorOptions(dtype)))) << c.str();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tgrad::testing
