@@ -268,6 +268,7 @@ void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor
   check_numel(w, g.w_numel(), fn, "w", g);
   check_numel(y, g.y_numel(), fn, "y", g);
   if (b != nullptr) check_numel(*b, g.out_channels, fn, "b", g);
+  if (y.numel() == 0) return;
   dispatch_floating(y.dtype(), [&]<class T>() {
     forward_typed<T>(pl, data<T>(x), data<T>(w), b != nullptr ? data<T>(*b) : nullptr, data<T>(y),
                      threads_for(g.flops(), threads));
@@ -281,6 +282,7 @@ void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor&
   check_numel(dy, g.y_numel(), fn, "dy", g);
   check_numel(w, g.w_numel(), fn, "w", g);
   check_numel(dx, g.x_numel(), fn, "dx", g);
+  if (dx.numel() == 0) return;
   dispatch_floating(dx.dtype(), [&]<class T>() {
     dgrad_typed<T>(pl, data<T>(dy), data<T>(w), data<T>(dx), g.x_numel(),
                    threads_for(g.flops(), threads));

@@ -171,10 +171,10 @@ inline ColBlocks col_blocks(const Plan& pl, int64_t buffer_rows, int64_t elem_by
   } else {
     const int64_t most = std::max<int64_t>(1, pl.batch);
     cb.items_per_block = pl.in_hw == 0 ? most : std::clamp<int64_t>(target / pl.in_hw, 1, most);
-    cb.chunk = std::max<int64_t>(1, pl.in_hw);
+    cb.chunk = pl.in_hw;  // 0 for an empty image: no blocks, no column buffer
   }
   cb.item_blocks = ceil_div(pl.batch, cb.items_per_block);
-  cb.chunks_per_item = ceil_div(pl.in_hw, cb.chunk);
+  cb.chunks_per_item = pl.in_hw == 0 ? 0 : ceil_div(pl.in_hw, cb.chunk);
   return cb;
 }
 

@@ -89,6 +89,10 @@ void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& 
   check_numel(dy, g.y_numel(), fn, "dy", g);
   check_numel(dw, g.w_numel(), fn, "dw", g);
   dispatch_floating(dw.dtype(), [&]<class T>() {
+    if (x.numel() == 0 || dy.numel() == 0) {  // an empty batch, image or output: dw is 0
+      std::fill_n(data<T>(dw), g.w_numel(), T(0));
+      return;
+    }
     wgrad_typed<T>(pl, data<T>(x), data<T>(dy), data<T>(dw), g.w_numel(),
                    threads_for(g.flops(), threads));
   });

@@ -151,5 +151,32 @@ TEST(CpuConvPaths, EmptyBatchOnAHugeLengthAllocatesNothing) {
   }
 }
 
+// Empty images (length 0) whose output is not empty (a kernel longer than the stride): y is the
+// bias, dw is 0; the column blocks have no columns and the kernels no column buffer.
+TEST(CpuConvPaths, EmptyImagesGiveTheBias) {
+  const ConvCase c = conv_case_from_shapes(1, {5, 2, 0}, {2, 3, 4}, true, {1}, {0}, {0}, {1}, 1);
+  ASSERT_EQ(c.p.out_extent(1), 3);
+  const ConvData d = make_conv_data(c, 7400);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const ConvOutputs out = run_backend_passes(c, conv_tensors(c, d, dtype, Device(kCPU)));
+    std::vector<double> bias_everywhere;
+    for (int64_t n = 0; n < 5; ++n)
+      for (int64_t co = 0; co < 3; ++co)
+        for (int64_t i = 0; i < 3; ++i)
+          bias_everywhere.push_back(
+              static_cast<double>(static_cast<float>(d.b[static_cast<size_t>(co)])));
+    const Tensor y = out.y.to(kFloat64);
+    if (dtype == kFloat32) {
+      EXPECT_TRUE(equal(y, from_vector(bias_everywhere, c.y_shape4(), TensorOptions(kFloat64))));
+    } else {
+      for (int64_t i = 0; i < 45; ++i)
+        bias_everywhere[static_cast<size_t>(i)] = d.b[static_cast<size_t>(i / 3 % 3)];
+      EXPECT_TRUE(equal(y, from_vector(bias_everywhere, c.y_shape4(), TensorOptions(kFloat64))));
+    }
+    EXPECT_EQ(out.dx.numel(), 0);
+    EXPECT_TRUE(equal(out.dw, zeros(c.w_shape4(), TensorOptions(dtype)))) << c.str();
+  }
+}
+
 }  // namespace
 }  // namespace tgrad::testing
