@@ -1,6 +1,7 @@
-// The column machinery of the CPU ConvTranspose kernels (conv_transpose.cpp,
-// conv_transpose_wgrad.cpp): the per-shape plan, the tap ranges, how the GEMMs' columns are cut
-// into blocks, and the im2col / col2im moves between images and column buffers.
+// The column machinery of the CPU ConvTranspose kernels (conv_transpose.cpp: forward and dgrad;
+// conv_transpose_wgrad.cpp; conv_transpose_depthwise.cpp: direct loops for depthwise layers): the
+// per-shape plan, the tap ranges, how the GEMMs' columns are cut into blocks and the output
+// channels into tasks, and the im2col / col2im moves between images and column buffers.
 //
 // Per group g, the GEMMs' columns are the (n, p) pairs, p = ih*W + iw an input position. A column
 // buffer's row r = (co, kh, kw) pairs input (ih, iw) with output
