@@ -2,7 +2,8 @@
 // median of several runs) on the S1-S5 workloads scaled down (1-D lengths / 64, 2-D height and
 // width / 8) and on the decoder-layer suite (bench/decoder_layers.h) scaled down for the CPU.
 // bench/cpu_vs_torch.py runs it with --json and times the same geometries in PyTorch.
-// Usage: cpu_conv_bench [--suite s|decoders|all] [--runs 5] [--threads N] [--json]
+// Usage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] [--runs 5] [--threads N]
+// [--json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -105,10 +106,11 @@ std::string json_geometry(const ConvLayerSpec& l) {
 }
 
 int usage(const char* why) {
-  std::fprintf(stderr,
-               "cpu_conv_bench: %s\nusage: cpu_conv_bench [--suite s|decoders|all] [--runs N] "
-               "[--threads N] [--json]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "cpu_conv_bench: %s\nusage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] "
+      "[--runs N] [--threads N] [--json]\n  --id: only these workloads (e.g. S5,dcgan_g2)\n",
+      why);
   return 2;
 }
 
@@ -116,6 +118,7 @@ int usage(const char* why) {
 
 int main(int argc, char** argv) {
   std::string suite = "s";
+  std::vector<std::string> ids;  // workload ids to keep; empty keeps all
   int runs = 5;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
@@ -126,6 +129,15 @@ int main(int argc, char** argv) {
     } else if (arg == "--suite" && has_value) {
       suite = argv[++i];
       if (suite != "s" && suite != "decoders" && suite != "all") return usage("bad --suite");
+    } else if (arg == "--id" && has_value) {
+      for (std::string rest = argv[++i]; !rest.empty();) {
+        const size_t comma = rest.find(',');
+        ids.push_back(rest.substr(0, comma));
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      }
+    } else if (arg == "--help" || arg == "-h") {
+      usage("times the CPU backend's conv-transpose passes");
+      return 0;
     } else if (arg == "--runs" && has_value) {
       runs = std::atoi(argv[++i]);
       if (runs < 1) return usage("--runs must be positive");
@@ -145,6 +157,13 @@ int main(int argc, char** argv) {
   if (suite != "s") {
     for (const auto& l : decoder_workloads())
       workloads.emplace_back("decoders", l);
+  }
+
+  if (!ids.empty()) {
+    std::erase_if(workloads, [&](const auto& w) {
+      return std::find(ids.begin(), ids.end(), w.second.id) == ids.end();
+    });
+    if (workloads.empty()) return usage("no workload has one of the --id ids in this --suite");
   }
 
   tgrad::manual_seed(0);

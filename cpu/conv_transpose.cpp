@@ -1,94 +1,20 @@
-// ConvTranspose on the CPU as GEMMs (Eigen, row-major maps), per batch item n and group g, over
-// chunks of input positions p = ih*W + iw. Column-buffer row r = (co, kh, kw) pairs input (ih, iw)
-// with output (oh, ow) = (ih*sh - ph + kh*dh, iw*sw - pw + kw*dw), skipped when outside y.
+// ConvTranspose on the CPU as GEMMs (Eigen, row-major maps) over blocks of columns (the (n, p)
+// pairs of a group, conv_transpose_cols.h), forward and dgrad; wgrad is in
+// conv_transpose_wgrad.cpp.
 //   forward: cols = W_g^T x_g, then col2im: y[co, oh, ow] += cols[r, p] (y starts as bias or 0)
 //   dgrad:   cols = im2col(dy) (0 where (oh, ow) is outside y), dx_g = W_g cols
-//   wgrad:   dw_g = sum over (n, chunk), in one fixed order, of x_g cols^T;  db = sum of dy
+// Every decomposition into tasks depends on the shape only, never on the thread count, so the
+// results are bit-identical for any thread count (docs/design.md, "Determinism").
 #include <Eigen/Core>
 #include <algorithm>
-#include <vector>
 
+#include "cpu/conv_transpose_cols.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
-#ifndef TGRAD_CPU_ISA_NS
-#error "compiled once per level with TGRAD_CPU_ISA_NS set (cpu/CMakeLists.txt)"
-#endif
-
 // One copy per x86-64 level (cpu/kernels.h); nothing here may be shared between the copies.
 namespace tgrad::cpu::TGRAD_CPU_ISA_NS {
-namespace {
-
-template <class T>
-using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMap = Eigen::Map<const RowMajor<T>>;
-template <class T>
-using MutMap = Eigen::Map<RowMajor<T>>;
-// A block of columns of a row-major matrix whose rows are `stride` elements apart.
-template <class T>
-using ConstStridedMap = Eigen::Map<const RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <class T>
-using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-
-// Bytes of column buffer each thread works in: small enough to stay in L2 between the GEMM that
-// writes it and the col2im that reads it (or the im2col that writes it and the GEMM that reads).
-constexpr int64_t kColsBudgetBytes = int64_t{1} << 19;
-constexpr int64_t kMinChunk = 64;         // input positions per GEMM, at least
-constexpr int64_t kMaxForwardRows = 512;  // forward splits (co, kh, kw) rows into blocks this big
-constexpr int64_t kMaxWgradSlices = 32;   // wgrad's reduction is cut into at most this many parts
-// Forward with fewer (n, g, channel block) tasks than this (batch 1, say) splits over positions
-// instead, through one column buffer per (n, g) of at most kMaxWholeColsBytes.
-constexpr int64_t kMinForwardTasks = 16;
-constexpr int64_t kMaxWholeColsBytes = int64_t{64} << 20;
-constexpr int64_t kMaxWgradPartialBytes = int64_t{64} << 20;
-
-__extension__ typedef __int128 int128;  // GCC and Clang; only for overflow-free index bounds
-
-// Ceiling of a / b for b > 0, exact for every int64 a and b (no a + b - 1 that could overflow:
-// the fuzzer found strides near INT64_MAX that the geometry accepts).
-int64_t ceil_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && a > 0) ? q + 1 : q;
-}
-
-// Per axis and kernel tap k: the input indices i in [lo, hi) whose output
-// i*stride - padding + k*dilation lands inside [0, out).
-struct TapRanges {
-  std::vector<int64_t> lo, hi;
-};
-TapRanges tap_ranges(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
-                     int64_t dilation) {
-  TapRanges r;
-  for (int64_t k = 0; k < kernel; ++k) {
-    const int64_t shift = padding - k * dilation;  // o = i*stride - shift
-    const int64_t lo = std::max<int64_t>(0, ceil_div(shift, stride));
-    // out - 1 + shift can pass INT64_MAX (empty tensors accept huge sizes): 128-bit sum.
-    const int128 last = int128{out} - 1 + shift;
-    int128 q = last / stride;
-    if (last % stride != 0 && last < 0) --q;
-    const int64_t hi = q + 1 >= in ? in : static_cast<int64_t>(q + 1);
-    r.lo.push_back(lo);
-    r.hi.push_back(std::max(lo, hi));
-  }
-  return r;
-}
-
-// Every size a kernel needs, checked against the tensors once.
-struct Plan {
-  int64_t batch, groups, in_channels, out_channels, cig, cog;
-  int64_t in_h, in_w, out_h, out_w, kernel_h, kernel_w;
-  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
-  int64_t in_hw, out_hw, taps, rows;  // rows = cog * taps: the (co, kh, kw) of one group
-  TapRanges h, w;
-
-  // Input positions per chunk for a column buffer of `buffer_rows` rows of T.
-  int64_t chunk(int64_t buffer_rows, int64_t elem_bytes) const {
-    int64_t p = kColsBudgetBytes / std::max<int64_t>(1, buffer_rows * elem_bytes);
-    p = std::max(kMinChunk, p / 16 * 16);
-    return std::max<int64_t>(1, std::min(p, in_hw));
-  }
-};
+namespace conv {
 
 Plan make_plan(const ConvGeometry& g, const char* fn) {
   const auto positive = [&](int64_t v, const char* what) {
@@ -148,217 +74,186 @@ void check_numel(const Tensor& t, int64_t expected, const char* fn, const char* 
               ")");
 }
 
-// y_c[oh, ow] += cols[r, p - p0] for the rows r of channels [co0, co1) (cols row 0 is co0's
-// first tap) and positions p in [p0, p0 + len). y_ng points at channel 0 of the group.
-template <class T>
-void col2im_add(const Plan& pl, const T* cols, int64_t co0, int64_t co1, int64_t p0, int64_t len,
-                T* y_ng) {
-  const int64_t p1 = p0 + len;
-  const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
-  for (int64_t co = co0; co < co1; ++co) {
-    T* y_c = y_ng + co * pl.out_hw;
-    for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
-      const int64_t ih_begin = std::max(pl.h.lo[kh], ih_first);
-      const int64_t ih_end = std::min(pl.h.hi[kh], ih_last + 1);
-      for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
-        const T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * len;
-        for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
-          const int64_t row_p = ih * pl.in_w;  // position of (ih, 0)
-          const int64_t iw_begin = std::max(pl.w.lo[kw], p0 - row_p);
-          const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
-          const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-          const int64_t y_base = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*stride_w
-          const int64_t c_base = row_p - p0;                                // + iw
-          if (pl.stride_w == 1) {
-            for (int64_t iw = iw_begin; iw < iw_end; ++iw)
-              y_c[y_base + iw] += c_row[c_base + iw];
-          } else {
-            for (int64_t iw = iw_begin; iw < iw_end; ++iw) {
-              y_c[y_base + iw * pl.stride_w] += c_row[c_base + iw];
-            }
-          }
-        }
-      }
-    }
-  }
-}
+}  // namespace conv
 
-// cols[r, p - p0] = dy_c[oh, ow] for every row r = (co, kh, kw) of the group and positions p in
-// [p0, p0 + len), 0 where (oh, ow) falls outside dy. dy_ng points at channel 0 of the group.
-template <class T>
-void im2col(const Plan& pl, const T* dy_ng, int64_t p0, int64_t len, T* cols) {
-  const int64_t p1 = p0 + len;
-  const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
-  for (int64_t co = 0; co < pl.cog; ++co) {
-    const T* dy_c = dy_ng + co * pl.out_hw;
-    for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
-      for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
-        T* c_row = cols + (co * pl.taps + kh * pl.kernel_w + kw) * len;
-        for (int64_t ih = ih_first; ih <= ih_last; ++ih) {
-          const int64_t row_p = ih * pl.in_w;
-          const int64_t seg_begin = std::max<int64_t>(0, p0 - row_p);  // iw range in the chunk
-          const int64_t seg_end = std::min(pl.in_w, p1 - row_p);
-          const int64_t c_base = row_p - p0;
-          int64_t iw_begin = seg_end, iw_end = seg_end;  // the valid part; empty if ih is out
-          if (ih >= pl.h.lo[kh] && ih < pl.h.hi[kh]) {
-            iw_begin = std::clamp(pl.w.lo[kw], seg_begin, seg_end);
-            iw_end = std::clamp(pl.w.hi[kw], iw_begin, seg_end);
-          }
-          for (int64_t iw = seg_begin; iw < iw_begin; ++iw)
-            c_row[c_base + iw] = T(0);
-          if (iw_begin < iw_end) {
-            const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-            const int64_t dy_base = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*stride_w
-            if (pl.stride_w == 1) {
-              for (int64_t iw = iw_begin; iw < iw_end; ++iw) {
-                c_row[c_base + iw] = dy_c[dy_base + iw];
-              }
-            } else {
-              for (int64_t iw = iw_begin; iw < iw_end; ++iw) {
-                c_row[c_base + iw] = dy_c[dy_base + iw * pl.stride_w];
-              }
-            }
-          }
-          for (int64_t iw = iw_end; iw < seg_end; ++iw)
-            c_row[c_base + iw] = T(0);
-        }
-      }
-    }
-  }
-}
+namespace {
 
-// Forward for few (n, g): per (n, g), tasks over chunks of input positions fill one column buffer
-// of all rows (the GEMMs), then tasks over output channels scatter it into y (col2im), so that
-// every thread has work even at batch 1.
+using namespace conv;  // NOLINT(google-build-using-namespace): this file's own helpers
+
+// Forward for few tasks on large images (batch 1): tasks over (n, g, chunk of positions) fill the
+// column buffers of all rows of a round of (n, g) images (the GEMMs), then tasks over (n, g,
+// output channel) scatter them into y (col2im), so that every thread has work, in two parallel
+// regions per round.
 template <class T>
 void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
-  const int64_t chunk = pl.chunk(pl.rows, sizeof(T));
-  const int64_t n_chunks = ceil_div(pl.in_hw, chunk);
-  const Workspace<T> cols(pl.rows * pl.in_hw);
-  for (int64_t n = 0; n < pl.batch; ++n) {
-    for (int64_t g = 0; g < pl.groups; ++g) {
+  const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T), /*for_tasks=*/true);
+  const int64_t image_cols = pl.rows * pl.in_hw;
+  const int64_t images = pl.batch * pl.groups;  // image i = (n, g) = (i / groups, i % groups)
+  // Images whose buffers together fit in L2 share a round (fewer parallel regions); a larger one
+  // has a round of its own, its buffer written by the GEMMs and read by col2im while still warm.
+  constexpr int64_t kRoundBytes = int64_t{2} << 20;
+  const int64_t per_round = std::clamp<int64_t>(
+      kRoundBytes / std::max<int64_t>(1, image_cols * static_cast<int64_t>(sizeof(T))), 1,
+      std::max<int64_t>(1, images));
+  const Workspace<T> cols(image_cols * per_round);
+  for (int64_t first = 0; first < images; first += per_round) {
+    const int64_t count = std::min(per_round, images - first);
+    parallel_for(threads, count * cb.chunks_per_item, [&](int64_t t) {
+      const int64_t i = first + t / cb.chunks_per_item, g = i % pl.groups;
+      const int64_t p0 = t % cb.chunks_per_item * cb.chunk;
+      const int64_t len = std::min(cb.chunk, pl.in_hw - p0);
       const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-      const T* x_ng = x + (n * pl.in_channels + g * pl.cig) * pl.in_hw;
-      parallel_for(threads, n_chunks, [&](int64_t t) {
-        const int64_t p0 = t * chunk, len = std::min(chunk, pl.in_hw - p0);
-        const ConstStridedMap<T> x_chunk(x_ng + p0, pl.cig, len, Eigen::OuterStride<>(pl.in_hw));
-        StridedMap<T> c(cols.data() + p0, pl.rows, len, Eigen::OuterStride<>(pl.in_hw));
-        c.noalias() = w_g.transpose() * x_chunk;
-      });
-      T* y_ng = y + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
-      parallel_for(threads, pl.cog, [&](int64_t co) {
-        const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
-        std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
-        col2im_add(pl, cols.data() + co * pl.taps * pl.in_hw, co, co + 1, 0, pl.in_hw, y_ng);
-      });
-    }
+      const ConstStridedMap<T> x_chunk(x + (i * pl.cig) * pl.in_hw + p0, pl.cig, len,
+                                       Eigen::OuterStride<>(pl.in_hw));
+      StridedMap<T> c_map(cols.data() + (i - first) * image_cols + p0, pl.rows, len,
+                          Eigen::OuterStride<>(pl.in_hw));
+      c_map.noalias() = w_g.transpose() * x_chunk;
+    });
+    parallel_for(threads, count * pl.cog, [&](int64_t t) {
+      const int64_t i = first + t / pl.cog, g = i % pl.groups, co = t % pl.cog;
+      T* y_ng = y + i * pl.cog * pl.out_hw;
+      const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
+      std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
+      col2im_add(pl, cols.data() + (i - first) * image_cols + co * pl.taps * pl.in_hw, pl.in_hw, co,
+                 co + 1, 0, pl.in_hw, y_ng);
+    });
   }
 }
 
-// Tasks (n, g, block of output channels); each writes only its own channels of y. The choice
-// between this and forward_by_positions depends on the shape only.
+// Tasks (item block, g, block of output channels); each writes only its own channels of its
+// items of y, looping over the column blocks of its items. The choice between this,
+// forward_by_positions and the depthwise loops depends on the shape only.
 template <class T>
 void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
-  const int64_t blocks = std::max<int64_t>(1, ceil_div(pl.rows, kMaxForwardRows));
-  const int64_t co_per_block = ceil_div(pl.cog, blocks);
-  const int64_t n_blocks = ceil_div(pl.cog, co_per_block);
-  const int64_t block_rows = co_per_block * pl.taps;
-  const int64_t chunk = pl.chunk(block_rows, sizeof(T));
-  const int64_t tasks = pl.batch * pl.groups * n_blocks;
-  if (tasks < kMinForwardTasks && pl.in_hw > chunk &&
-      pl.rows * pl.in_hw * static_cast<int64_t>(sizeof(T)) <= kMaxWholeColsBytes) {
+  if (depthwise(pl)) {
+    depthwise_forward(pl, x, w, b, y, threads);
+    return;
+  }
+  const ChannelBlocks by_size = channel_blocks(pl, kMinTasks);
+  const ColBlocks cb = col_blocks(pl, by_size.per_block * pl.taps, sizeof(T), /*for_tasks=*/false);
+  const int64_t outer = cb.item_blocks * pl.groups;
+  if (outer * by_size.count < kMinTasks && cb.chunks_per_item > 1 &&
+      fits(pl.rows, pl.in_hw, sizeof(T), kMaxWholeColsBytes)) {
     forward_by_positions(pl, x, w, b, y, threads);
     return;
   }
+  const ChannelBlocks chb = channel_blocks(pl, outer);
+  const int64_t max_rows = chb.per_block * pl.taps;
   parallel_for(
-      threads, tasks, [&] { return Workspace<T>(block_rows * chunk); },
-      [&](Workspace<T>& cols, int64_t t) {
-        const int64_t n = t / (pl.groups * n_blocks);
-        const int64_t g = (t / n_blocks) % pl.groups;
-        const int64_t co0 = (t % n_blocks) * co_per_block;
-        const int64_t co1 = std::min(pl.cog, co0 + co_per_block);
-        T* y_ng = y + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
-        for (int64_t co = co0; co < co1; ++co) {
-          const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
-          std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
+      threads, outer * chb.count, [&] { return Workspace<T>((max_rows + pl.cig) * cb.max_cols()); },
+      [&](Workspace<T>& ws, int64_t t) {
+        const int64_t ib = t / (pl.groups * chb.count);
+        const int64_t g = (t / chb.count) % pl.groups;
+        const int64_t co0 = (t % chb.count) * chb.per_block;
+        const int64_t co1 = std::min(pl.cog, co0 + chb.per_block);
+        const ColBlock items = cb.block(pl, ib, 0);
+        for (int64_t n = items.n0; n < items.n0 + items.items; ++n) {
+          T* y_ng = y + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
+          for (int64_t co = co0; co < co1; ++co) {
+            const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
+            std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
+          }
         }
         const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-        const auto w_block_t = w_g.middleCols(co0 * pl.taps, (co1 - co0) * pl.taps).transpose();
-        const T* x_ng = x + (n * pl.in_channels + g * pl.cig) * pl.in_hw;
-        for (int64_t p0 = 0; p0 < pl.in_hw; p0 += chunk) {
-          const int64_t len = std::min(chunk, pl.in_hw - p0);
-          const ConstStridedMap<T> x_chunk(x_ng + p0, pl.cig, len, Eigen::OuterStride<>(pl.in_hw));
-          MutMap<T> c(cols.data(), (co1 - co0) * pl.taps, len);
-          c.noalias() = w_block_t * x_chunk;
-          col2im_add(pl, cols.data(), co0, co1, p0, len, y_ng);
+        const int64_t rows = (co1 - co0) * pl.taps;
+        const auto w_block = w_g.middleCols(co0 * pl.taps, rows);
+        T* cols = ws.data();
+        T* x_buf = ws.data() + max_rows * cb.max_cols();
+        for (int64_t c = 0; c < cb.chunks_per_item; ++c) {
+          const ColBlock blk = cb.block(pl, ib, c);
+          const int64_t ld = blk.cols();
+          const ConstStridedMap<T> x_blk = x_block(pl, x, g, blk, x_buf);
+          // Few columns: the buffer transposed, (columns x rows), which Eigen computes reading
+          // the weight in its own order; (rows x columns) makes it pack W transposed, which
+          // costs as much as the arithmetic when each weight meets only a few columns.
+          const bool transposed = ld <= kMaxTransposedCols;
+          if (transposed) {
+            MutMap<T>(cols, ld, rows).noalias() = x_blk.transpose() * w_block;
+          } else {
+            MutMap<T>(cols, rows, ld).noalias() = w_block.transpose() * x_blk;
+          }
+          for (int64_t j = 0; j < blk.items; ++j) {
+            T* y_ng = y + ((blk.n0 + j) * pl.out_channels + g * pl.cog) * pl.out_hw;
+            if (transposed) {
+              col2im_add_transposed(pl, cols + j * blk.len * rows, rows, co0, co1, blk.p0, blk.len,
+                                    y_ng);
+            } else {
+              col2im_add(pl, cols + j * blk.len, ld, co0, co1, blk.p0, blk.len, y_ng);
+            }
+          }
         }
       });
 }
 
-// Tasks (n, g, chunk of input positions); each writes only its own block of dx.
-template <class T>
-void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
-  const int64_t chunk = pl.chunk(pl.rows, sizeof(T));
-  const int64_t n_chunks = ceil_div(pl.in_hw, chunk);
-  const int64_t tasks = pl.batch * pl.groups * n_chunks;
-  parallel_for(
-      threads, tasks, [&] { return Workspace<T>(pl.rows * chunk); },
-      [&](Workspace<T>& cols, int64_t t) {
-        const int64_t n = t / (pl.groups * n_chunks);
-        const int64_t g = (t / n_chunks) % pl.groups;
-        const int64_t p0 = (t % n_chunks) * chunk;
-        const int64_t len = std::min(chunk, pl.in_hw - p0);
-        im2col(pl, dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw, p0, len, cols.data());
-        const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-        const ConstMap<T> c(cols.data(), pl.rows, len);
-        StridedMap<T> dx_chunk(dx + (n * pl.in_channels + g * pl.cig) * pl.in_hw + p0, pl.cig, len,
-                               Eigen::OuterStride<>(pl.in_hw));
-        dx_chunk.noalias() = w_g * c;
-      });
+// dx of input channels [ci0, ci1) of group g on a block's columns = `product`, a
+// ((ci1 - ci0) x cols) expression: written in place for a block of one item, else through tmp
+// (that many elements) and copied out item by item.
+template <class T, class Product>
+void store_dx(const Plan& pl, int64_t g, const ColBlock& b, int64_t ci0, int64_t ci1,
+              const Product& product, T* tmp, T* dx) {
+  T* dx_first = dx + (b.n0 * pl.in_channels + g * pl.cig + ci0) * pl.in_hw + b.p0;
+  if (b.items == 1) {
+    StridedMap<T>(dx_first, ci1 - ci0, b.len, Eigen::OuterStride<>(pl.in_hw)).noalias() = product;
+    return;
+  }
+  const int64_t ld = b.cols();
+  MutMap<T>(tmp, ci1 - ci0, ld).noalias() = product;
+  for (int64_t ci = 0; ci < ci1 - ci0; ++ci) {
+    for (int64_t j = 0; j < b.items; ++j) {
+      std::copy_n(tmp + ci * ld + j * b.len, b.len,
+                  dx_first + (j * pl.in_channels + ci) * pl.in_hw);
+    }
+  }
 }
 
-// The reduction over (n, chunk) pairs r = n*n_chunks + c is cut into `slices` contiguous ranges
-// fixed by the shape; tasks (slice, g) sum their range in order into their own partial dw, and
-// the partials are added in slice order. With one slice the task writes dw directly.
+// Tasks (column block, g, part of the reduction); each writes only its own block of dx, or of
+// its part's partial dx. The reduction over the (co, kh, kw) rows is cut into parts of whole
+// channels only when there are too few column blocks for every thread (small batches of small
+// images, where dx is small and the weight large); the partials are then added in part order.
 template <class T>
-void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel, int threads) {
-  const int64_t chunk = pl.chunk(pl.rows, sizeof(T));
-  const int64_t n_chunks = ceil_div(pl.in_hw, chunk);
-  const int64_t reduce = pl.batch * n_chunks;
-  const int64_t max_slices_by_memory =
-      kMaxWgradPartialBytes / std::max<int64_t>(1, w_numel * static_cast<int64_t>(sizeof(T)));
-  const int64_t slices =
-      std::max<int64_t>(1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory}));
-  const Workspace<T> partial(slices > 1 ? slices * w_numel : 0);
+void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel, int threads) {
+  if (depthwise(pl)) {
+    depthwise_dgrad(pl, dy, w, dx, threads);
+    return;
+  }
+  constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
+  const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T), /*for_tasks=*/true);
+  const int64_t blocks = cb.count() * pl.groups;
+  const int64_t parts_by_memory =
+      kMaxPartialBytes / std::max<int64_t>(1, x_numel * static_cast<int64_t>(sizeof(T)));
+  const int64_t parts_by_size = std::min(pl.cog, pl.rows / kMinBlockRows);
+  const int64_t parts =
+      std::max<int64_t>(1, std::min({ceil_div(kMinTasks, std::max<int64_t>(1, blocks)),
+                                     parts_by_size, parts_by_memory}));
+  const int64_t co_per = ceil_div(pl.cog, parts);
+  const Workspace<T> partial(parts > 1 ? parts * x_numel : 0);
   parallel_for(
-      threads, slices * pl.groups, [&] { return Workspace<T>(pl.rows * chunk); },
-      [&](Workspace<T>& cols, int64_t t) {
-        const int64_t s = t / pl.groups, g = t % pl.groups;
-        T* acc_base = slices > 1 ? partial.data() + s * w_numel : dw;
-        MutMap<T> acc(acc_base + g * pl.cig * pl.rows, pl.cig, pl.rows);
-        acc.setZero();
-        const int64_t r_begin = reduce * s / slices, r_end = reduce * (s + 1) / slices;
-        for (int64_t r = r_begin; r < r_end; ++r) {
-          const int64_t n = r / n_chunks;
-          const int64_t p0 = (r % n_chunks) * chunk;
-          const int64_t len = std::min(chunk, pl.in_hw - p0);
-          im2col(pl, dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw, p0, len, cols.data());
-          const ConstStridedMap<T> x_chunk(x + (n * pl.in_channels + g * pl.cig) * pl.in_hw + p0,
-                                           pl.cig, len, Eigen::OuterStride<>(pl.in_hw));
-          const ConstMap<T> c(cols.data(), pl.rows, len);
-          acc.noalias() += x_chunk * c.transpose();
-        }
+      threads, blocks * parts,
+      [&] { return Workspace<T>((co_per * pl.taps + pl.cig) * cb.max_cols()); },
+      [&](Workspace<T>& ws, int64_t t) {
+        const int64_t k = t / blocks, i = t % blocks;
+        const int64_t ib = i / (pl.groups * cb.chunks_per_item);
+        const int64_t g = (i / cb.chunks_per_item) % pl.groups;
+        const ColBlock blk = cb.block(pl, ib, i % cb.chunks_per_item);
+        const int64_t co0 = std::min(pl.cog, k * co_per), co1 = std::min(pl.cog, co0 + co_per);
+        const int64_t rows = (co1 - co0) * pl.taps;
+        im2col_block(pl, dy, g, blk, co0, co1, ws.data(), blk.cols());
+        const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
+        const ConstMap<T> c(ws.data(), rows, blk.cols());
+        T* out = parts > 1 ? partial.data() + k * x_numel : dx;
+        store_dx(pl, g, blk, 0, pl.cig, w_g.middleCols(co0 * pl.taps, rows) * c,
+                 ws.data() + co_per * pl.taps * cb.max_cols(), out);
       });
-  if (slices == 1) return;
+  if (parts == 1) return;
   constexpr int64_t kSumBlock = 1 << 14;
-  parallel_for(threads_for(static_cast<double>(slices * w_numel), threads),
-               ceil_div(w_numel, kSumBlock), [&](int64_t t) {
-                 const int64_t i0 = t * kSumBlock, i1 = std::min(w_numel, i0 + kSumBlock);
-                 std::copy(partial.data() + i0, partial.data() + i1, dw + i0);
-                 for (int64_t s = 1; s < slices; ++s) {
-                   const T* part = partial.data() + s * w_numel;
+  parallel_for(threads_for(static_cast<double>(parts * x_numel), threads),
+               ceil_div(x_numel, kSumBlock), [&](int64_t t) {
+                 const int64_t i0 = t * kSumBlock, i1 = std::min(x_numel, i0 + kSumBlock);
+                 std::copy(partial.data() + i0, partial.data() + i1, dx + i0);
+                 for (int64_t k = 1; k < parts; ++k) {
+                   const T* part = partial.data() + k * x_numel;
                    for (int64_t i = i0; i < i1; ++i)
-                     dw[i] += part[i];
+                     dx[i] += part[i];
                  }
                });
 }
@@ -373,6 +268,7 @@ void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor
   check_numel(w, g.w_numel(), fn, "w", g);
   check_numel(y, g.y_numel(), fn, "y", g);
   if (b != nullptr) check_numel(*b, g.out_channels, fn, "b", g);
+  if (y.numel() == 0) return;
   dispatch_floating(y.dtype(), [&]<class T>() {
     forward_typed<T>(pl, data<T>(x), data<T>(w), b != nullptr ? data<T>(*b) : nullptr, data<T>(y),
                      threads_for(g.flops(), threads));
@@ -386,43 +282,10 @@ void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor&
   check_numel(dy, g.y_numel(), fn, "dy", g);
   check_numel(w, g.w_numel(), fn, "w", g);
   check_numel(dx, g.x_numel(), fn, "dx", g);
+  if (dx.numel() == 0) return;
   dispatch_floating(dx.dtype(), [&]<class T>() {
-    dgrad_typed<T>(pl, data<T>(dy), data<T>(w), data<T>(dx), threads_for(g.flops(), threads));
-  });
-}
-
-void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dw,
-                          int threads) {
-  const char* fn = "conv_transpose_wgrad";
-  const Plan pl = make_plan(g, fn);
-  check_numel(x, g.x_numel(), fn, "x", g);
-  check_numel(dy, g.y_numel(), fn, "dy", g);
-  check_numel(dw, g.w_numel(), fn, "dw", g);
-  dispatch_floating(dw.dtype(), [&]<class T>() {
-    wgrad_typed<T>(pl, data<T>(x), data<T>(dy), data<T>(dw), g.w_numel(),
+    dgrad_typed<T>(pl, data<T>(dy), data<T>(w), data<T>(dx), g.x_numel(),
                    threads_for(g.flops(), threads));
-  });
-}
-
-// db[co] = sum over n, then oh and ow, of dy[n, co, oh, ow], accumulated in double.
-void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db, int threads) {
-  const char* fn = "conv_transpose_bias_grad";
-  const Plan pl = make_plan(g, fn);
-  check_numel(dy, g.y_numel(), fn, "dy", g);
-  check_numel(db, g.out_channels, fn, "db", g);
-  dispatch_floating(db.dtype(), [&]<class T>() {
-    const T* dyp = data<T>(dy);
-    T* dbp = data<T>(db);
-    parallel_for(threads_for(static_cast<double>(g.y_numel()), threads), pl.out_channels,
-                 [&](int64_t co) {
-                   double sum = 0.0;
-                   for (int64_t n = 0; n < pl.batch; ++n) {
-                     const T* dy_c = dyp + (n * pl.out_channels + co) * pl.out_hw;
-                     for (int64_t i = 0; i < pl.out_hw; ++i)
-                       sum += static_cast<double>(dy_c[i]);
-                   }
-                   dbp[co] = static_cast<T>(sum);
-                 });
   });
 }
 

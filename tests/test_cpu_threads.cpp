@@ -36,8 +36,9 @@ class ThreadsScope {
 };
 
 // Every result of a small training-like computation: conv forward and backward (batched, batch 1,
-// and a wgrad whose reduction is cut into many slices), a regular conv, matmul, elementwise ops
-// with broadcasting, and reductions (full sums, sum_to of a bias), sized past the parallel grain.
+// a wgrad whose reduction is cut into many slices, and the decompositions of small images that
+// conv_transpose_cols.h describes), a regular conv, matmul, elementwise ops with broadcasting,
+// and reductions (full sums, sum_to of a bias), sized past the parallel grain.
 std::vector<Tensor> compute_everything() {
   Generator gen(21);
   const Tensor x = randn({2, 16, 48, 48}, gen).requires_grad_(true);
@@ -56,11 +57,30 @@ std::vector<Tensor> compute_everything() {
   const Tensor y2 = conv_transpose1d(x2, w2);
   const Tensor bias = randn({300}, gen).requires_grad_(true);
   const Tensor h = tanh(randn({400, 300}, gen) + bias);
-  const Tensor s =
-      sum(z * z, {0, 2, 3}) + sum(e) + mean(sum(m, {1})) + sum(y1 * y1) + sum(y2 * y2) + sum(h);
+  // Small images (3x3) with many channels: several items per GEMM, forward's channel blocks
+  // cut finer for more tasks, dgrad's reduction cut into parts, wgrad split over channel blocks;
+  // in float64 too.
+  const Tensor x3 = randn({13, 64, 3, 3}, gen).requires_grad_(true);
+  const Tensor w3 = randn({64, 80, 4, 4}, gen).requires_grad_(true);
+  const Tensor y3 = conv_transpose2d(x3, w3, Tensor(), ConvTranspose2dFuncOptions().stride(2));
+  const Tensor x4 = randn({20, 48, 2, 2}, gen).to(kFloat64).requires_grad_(true);
+  const Tensor w4 = randn({48, 96, 3, 3}, gen).to(kFloat64).requires_grad_(true);
+  const Tensor y4 = conv_transpose2d(x4, w4, Tensor(), ConvTranspose2dFuncOptions().padding(1));
+  // wgrad with both channel blocks and slices of its reduction; 1-D stride 4.
+  const Tensor x5 = randn({4, 16, 20, 20}, gen).requires_grad_(true);
+  const Tensor w5 = randn({16, 40, 4, 4}, gen).requires_grad_(true);
+  const Tensor y5 = conv_transpose2d(x5, w5);
+  const Tensor x6 = randn({3, 24, 700}, gen).requires_grad_(true);
+  const Tensor w6 = randn({24, 16, 8}, gen).requires_grad_(true);
+  const Tensor y6 = conv_transpose1d(x6, w6, Tensor(), ConvTranspose1dFuncOptions().stride(4));
+  const Tensor s = sum(z * z, {0, 2, 3}) + sum(e) + mean(sum(m, {1})) + sum(y1 * y1) +
+                   sum(y2 * y2) + sum(h) + sum(y3 * y3) + sum(y4 * y4).to(kFloat32) + sum(y5 * y5) +
+                   sum(y6 * y6);
   sum(s).backward();
-  return {y.detach(), z.detach(),  m,         e,         s.detach(), x.grad(),  w.grad(),
-          b.grad(),   y1.detach(), x1.grad(), w1.grad(), x2.grad(),  w2.grad(), bias.grad()};
+  return {y.detach(),  z.detach(),  m,           e,           s.detach(), x.grad(),  w.grad(),
+          b.grad(),    y1.detach(), x1.grad(),   w1.grad(),   x2.grad(),  w2.grad(), bias.grad(),
+          y3.detach(), x3.grad(),   w3.grad(),   y4.detach(), x4.grad(),  w4.grad(), y5.detach(),
+          x5.grad(),   w5.grad(),   y6.detach(), x6.grad(),   w6.grad()};
 }
 
 TEST(CpuThreads, ResultsAreBitIdenticalForAnyThreadCount) {

@@ -1,0 +1,353 @@
+// The column machinery of the CPU ConvTranspose kernels (conv_transpose.cpp: forward and dgrad;
+// conv_transpose_wgrad.cpp; conv_transpose_depthwise.cpp: direct loops for depthwise layers): the
+// per-shape plan, the tap ranges, how the GEMMs' columns are cut into blocks and the output
+// channels into tasks, and the im2col / col2im moves between images and column buffers.
+//
+// Per group g, the GEMMs' columns are the (n, p) pairs, p = ih*W + iw an input position. A column
+// buffer's row r = (co, kh, kw) pairs input (ih, iw) with output
+// (oh, ow) = (ih*sh - ph + kh*dh, iw*sw - pw + kw*dw), skipped when outside y.
+//
+// Included by each per-level copy of the kernels inside its namespace TGRAD_CPU_ISA_NS; the
+// functions are inline so that every copy gets its own, renamed by isa_objects.cmake.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/conv_geometry.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+#ifndef TGRAD_CPU_ISA_NS
+#error "compiled once per level with TGRAD_CPU_ISA_NS set (cpu/CMakeLists.txt)"
+#endif
+
+namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv {
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const RowMajor<T>>;
+template <class T>
+using MutMap = Eigen::Map<RowMajor<T>>;
+// A block of columns of a row-major matrix whose rows are `stride` elements apart.
+template <class T>
+using ConstStridedMap = Eigen::Map<const RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using StridedMap = Eigen::Map<RowMajor<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// Bytes of column buffer each thread works in: small enough to stay in L2 between the GEMM that
+// writes it and the col2im that reads it (or the im2col that writes it and the GEMM that reads).
+inline constexpr int64_t kColsBudgetBytes = int64_t{1} << 19;
+inline constexpr int64_t kMinChunk = 64;  // columns per GEMM, at least
+// Every kernel cuts its work, by the shape only, into at least this many tasks where the sizes
+// below allow it, so that a 16-core host has work for every core.
+inline constexpr int64_t kMinTasks = 16;
+// Forward and wgrad cut the (co, kh, kw) rows of a group into blocks of whole channels of at most
+// kMaxBlockRows rows, and of no fewer than kMinBlockRows when cutting further for kMinTasks (each
+// block's GEMM packs the other operand again: that costs ~32/rows of the block's time). Dgrad
+// cuts its reduction over the rows into parts of no fewer than kMinBlockRows.
+inline constexpr int64_t kMaxBlockRows = 512;
+inline constexpr int64_t kMinBlockRows = 256;
+// forward_by_positions holds the column buffer of every position of an image at once, up to
+// this size.
+inline constexpr int64_t kMaxWholeColsBytes = int64_t{64} << 20;
+
+__extension__ typedef __int128 int128;  // GCC and Clang; only for overflow-free index bounds
+
+// Ceiling of a / b for b > 0, exact for every int64 a and b (no a + b - 1 that could overflow:
+// the fuzzer found strides near INT64_MAX that the geometry accepts).
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && a > 0) ? q + 1 : q;
+}
+
+// Whether count elements of `elem_bytes` bytes times `per` fit in `cap` bytes, without overflow.
+inline bool fits(int64_t count, int64_t per, int64_t elem_bytes, int64_t cap) {
+  return int128{count} * per * elem_bytes <= cap;
+}
+
+// Per axis and kernel tap k: the input indices i in [lo, hi) whose output
+// i*stride - padding + k*dilation lands inside [0, out).
+struct TapRanges {
+  std::vector<int64_t> lo, hi;
+};
+
+inline TapRanges tap_ranges(int64_t in, int64_t out, int64_t kernel, int64_t stride,
+                            int64_t padding, int64_t dilation) {
+  TapRanges r;
+  for (int64_t k = 0; k < kernel; ++k) {
+    const int64_t shift = padding - k * dilation;  // o = i*stride - shift
+    const int64_t lo = std::max<int64_t>(0, ceil_div(shift, stride));
+    // out - 1 + shift can pass INT64_MAX (empty tensors accept huge sizes): 128-bit sum.
+    const int128 last = int128{out} - 1 + shift;
+    int128 q = last / stride;
+    if (last % stride != 0 && last < 0) --q;
+    const int64_t hi = q + 1 >= in ? in : static_cast<int64_t>(q + 1);
+    r.lo.push_back(lo);
+    r.hi.push_back(std::max(lo, hi));
+  }
+  return r;
+}
+
+// Every size a kernel needs, checked against the tensors once.
+struct Plan {
+  int64_t batch, groups, in_channels, out_channels, cig, cog;
+  int64_t in_h, in_w, out_h, out_w, kernel_h, kernel_w;
+  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  int64_t in_hw, out_hw, taps, rows;  // rows = cog * taps: the (co, kh, kw) of one group
+  TapRanges h, w;
+
+  // Columns per GEMM for a column buffer of `buffer_rows` rows of `elem_bytes` each: what fits the
+  // budget, a multiple of 16, at least kMinChunk.
+  int64_t target_cols(int64_t buffer_rows, int64_t elem_bytes) const {
+    const int64_t p = kColsBudgetBytes / std::max<int64_t>(1, buffer_rows * elem_bytes);
+    return std::max(kMinChunk, p / 16 * 16);
+  }
+};
+
+// conv_transpose.cpp: the plan of a geometry, its sizes checked; a tensor's size checked.
+Plan make_plan(const ConvGeometry& g, const char* fn);
+void check_numel(const Tensor& t, int64_t expected, const char* fn, const char* arg,
+                 const ConvGeometry& g);
+
+// Whether the passes take conv_transpose_depthwise.cpp's direct loops: one input and one output
+// channel per group, and a W stride its phase layout can afford (one row per phase).
+inline bool depthwise(const Plan& pl) {
+  constexpr int64_t kMaxPhases = 16;
+  return pl.cig == 1 && pl.cog == 1 && pl.stride_w <= kMaxPhases;
+}
+
+// conv_transpose_depthwise.cpp: the passes when depthwise(pl).
+// Plain overloads, not templates: isa_objects.cmake renames every weak symbol per object, so a
+// template instantiated in one file cannot be called from another.
+void depthwise_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                       int threads);
+void depthwise_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
+                       int threads);
+void depthwise_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
+void depthwise_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
+void depthwise_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
+void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads);
+
+// One block of GEMM columns: positions [p0, p0 + len) of each of the items n0 .. n0 + items - 1,
+// side by side (item n0 + j at columns j*len ..).
+struct ColBlock {
+  int64_t n0, items, p0, len;
+  int64_t cols() const { return items * len; }
+};
+
+// How the (n, p) columns of a group are cut into GEMM blocks, by the shape only. An image with at
+// least the target number of positions is cut into chunks of its own positions (one item per
+// block); smaller images are packed whole, several items to a block, so that the GEMM over a 4x4
+// image still has enough columns to stream the weight once per block, not once per item.
+struct ColBlocks {
+  int64_t items_per_block, item_blocks, chunk, chunks_per_item;
+
+  int64_t count() const { return item_blocks * chunks_per_item; }  // blocks, item block-major
+  int64_t max_cols() const { return items_per_block * chunk; }
+  ColBlock block(const Plan& pl, int64_t item_block, int64_t c) const {
+    const int64_t n0 = item_block * items_per_block, p0 = c * chunk;
+    return {n0, std::min(items_per_block, pl.batch - n0), p0, std::min(chunk, pl.in_hw - p0)};
+  }
+};
+
+// `for_tasks`: also cut a long image or sequence into kMinTasks blocks where each keeps at least
+// kMinParallelCols columns: with few rows the L2 budget alone lets one block take 8000 columns, and
+// a batch-1 4000-long sequence would be one task. Forward's blocked path gains nothing from it (a
+// task owns output channels of whole items, whatever its blocks); forward_by_positions uses it.
+inline ColBlocks col_blocks(const Plan& pl, int64_t buffer_rows, int64_t elem_bytes,
+                            bool for_tasks) {
+  constexpr int64_t kMinParallelCols = 256;
+  const int128 per_task = int128{pl.batch} * pl.in_hw / kMinTasks / 16 * 16;
+  const int64_t budget = pl.target_cols(buffer_rows, elem_bytes);
+  const int64_t target =
+      for_tasks ? std::min<int128>(budget, std::max<int128>(kMinParallelCols, per_task)) : budget;
+  ColBlocks cb{};
+  if (pl.in_hw >= target) {
+    cb.items_per_block = 1;
+    cb.chunk = target;
+  } else {
+    const int64_t most = std::max<int64_t>(1, pl.batch);
+    cb.items_per_block = pl.in_hw == 0 ? most : std::clamp<int64_t>(target / pl.in_hw, 1, most);
+    cb.chunk = pl.in_hw;  // 0 for an empty image: no blocks, no column buffer
+  }
+  cb.item_blocks = ceil_div(pl.batch, cb.items_per_block);
+  cb.chunks_per_item = pl.in_hw == 0 ? 0 : ceil_div(pl.in_hw, cb.chunk);
+  return cb;
+}
+
+// Output channels of a group cut into blocks of whole channels: at most kMaxBlockRows rows each,
+// and more blocks (of at least kMinBlockRows rows) while other_tasks x blocks < kMinTasks.
+struct ChannelBlocks {
+  int64_t per_block, count;
+};
+
+inline ChannelBlocks channel_blocks(const Plan& pl, int64_t other_tasks) {
+  int64_t blocks = std::max<int64_t>(1, ceil_div(pl.rows, kMaxBlockRows));
+  const int64_t wanted = ceil_div(kMinTasks, std::max<int64_t>(1, other_tasks));
+  const int64_t most = std::max<int64_t>(1, std::min(pl.cog, pl.rows / kMinBlockRows));
+  blocks = std::max(blocks, std::min(wanted, most));
+  const int64_t per = ceil_div(pl.cog, blocks);
+  return {per, ceil_div(pl.cog, per)};
+}
+
+// Calls f.template operator()<S>() with S the W stride as a constant for the common strides (the
+// inner loops then vectorise and carry no stride arithmetic), else with S = 0: read it at run time.
+template <class F>
+void with_stride(int64_t stride, F&& f) {
+  switch (stride) {
+    case 1:
+      return f.template operator()<1>();
+    case 2:
+      return f.template operator()<2>();
+    case 4:
+      return f.template operator()<4>();
+    default:
+      return f.template operator()<0>();
+  }
+}
+
+// dst[i] = src[i * stride] for i in [0, n).
+template <class T>
+void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
+  with_stride(stride, [&]<int64_t S>() {
+    const int64_t st = S != 0 ? S : stride;
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = src[i * st];
+  });
+}
+
+// y_c[oh, ow] += cols[r*ld + p - p0] for the rows r of channels [co0, co1) (row 0 is co0's first
+// tap) and positions p in [p0, p0 + len). y_ng points at channel 0 of the group of one item.
+template <class T>
+void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1, int64_t p0,
+                int64_t len, T* y_ng) {
+  const int64_t p1 = p0 + len;
+  const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
+  with_stride(pl.stride_w, [&]<int64_t S>() {
+    const int64_t sw = S != 0 ? S : pl.stride_w;
+    for (int64_t co = co0; co < co1; ++co) {
+      T* y_c = y_ng + co * pl.out_hw;
+      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+        const int64_t ih_begin = std::max(pl.h.lo[kh], ih_first);
+        const int64_t ih_end = std::min(pl.h.hi[kh], ih_last + 1);
+        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+          const T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
+          for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
+            const int64_t row_p = ih * pl.in_w;  // position of (ih, 0)
+            const int64_t iw_begin = std::max(pl.w.lo[kw], p0 - row_p);
+            const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
+            const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+            T* y_row = y_c + oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw
+            const T* c = c_row + row_p - p0;                            // + iw
+            for (int64_t iw = iw_begin; iw < iw_end; ++iw)
+              y_row[iw * sw] += c[iw];
+          }
+        }
+      }
+    }
+  });
+}
+
+// Forward's GEMM blocks of at most this many columns write their buffer transposed.
+inline constexpr int64_t kMaxTransposedCols = 128;
+
+// col2im_add for a transposed buffer: y_c[oh, ow] += cols_t[(p - p0)*ld + r], position by position
+// (each position's rows of channels [co0, co1) are contiguous).
+template <class T>
+void col2im_add_transposed(const Plan& pl, const T* cols_t, int64_t ld, int64_t co0, int64_t co1,
+                           int64_t p0, int64_t len, T* y_ng) {
+  for (int64_t p = p0; p < p0 + len; ++p) {
+    const int64_t ih = p / pl.in_w, iw = p % pl.in_w;
+    const T* c = cols_t + (p - p0) * ld;
+    for (int64_t co = co0; co < co1; ++co) {
+      T* y_c = y_ng + co * pl.out_hw;
+      const T* c_co = c + (co - co0) * pl.taps;
+      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+        if (ih < pl.h.lo[kh] || ih >= pl.h.hi[kh]) continue;
+        const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+        const int64_t y_base = oh * pl.out_w + iw * pl.stride_w - pl.pad_w;  // + kw*dw
+        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+          if (iw >= pl.w.lo[kw] && iw < pl.w.hi[kw]) {
+            y_c[y_base + kw * pl.dil_w] += c_co[kh * pl.kernel_w + kw];
+          }
+        }
+      }
+    }
+  }
+}
+
+// cols[r*ld + p - p0] = dy_c[oh, ow] for the rows r = (co, kh, kw) of channels [co0, co1) (row 0
+// is co0's first tap) and positions p in [p0, p0 + len), 0 where (oh, ow) falls outside dy. dy_ng
+// points at channel 0 of the group of one item.
+template <class T>
+void im2col(const Plan& pl, const T* dy_ng, int64_t co0, int64_t co1, int64_t p0, int64_t len,
+            T* cols, int64_t ld) {
+  const int64_t p1 = p0 + len;
+  const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
+  with_stride(pl.stride_w, [&]<int64_t S>() {
+    const int64_t sw = S != 0 ? S : pl.stride_w;
+    for (int64_t co = co0; co < co1; ++co) {
+      const T* dy_c = dy_ng + co * pl.out_hw;
+      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+          T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
+          for (int64_t ih = ih_first; ih <= ih_last; ++ih) {
+            const int64_t row_p = ih * pl.in_w;
+            const int64_t seg_begin = std::max<int64_t>(0, p0 - row_p);  // iw range in the chunk
+            const int64_t seg_end = std::min(pl.in_w, p1 - row_p);
+            T* c = c_row + row_p - p0;                     // + iw
+            int64_t iw_begin = seg_end, iw_end = seg_end;  // the valid part; empty if ih is out
+            if (ih >= pl.h.lo[kh] && ih < pl.h.hi[kh]) {
+              iw_begin = std::clamp(pl.w.lo[kw], seg_begin, seg_end);
+              iw_end = std::clamp(pl.w.hi[kw], iw_begin, seg_end);
+            }
+            for (int64_t iw = seg_begin; iw < iw_begin; ++iw)
+              c[iw] = T(0);
+            if (iw_begin < iw_end) {
+              const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+              const T* dy_row = dy_c + oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw
+              for (int64_t iw = iw_begin; iw < iw_end; ++iw)
+                c[iw] = dy_row[iw * sw];
+            }
+            for (int64_t iw = iw_end; iw < seg_end; ++iw)
+              c[iw] = T(0);
+          }
+        }
+      }
+    }
+  });
+}
+
+// im2col of channels [co0, co1) of group g over a block's columns: item n0 + j at column j*len
+// of a buffer whose rows are ld apart.
+template <class T>
+void im2col_block(const Plan& pl, const T* dy, int64_t g, const ColBlock& b, int64_t co0,
+                  int64_t co1, T* cols, int64_t ld) {
+  for (int64_t j = 0; j < b.items; ++j) {
+    const T* dy_ng = dy + ((b.n0 + j) * pl.out_channels + g * pl.cog) * pl.out_hw;
+    im2col(pl, dy_ng, co0, co1, b.p0, b.len, cols + j * b.len, ld);
+  }
+}
+
+// x of group g on a block's columns as a (cig x cols) matrix: a view of x for a block of one item,
+// else the items copied side by side into buf (cig x cols elements).
+template <class T>
+ConstStridedMap<T> x_block(const Plan& pl, const T* x, int64_t g, const ColBlock& b, T* buf) {
+  const T* x_n0g = x + (b.n0 * pl.in_channels + g * pl.cig) * pl.in_hw + b.p0;
+  if (b.items == 1) {
+    return ConstStridedMap<T>(x_n0g, pl.cig, b.len, Eigen::OuterStride<>(pl.in_hw));
+  }
+  const int64_t ld = b.cols();
+  for (int64_t ci = 0; ci < pl.cig; ++ci) {
+    for (int64_t j = 0; j < b.items; ++j) {
+      std::copy_n(x_n0g + (j * pl.in_channels + ci) * pl.in_hw, b.len, buf + ci * ld + j * b.len);
+    }
+  }
+  return ConstStridedMap<T>(buf, pl.cig, ld, Eigen::OuterStride<>(ld));
+}
+
+}  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv

@@ -1,0 +1,195 @@
+// Depthwise ConvTranspose on the CPU (one input and one output channel per group): direct loops
+// over each (n, c) plane, since a GEMM of one row per group would spend its time packing.
+//   forward: y[oh, ow] = b + sum over taps (kh, kw) of w[kh, kw] x[ih, iw]
+//   dgrad:   dx[ih, iw] = sum over taps of w[kh, kw] dy[oh, ow]
+//   wgrad:   dw[kh, kw] = sum over n, ih, iw of x[ih, iw] dy[oh, ow]
+// with (oh, ow) = (ih*sh - ph + kh*dh, iw*sw - pw + kw*dw) inside y. Each sum runs in one fixed
+// order (taps in order; wgrad's as wgrad_typed says), and tasks are (n, c) planes or, for wgrad,
+// channels: results do not depend on the thread count.
+#include <algorithm>
+
+#include "cpu/conv_transpose_cols.h"
+#include "cpu/kernels.h"
+#include "cpu/parallel.h"
+
+// One copy per x86-64 level (cpu/kernels.h); nothing here may be shared between the copies.
+namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv {
+namespace {
+
+// Output planes are handled in a "phase" layout along W so that every inner loop is contiguous:
+// with stride sw, output column ow = j*sw + r is element j of phase row r, and the outputs of
+// one tap kw on one input row, ow = iw*sw + off_w, are the contiguous run iw + q of phase row
+// r (off_w = q*sw + r, 0 <= r < sw). Phase plane layout: [r][oh][j], `len` columns per row.
+struct Phases {
+  int64_t sw, len, out_h, out_w;
+  int64_t size() const { return sw * out_h * len; }
+  int64_t row(int64_t r, int64_t oh) const { return (r * out_h + oh) * len; }
+};
+
+Phases phases_of(const Plan& pl) {
+  return {pl.stride_w, ceil_div(pl.out_w, pl.stride_w), pl.out_h, pl.out_w};
+}
+
+// ph = plane in phase layout.
+template <class T>
+void to_phases(const Phases& f, const T* plane, T* ph) {
+  for (int64_t r = 0; r < std::min(f.sw, f.out_w); ++r) {
+    const int64_t n = ceil_div(f.out_w - r, f.sw);
+    for (int64_t oh = 0; oh < f.out_h; ++oh)
+      gather_strided(ph + f.row(r, oh), plane + oh * f.out_w + r, n, f.sw);
+  }
+}
+
+// plane = ph back from phase layout.
+template <class T>
+void from_phases(const Phases& f, const T* ph, T* plane) {
+  for (int64_t oh = 0; oh < f.out_h; ++oh) {
+    for (int64_t r = 0; r < std::min(f.sw, f.out_w); ++r) {
+      const T* src = ph + f.row(r, oh);
+      T* dst = plane + oh * f.out_w + r;
+      for (int64_t j = 0; j < ceil_div(f.out_w - r, f.sw); ++j)
+        dst[j * f.sw] = src[j];
+    }
+  }
+}
+
+// For every tap (kh, kw) and input row ih whose outputs land in y: fn(k, ih, iw_begin, iw_end,
+// out), out being the index, in phase layout, of the output of (ih, iw_begin) for tap k; the
+// outputs of iw_begin .. iw_end - 1 follow it contiguously.
+template <class Fn>
+void for_each_tap_row(const Plan& pl, const Phases& f, Fn&& fn) {
+  for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+    for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+      const int64_t iw0 = pl.w.lo[kw], iw1 = pl.w.hi[kw];
+      if (iw0 >= iw1) continue;
+      const int64_t off_w = kw * pl.dil_w - pl.pad_w;
+      int64_t q = off_w / f.sw;
+      if (off_w % f.sw != 0 && off_w < 0) --q;  // floor
+      const int64_t r = off_w - q * f.sw;
+      for (int64_t ih = pl.h.lo[kh]; ih < pl.h.hi[kh]; ++ih) {
+        const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+        fn(kh * pl.kernel_w + kw, ih, iw0, iw1, f.row(r, oh) + iw0 + q);
+      }
+    }
+  }
+}
+
+template <class T>
+void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+  if (pl.batch == 0) return;  // nothing to write; a phase plane could be huge (empty tensors)
+  const Phases f = phases_of(pl);
+  parallel_for(
+      threads, pl.batch * pl.groups, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
+      [&](Workspace<T>& ws, int64_t t) {
+        const int64_t c = t % pl.groups;
+        const T* x_p = x + t * pl.in_hw;
+        T* y_p = y + t * pl.out_hw;
+        T* acc = f.sw > 1 ? ws.data() : y_p;  // stride 1: the phase layout is y's own
+        std::fill_n(acc, f.sw > 1 ? f.size() : pl.out_hw, b != nullptr ? b[c] : T(0));
+        for_each_tap_row(pl, f, [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
+          const T wk = w[c * pl.taps + k];
+          const T* x_row = x_p + ih * pl.in_w + iw0;
+          T* out = acc + o;
+          for (int64_t i = 0; i < iw1 - iw0; ++i)
+            out[i] += wk * x_row[i];
+        });
+        if (f.sw > 1) from_phases(f, acc, y_p);
+      });
+}
+
+template <class T>
+void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
+  if (pl.batch == 0) return;
+  const Phases f = phases_of(pl);
+  parallel_for(
+      threads, pl.batch * pl.groups, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
+      [&](Workspace<T>& ws, int64_t t) {
+        const int64_t c = t % pl.groups;
+        const T* dy_p = dy + t * pl.out_hw;
+        if (f.sw > 1) to_phases(f, dy_p, ws.data());
+        const T* src = f.sw > 1 ? ws.data() : dy_p;
+        T* dx_p = dx + t * pl.in_hw;
+        std::fill_n(dx_p, pl.in_hw, T(0));
+        for_each_tap_row(pl, f, [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
+          const T wk = w[c * pl.taps + k];
+          const T* in = src + o;
+          T* dx_row = dx_p + ih * pl.in_w + iw0;
+          for (int64_t i = 0; i < iw1 - iw0; ++i)
+            dx_row[i] += wk * in[i];
+        });
+      });
+}
+
+// Tasks over channels; each sums its items in order, every tap's products in kLanes interleaved
+// partial sums (a vectorisable reduction) added in lane order at the end.
+template <class T>
+void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
+  constexpr int64_t kLanes = 16;
+  if (pl.batch == 0) {
+    std::fill_n(dw, pl.groups * pl.taps, T(0));
+    return;
+  }
+  const Phases f = phases_of(pl);
+  parallel_for(
+      threads, pl.groups,
+      [&] { return Workspace<T>((f.sw > 1 ? f.size() : 0) + pl.taps * kLanes); },
+      [&](Workspace<T>& ws, int64_t c) {
+        T* acc = ws.data();  // acc[k * kLanes + lane] for tap k
+        T* ph = ws.data() + pl.taps * kLanes;
+        std::fill_n(acc, pl.taps * kLanes, T(0));
+        for (int64_t n = 0; n < pl.batch; ++n) {
+          const int64_t t = n * pl.groups + c;
+          const T* x_p = x + t * pl.in_hw;
+          const T* dy_p = dy + t * pl.out_hw;
+          if (f.sw > 1) to_phases(f, dy_p, ph);
+          const T* src = f.sw > 1 ? ph : dy_p;
+          for_each_tap_row(pl, f, [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
+            T lanes[kLanes] = {};
+            const T* x_row = x_p + ih * pl.in_w + iw0;
+            const T* in = src + o;
+            const int64_t n_iw = iw1 - iw0;
+            int64_t i = 0;
+            for (; i + kLanes <= n_iw; i += kLanes) {
+              for (int64_t l = 0; l < kLanes; ++l)
+                lanes[l] += x_row[i + l] * in[i + l];
+            }
+            for (int64_t l = 0; i < n_iw; ++i, ++l)
+              lanes[l] += x_row[i] * in[i];
+            T* a = acc + k * kLanes;
+            for (int64_t l = 0; l < kLanes; ++l)
+              a[l] += lanes[l];
+          });
+        }
+        for (int64_t k = 0; k < pl.taps; ++k) {
+          T sum = T(0);
+          for (int64_t l = 0; l < kLanes; ++l)
+            sum += acc[k * kLanes + l];
+          dw[c * pl.taps + k] = sum;
+        }
+      });
+}
+
+}  // namespace
+
+void depthwise_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                       int threads) {
+  forward_typed(pl, x, w, b, y, threads);
+}
+void depthwise_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
+                       int threads) {
+  forward_typed(pl, x, w, b, y, threads);
+}
+void depthwise_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
+  dgrad_typed(pl, dy, w, dx, threads);
+}
+void depthwise_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads) {
+  dgrad_typed(pl, dy, w, dx, threads);
+}
+void depthwise_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads) {
+  wgrad_typed(pl, x, dy, dw, threads);
+}
+void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads) {
+  wgrad_typed(pl, x, dy, dw, threads);
+}
+
+}  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv

@@ -1,0 +1,182 @@
+// The CPU backend's conv decompositions (cpu/conv_transpose_cols.h) on shapes chosen to take each
+// of them, in float64 and float32, against the naive loops; and the same bits for any thread
+// count. The random sweep's images are too small and its channels too few to reach most of them.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/device.h"
+#include "tests/conv_cases.h"
+#include "tests/test_util.h"
+
+namespace tgrad::testing {
+namespace {
+
+struct PathCase {
+  const char* path;  // what the CPU kernels do with the shape, by their constants
+  ConvCase c;
+};
+
+std::vector<PathCase> path_cases() {
+  return {
+      // rows = 300*16: dgrad's GEMMs take 64 columns, 7 items of 3x3, then a last block of 3, and
+      // its reduction is cut into 8 parts; forward and wgrad take all 10 items in 16 channel
+      // blocks.
+      {"several items per GEMM, last block partial",
+       conv_case_from_shapes(2, {10, 24, 3, 3}, {24, 300, 4, 4}, true, {2, 2}, {1, 1}, {1, 1},
+                             {1, 1}, 1)},
+      // Groups 3 of 4 -> 100 channels on 2x3 images: one block of all 9 items per group, dgrad
+      // in 2 parts per group, non-square everything.
+      {"grouped small images", conv_case_from_shapes(2, {9, 12, 2, 3}, {12, 100, 3, 2}, false,
+                                                     {2, 1}, {1, 0}, {0, 0}, {1, 2}, 3)},
+      // Batch 1 on a 5x5 image with 512 rows: forward and wgrad cut into 2 channel blocks for
+      // more tasks, dgrad's reduction into 2 parts.
+      {"batch 1, small image, many channels",
+       conv_case_from_shapes(2, {1, 64, 5, 5}, {64, 128, 2, 2}, true, {2, 2}, {0, 0}, {0, 0},
+                             {1, 1}, 1)},
+      // Batch 1 on a 70x70 image with 36 rows: more positions than one GEMM takes, too few
+      // tasks, so forward goes by positions, its GEMMs in 17 chunks.
+      {"batch 1, large image, forward by positions",
+       conv_case_from_shapes(2, {1, 8, 70, 70}, {8, 4, 3, 3}, true, {1, 1}, {1, 1}, {0, 0}, {1, 1},
+                             1)},
+      // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
+      // group (and, in float64, 2 slices of its reduction).
+      {"two items per block, grouped", conv_case_from_shapes(2, {8, 32, 8, 8}, {32, 64, 4, 4}, true,
+                                                             {2, 2}, {1, 1}, {0, 0}, {1, 1}, 2)},
+      // 1-D with the strides im2col and col2im have loops of their own (2 and 4) and one they
+      // do not (3), dilated, on long sequences cut into chunks.
+      {"1-D stride 4",
+       conv_case_from_shapes(1, {3, 24, 700}, {24, 16, 8}, true, {4}, {2}, {1}, {1}, 1)},
+      {"1-D stride 2 dilation 2",
+       conv_case_from_shapes(1, {4, 16, 900}, {16, 32, 3}, false, {2}, {1}, {0}, {2}, 1)},
+      {"1-D stride 3, small sequences batched",
+       conv_case_from_shapes(1, {12, 40, 6}, {40, 96, 7}, true, {3}, {2}, {2}, {1}, 1)},
+      // One long sequence with 16 rows (a decoder to one channel): a GEMM block could take all
+      // 4000 columns, but dgrad and wgrad cut them into 16 blocks for 16 tasks (wgrad in 16
+      // slices of its reduction).
+      {"one long sequence, few rows",
+       conv_case_from_shapes(1, {1, 64, 4000}, {64, 1, 16}, true, {8}, {0}, {0}, {1}, 1)},
+      // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
+      // layout whose rows differ in length when the stride does not divide W_out, stride 1
+      // without it, and strides past 16 back on the GEMMs.
+      {"depthwise 2-D, strides (2, 3), dilated, padded",
+       conv_case_from_shapes(2, {3, 5, 7, 6}, {5, 1, 3, 4}, true, {2, 3}, {1, 2}, {1, 2}, {1, 2},
+                             5)},
+      {"depthwise 2-D stride 4, output padding",
+       conv_case_from_shapes(2, {2, 6, 9, 9}, {6, 1, 4, 4}, false, {4, 4}, {1, 1}, {3, 3}, {1, 1},
+                             6)},
+      {"depthwise 1-D stride 1",
+       conv_case_from_shapes(1, {4, 7, 300}, {7, 1, 5}, true, {1}, {2}, {0}, {3}, 7)},
+      {"depthwise 1-D stride 20 (GEMMs)",
+       conv_case_from_shapes(1, {2, 3, 40}, {3, 1, 25}, true, {20}, {3}, {0}, {1}, 3)},
+  };
+}
+
+// float32 against the float64 loops: relative L2 of a few ulps; 1e-5 catches a wrong term.
+constexpr Tolerance kFloat32L2{0.0, 0.0, 1e-5};
+
+bool passes_close(const ConvOutputs& actual, const ConvOutputs& expected, Tolerance tol,
+                  const std::string& config) {
+  bool ok = true;
+  auto one = [&](const char* name, const Tensor& a, const Tensor& e) {
+    const ::testing::AssertionResult r = tensors_close(a, e, tol, std::string(name) + " " + config);
+    EXPECT_TRUE(r);
+    ok = ok && static_cast<bool>(r);
+  };
+  one("forward y", actual.y, expected.y);
+  one("dgrad dx", actual.dx, expected.dx);
+  one("wgrad dw", actual.dw, expected.dw);
+  if (expected.db.defined()) one("bias grad db", actual.db, expected.db);
+  return ok;
+}
+
+void check_against_reference(DType dtype, Tolerance tol) {
+  uint64_t seed = 7100;
+  for (const PathCase& pc : path_cases()) {
+    const ConvData d = make_conv_data(pc.c, ++seed);
+    const ConvOutputs actual = run_backend_passes(pc.c, conv_tensors(pc.c, d, dtype, Device(kCPU)));
+    EXPECT_EQ(actual.y.dtype(), dtype);
+    passes_close(actual, run_reference_passes(pc.c, d), tol,
+                 std::string(pc.path) + ": " + pc.c.str());
+  }
+}
+
+TEST(CpuConvPaths, MatchReferenceFloat64) {
+  check_against_reference(kFloat64, kFloat64Tight);
+}
+
+TEST(CpuConvPaths, MatchReferenceFloat32) {
+  check_against_reference(kFloat32, kFloat32L2);
+}
+
+TEST(CpuConvPaths, SameBitsForAnyThreadCount) {
+  const int saved = get_num_threads();
+  uint64_t seed = 7200;
+  for (const PathCase& pc : path_cases()) {
+    const ConvData d = make_conv_data(pc.c, ++seed);
+    for (DType dtype : {kFloat32, kFloat64}) {
+      const ConvTensors t = conv_tensors(pc.c, d, dtype, Device(kCPU));
+      set_num_threads(1);
+      const ConvOutputs one = run_backend_passes(pc.c, t);
+      for (int n : {2, 5}) {
+        set_num_threads(n);
+        const ConvOutputs many = run_backend_passes(pc.c, t);
+        const std::string config = std::string(pc.path) + " at " + std::to_string(n) + " threads";
+        EXPECT_TRUE(equal(one.y, many.y)) << "forward " << config;
+        EXPECT_TRUE(equal(one.dx, many.dx)) << "dgrad " << config;
+        EXPECT_TRUE(equal(one.dw, many.dw)) << "wgrad " << config;
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
+// An empty batch on a huge length: every pass has nothing to compute and must allocate nothing
+// sized by the length (the depthwise loops' phase planes are per output plane).
+TEST(CpuConvPaths, EmptyBatchOnAHugeLengthAllocatesNothing) {
+  const int64_t length = int64_t{1} << 40;
+  for (int64_t groups : {int64_t{1}, int64_t{3}}) {
+    const ConvCase c = conv_case_from_shapes(1, {0, 3, length}, {3, 3 / groups, 4}, true, {2}, {1},
+                                             {0}, {1}, groups);
+    const ConvData d = make_conv_data(c, 7300);
+    for (DType dtype : {kFloat32, kFloat64}) {
+      const ConvOutputs out = run_backend_passes(c, conv_tensors(c, d, dtype, Device(kCPU)));
+      EXPECT_EQ(out.y.numel(), 0);
+      EXPECT_EQ(out.dx.numel(), 0);
+      EXPECT_TRUE(equal(out.dw, zeros(c.w_shape4(), TensorOptions(dtype)))) << c.str();
+      EXPECT_TRUE(equal(out.db, zeros({3}, TensorOptions(dtype)))) << c.str();
+    }
+  }
+}
+
+// Empty images (length 0) whose output is not empty (a kernel longer than the stride): y is the
+// bias, dw is 0; the column blocks have no columns and the kernels no column buffer.
+TEST(CpuConvPaths, EmptyImagesGiveTheBias) {
+  const ConvCase c = conv_case_from_shapes(1, {5, 2, 0}, {2, 3, 4}, true, {1}, {0}, {0}, {1}, 1);
+  ASSERT_EQ(c.p.out_extent(1), 3);
+  const ConvData d = make_conv_data(c, 7400);
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const ConvOutputs out = run_backend_passes(c, conv_tensors(c, d, dtype, Device(kCPU)));
+    std::vector<double> bias_everywhere;
+    for (int64_t n = 0; n < 5; ++n)
+      for (int64_t co = 0; co < 3; ++co)
+        for (int64_t i = 0; i < 3; ++i)
+          bias_everywhere.push_back(
+              static_cast<double>(static_cast<float>(d.b[static_cast<size_t>(co)])));
+    const Tensor y = out.y.to(kFloat64);
+    if (dtype == kFloat32) {
+      EXPECT_TRUE(equal(y, from_vector(bias_everywhere, c.y_shape4(), TensorOptions(kFloat64))));
+    } else {
+      for (int64_t i = 0; i < 45; ++i)
+        bias_everywhere[static_cast<size_t>(i)] = d.b[static_cast<size_t>(i / 3 % 3)];
+      EXPECT_TRUE(equal(y, from_vector(bias_everywhere, c.y_shape4(), TensorOptions(kFloat64))));
+    }
+    EXPECT_EQ(out.dx.numel(), 0);
+    EXPECT_TRUE(equal(out.dw, zeros(c.w_shape4(), TensorOptions(dtype)))) << c.str();
+  }
+}
+
+}  // namespace
+}  // namespace tgrad::testing
