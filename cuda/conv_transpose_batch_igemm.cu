@@ -146,32 +146,54 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
   const auto a_tile = [&](int stage) { return smem_f + stage * Cfg::kStageFloats; };
   const auto b_tile = [&](int stage) { return smem_f + stage * Cfg::kStageFloats + Cfg::kAFloats; };
 
-  // Stages step s (tap s / c_steps, channels from (s % c_steps) * kBK) into `stage`.
-  const auto load = [&](int s, int stage) {
-    const int t = s / c_steps, c0 = (s - t * c_steps) * kBK;
-    const int th = t / ax.taps, tw = t - th * ax.taps;
+  // The next step to stage: tap (ld_th, ld_tw), channels from ld_c0. load() stages the steps in
+  // order, so a cursor replaces the divisions by c_steps and the tap count (Nsight Compute, run
+  // 37: they and the per-row 64-bit address arithmetic were half of the K loop's instructions).
+  int ld_th = 0, ld_tw = 0, ld_c0 = 0;
+  // A: this thread's first 16-byte vector of the packed weights' row block, and the float
+  // distance between its vectors (kThreadsBI / (kBM / 4) rows apart).
+  constexpr int kAVecs = kBK * kBM / 4 / kThreadsBI, kARowStep = kThreadsBI / (kBM / 4);
+  static_assert(kThreadsBI % (kBM / 4) == 0, "A vectors per thread start on whole rows");
+  const int a_r0 = tid / (kBM / 4), a_c4 = (tid % (kBM / 4)) * 4;
+  const int64_t a_off0 = int64_t{a_r0} * a.m_pad + m0 + a_c4;
+  const int64_t a_vstep = int64_t{kARowStep} * a.m_pad;
+  const int64_t b_rstep = int64_t{kRowStep} * plane_s;
+
+  // Stages the cursor's step into `stage` and advances the cursor.
+  const auto load = [&](int stage) {
+    const int th = ld_th, tw = ld_tw, c0 = ld_c0;
+    if ((ld_c0 += kBK) == a.c_pad) {
+      ld_c0 = 0;
+      if (++ld_tw == ax.taps) ld_tw = 0, ++ld_th;
+    }
     const int wtap = tap_kh[th] * a.kW + tap_kw[tw];
     // A: kBK rows of kBM floats from the packed weights.
-    float* at = a_tile(stage);
-    const int64_t a_row0 = (int64_t{wtap} * a.c_pad + c0) * a.m_pad + m0;
+    float* at = a_tile(stage) + a_r0 * kLdA + a_c4;
+    const int64_t a_step = (int64_t{wtap} * a.c_pad + c0) * a.m_pad + a_off0;
 #pragma unroll
-    for (int v = 0; v < kBK * kBM / 4 / kThreadsBI; ++v) {
-      const int idx = tid + v * kThreadsBI;
-      const int r = idx / (kBM / 4), c4 = (idx - r * (kBM / 4)) * 4;
-      cp_async16(at + r * kLdA + c4, a.a_big + a_row0 + int64_t{r} * a.m_pad + c4);
+    for (int v = 0; v < kAVecs; ++v) {
+      cp_async16(at + v * kARowStep * kLdA, a.a_big + a_step + v * a_vstep);
       if constexpr (kSplit)
-        cp_async16(at + kBK * kLdA + r * kLdA + c4, a.a_small + a_row0 + int64_t{r} * a.m_pad + c4);
+        cp_async16(at + kBK * kLdA + v * kARowStep * kLdA, a.a_small + a_step + v * a_vstep);
     }
-    // B: this thread's column, kRows channels of the tap's src element (zero outside).
-    float* bt = b_tile(stage);
+    // B: this thread's column, kRows channels of the tap's src element (zero outside). Rows
+    // are kRowStep channels apart: one pointer step each; outside the plane every row reads
+    // nothing (size 0) from the always valid a.src.
+    float* bt = b_tile(stage) + row0 * kLdB + col;
     const int sy = sy0 + tap_sh[th], sx = sx0 + tap_sw[tw];
     const bool in = col_ok && sy >= 0 && sy < a.Hs && sx >= 0 && sx < a.Ws;
-    const float* p = src_n + (in ? int64_t{sy} * a.Ws + sx : 0);
+    const float* p = in ? src_n + int64_t{sy} * a.Ws + sx + int64_t{c0 + row0} * plane_s : a.src;
+    const int64_t rs = in ? b_rstep : 0;
+    if (c0 + kBK <= a.C) {  // every channel of the chunk exists (uniform across the CTA)
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int k = row0 + r * kRowStep, c = c0 + k;
-      const bool ok = in && c < a.C;
-      cp_async4(bt + k * kLdB + col, ok ? p + int64_t{c} * plane_s : a.src, ok);
+      for (int r = 0; r < kRows; ++r, p += rs)
+        cp_async4(bt + r * kRowStep * kLdB, p, in);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r, p += rs) {
+        const bool ok = in && c0 + row0 + r * kRowStep < a.C;
+        cp_async4(bt + r * kRowStep * kLdB, ok ? p : a.src, ok);
+      }
     }
   };
 
@@ -182,16 +204,20 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) load(s, s);
+    if (s < steps) load(s);
     cp_async_commit();
   }
+  // Rotating stage indices (read: step s; write: step s + kStages - 1) instead of s % kStages.
+  int rd = 0, wr = kStages - 1;
   for (int s = 0; s < steps; ++s) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // step s is visible to all; the slot refilled below was read at s - 1
-    if (s + kStages - 1 < steps) load(s + kStages - 1, (s + kStages - 1) % kStages);
+    if (s + kStages - 1 < steps) load(wr);
     cp_async_commit();
-    const float* at = a_tile(s % kStages);
-    const float* bt = b_tile(s % kStages);
+    const float* at = a_tile(rd);
+    const float* bt = b_tile(rd);
+    rd = rd + 1 == kStages ? 0 : rd + 1;
+    wr = wr + 1 == kStages ? 0 : wr + 1;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 8) {
       Frag<4, kSplit> fa[kFM];
