@@ -18,7 +18,9 @@
 //
 // Layout. A (weights) is packed once per call by pack_kernel into [tap][c_pad][m_pad], already
 // rounded to TF32 (and for 3xTF32 a second array of residuals), zero padded, so a K step's A
-// tile is kBK rows of kBM contiguous floats: 16-byte cp.async, no bounds checks. B is kBK
+// tile is kBK rows of kBM contiguous floats: 16-byte cp.async, no bounds checks. Within each 16
+// rows m the order is m0, m8, m1, m9, ..., m7, m15 (a_slot): an A fragment's rows g and g + 8
+// sit side by side, so a fragment is two 8-byte loads, not four 4-byte ones. B is kBK
 // channels x kBN columns of one tap: each thread owns one column for the whole K loop (its (n,
 // qy, qx) decomposed once) and kBK * kBN / kThreads rows of it; a warp's lanes are consecutive
 // columns, so forward's loads (ss = 1) are coalesced. Both tiles are k-major with a row pitch of
@@ -78,16 +80,26 @@ struct BiArgs {
   int64_t c_pad, m_pad;
 };
 
-// wp[(tap*c_pad + c)*m_pad + m] = tf32(W[m, c, tap]) (residual into wp_small when split), zero
-// outside M x C; W[m, c, tap] = w[c, m, tap] (forward, w is (C, M, taps)) or w[m, c, tap] (dgrad,
-// w is (M, C, taps)).
+// The slot of row m within the packed row block (see Layout): rows g and g + 8 of each 16 adjacent.
+__host__ __device__ constexpr int64_t a_slot(int64_t m) {
+  return (m & ~int64_t{15}) | (m & 7) << 1 | (m >> 3 & 1);
+}
+static_assert(a_slot(0) == 0 && a_slot(8) == 1 && a_slot(1) == 2 && a_slot(15) == 15 &&
+                  a_slot(16) == 16 && a_slot(25) == 19,
+              "a_slot interleaves rows g and g + 8");
+
+// wp[(tap*c_pad + c)*m_pad + a_slot(m)] = tf32(W[m, c, tap]) (residual into wp_small when split),
+// zero outside M x C; W[m, c, tap] = w[c, m, tap] (forward, w is (C, M, taps)) or w[m, c, tap]
+// (dgrad, w is (M, C, taps)).
 __global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big,
                             float* __restrict__ small, int64_t C, int64_t M, int64_t taps,
                             int64_t c_pad, int64_t m_pad, bool gather) {
   const int64_t total = taps * c_pad * m_pad;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t m = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad);
+    // e's slot holds row m (a_slot's inverse).
+    const int64_t slot = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad);
+    const int64_t m = (slot & ~int64_t{15}) | (slot & 1) << 3 | (slot >> 1 & 7);
     float v = 0.0f;
     if (m < M && c < C) v = gather ? w[(c * M + m) * taps + tap] : w[(m * C + c) * taps + tap];
     const uint32_t hi = to_tf32(v);
@@ -224,17 +236,17 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
       Frag<2, kSplit> fb[kFN];
 #pragma unroll
       for (int i = 0; i < kFM; ++i) {
-        const float* p = at + (kk + tq) * kLdA + wm + i * 16 + g;
-        fa[i].big[0] = __float_as_uint(p[0]);
-        fa[i].big[1] = __float_as_uint(p[8]);
-        fa[i].big[2] = __float_as_uint(p[4 * kLdA]);
-        fa[i].big[3] = __float_as_uint(p[4 * kLdA + 8]);
+        // Rows g and g + 8 (slots 2g, 2g + 1) at k = tq and tq + 4. 8-byte loads take a half
+        // warp per pass: its lanes (4 g x 4 tq) hit banks 8*tq + 2g + {0, 1}, all distinct.
+        const float* p = at + (kk + tq) * kLdA + wm + i * 16 + 2 * g;
+        const auto pair = [](const float* q) { return *reinterpret_cast<const float2*>(q); };
+        const float2 lo = pair(p), hi = pair(p + 4 * kLdA);
+        fa[i].big[0] = __float_as_uint(lo.x), fa[i].big[1] = __float_as_uint(lo.y);
+        fa[i].big[2] = __float_as_uint(hi.x), fa[i].big[3] = __float_as_uint(hi.y);
         if constexpr (kSplit) {
-          const float* q = p + kBK * kLdA;
-          fa[i].small[0] = __float_as_uint(q[0]);
-          fa[i].small[1] = __float_as_uint(q[8]);
-          fa[i].small[2] = __float_as_uint(q[4 * kLdA]);
-          fa[i].small[3] = __float_as_uint(q[4 * kLdA + 8]);
+          const float2 slo = pair(p + kBK * kLdA), shi = pair(p + kBK * kLdA + 4 * kLdA);
+          fa[i].small[0] = __float_as_uint(slo.x), fa[i].small[1] = __float_as_uint(slo.y);
+          fa[i].small[2] = __float_as_uint(shi.x), fa[i].small[3] = __float_as_uint(shi.y);
         }
       }
 #pragma unroll
