@@ -14,8 +14,8 @@
 // packed copy) and y moves through DRAM. Tensor cores through mma.sync (tf32_mma.cuh's helpers,
 // any sm_80+ GPU), not wgmma: run 34 (docs/performance.md) measured it ahead of the GEMM path
 // for M <= 256 and of mma.sync's row tiles on 2-D images; run 37 profiled it and cut the K
-// loop's address arithmetic and the epilogue's scattered stores (65-87 TFLOP/s at "high"); what
-// was tried and what bounds it now is written there.
+// loop's address arithmetic and the epilogue's scattered stores (65-87 TFLOP/s at "high" on the
+// 2-D suite layers); what was tried and what bounds it now is written there.
 //
 // Layout. A (weights) is packed once per call by pack_kernel into [tap][c_pad][m_pad], already
 // rounded to TF32 (and for 3xTF32 a second array of residuals), zero padded, so a K step's A
