@@ -12,13 +12,16 @@
 // GEMM's operands (docs/performance.md, run 31). Here the B tile is gathered straight from src
 // into shared memory (cp.async, zero fill outside the plane), so nothing but x, w (and its
 // packed copy) and y moves through DRAM. Tensor cores through mma.sync (tf32_mma.cuh's helpers,
-// any sm_80+ GPU), not wgmma: run 34 (docs/performance.md) measured 60-93 TFLOP/s at "high",
-// ahead of the GEMM path for M <= 256 and of mma.sync's row tiles on 2-D images, still behind
-// cuDNN; what was tried and what is suspected to bound it is written there.
+// any sm_80+ GPU), not wgmma: run 34 (docs/performance.md) measured it ahead of the GEMM path
+// for M <= 256 and of mma.sync's row tiles on 2-D images; run 37 profiled it and cut the K
+// loop's address arithmetic and the epilogue's scattered stores (65-87 TFLOP/s at "high" on the
+// 2-D suite layers); what was tried and what bounds it now is written there.
 //
 // Layout. A (weights) is packed once per call by pack_kernel into [tap][c_pad][m_pad], already
 // rounded to TF32 (and for 3xTF32 a second array of residuals), zero padded, so a K step's A
-// tile is kBK rows of kBM contiguous floats: 16-byte cp.async, no bounds checks. B is kBK
+// tile is kBK rows of kBM contiguous floats: 16-byte cp.async, no bounds checks. Within each 16
+// rows m the order is m0, m8, m1, m9, ..., m7, m15 (a_slot): an A fragment's rows g and g + 8
+// sit side by side, so a fragment is two 8-byte loads, not four 4-byte ones. B is kBK
 // channels x kBN columns of one tap: each thread owns one column for the whole K loop (its (n,
 // qy, qx) decomposed once) and kBK * kBN / kThreads rows of it; a warp's lanes are consecutive
 // columns, so forward's loads (ss = 1) are coalesced. Both tiles are k-major with a row pitch of
@@ -78,16 +81,26 @@ struct BiArgs {
   int64_t c_pad, m_pad;
 };
 
-// wp[(tap*c_pad + c)*m_pad + m] = tf32(W[m, c, tap]) (residual into wp_small when split), zero
-// outside M x C; W[m, c, tap] = w[c, m, tap] (forward, w is (C, M, taps)) or w[m, c, tap] (dgrad,
-// w is (M, C, taps)).
+// The slot of row m within the packed row block (see Layout): rows g and g + 8 of each 16 adjacent.
+__host__ __device__ constexpr int64_t a_slot(int64_t m) {
+  return (m & ~int64_t{15}) | (m & 7) << 1 | (m >> 3 & 1);
+}
+static_assert(a_slot(0) == 0 && a_slot(8) == 1 && a_slot(1) == 2 && a_slot(15) == 15 &&
+                  a_slot(16) == 16 && a_slot(25) == 19,
+              "a_slot interleaves rows g and g + 8");
+
+// wp[(tap*c_pad + c)*m_pad + a_slot(m)] = tf32(W[m, c, tap]) (residual into wp_small when split),
+// zero outside M x C; W[m, c, tap] = w[c, m, tap] (forward, w is (C, M, taps)) or w[m, c, tap]
+// (dgrad, w is (M, C, taps)).
 __global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big,
                             float* __restrict__ small, int64_t C, int64_t M, int64_t taps,
                             int64_t c_pad, int64_t m_pad, bool gather) {
   const int64_t total = taps * c_pad * m_pad;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t m = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad);
+    // e's slot holds row m (a_slot's inverse).
+    const int64_t slot = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad);
+    const int64_t m = (slot & ~int64_t{15}) | (slot & 1) << 3 | (slot >> 1 & 7);
     float v = 0.0f;
     if (m < M && c < C) v = gather ? w[(c * M + m) * taps + tap] : w[(m * C + c) * taps + tap];
     const uint32_t hi = to_tf32(v);
@@ -146,32 +159,54 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
   const auto a_tile = [&](int stage) { return smem_f + stage * Cfg::kStageFloats; };
   const auto b_tile = [&](int stage) { return smem_f + stage * Cfg::kStageFloats + Cfg::kAFloats; };
 
-  // Stages step s (tap s / c_steps, channels from (s % c_steps) * kBK) into `stage`.
-  const auto load = [&](int s, int stage) {
-    const int t = s / c_steps, c0 = (s - t * c_steps) * kBK;
-    const int th = t / ax.taps, tw = t - th * ax.taps;
+  // The next step to stage: tap (ld_th, ld_tw), channels from ld_c0. load() stages the steps in
+  // order, so a cursor replaces the divisions by c_steps and the tap count (Nsight Compute, run
+  // 37: they and the per-row 64-bit address arithmetic were half of the K loop's instructions).
+  int ld_th = 0, ld_tw = 0, ld_c0 = 0;
+  // A: this thread's first 16-byte vector of the packed weights' row block, and the float
+  // distance between its vectors (kThreadsBI / (kBM / 4) rows apart).
+  constexpr int kAVecs = kBK * kBM / 4 / kThreadsBI, kARowStep = kThreadsBI / (kBM / 4);
+  static_assert(kThreadsBI % (kBM / 4) == 0, "A vectors per thread start on whole rows");
+  const int a_r0 = tid / (kBM / 4), a_c4 = (tid % (kBM / 4)) * 4;
+  const int64_t a_off0 = int64_t{a_r0} * a.m_pad + m0 + a_c4;
+  const int64_t a_vstep = int64_t{kARowStep} * a.m_pad;
+  const int64_t b_rstep = int64_t{kRowStep} * plane_s;
+
+  // Stages the cursor's step into `stage` and advances the cursor.
+  const auto load = [&](int stage) {
+    const int th = ld_th, tw = ld_tw, c0 = ld_c0;
+    if ((ld_c0 += kBK) == a.c_pad) {
+      ld_c0 = 0;
+      if (++ld_tw == ax.taps) ld_tw = 0, ++ld_th;
+    }
     const int wtap = tap_kh[th] * a.kW + tap_kw[tw];
     // A: kBK rows of kBM floats from the packed weights.
-    float* at = a_tile(stage);
-    const int64_t a_row0 = (int64_t{wtap} * a.c_pad + c0) * a.m_pad + m0;
+    float* at = a_tile(stage) + a_r0 * kLdA + a_c4;
+    const int64_t a_step = (int64_t{wtap} * a.c_pad + c0) * a.m_pad + a_off0;
 #pragma unroll
-    for (int v = 0; v < kBK * kBM / 4 / kThreadsBI; ++v) {
-      const int idx = tid + v * kThreadsBI;
-      const int r = idx / (kBM / 4), c4 = (idx - r * (kBM / 4)) * 4;
-      cp_async16(at + r * kLdA + c4, a.a_big + a_row0 + int64_t{r} * a.m_pad + c4);
+    for (int v = 0; v < kAVecs; ++v) {
+      cp_async16(at + v * kARowStep * kLdA, a.a_big + a_step + v * a_vstep);
       if constexpr (kSplit)
-        cp_async16(at + kBK * kLdA + r * kLdA + c4, a.a_small + a_row0 + int64_t{r} * a.m_pad + c4);
+        cp_async16(at + kBK * kLdA + v * kARowStep * kLdA, a.a_small + a_step + v * a_vstep);
     }
-    // B: this thread's column, kRows channels of the tap's src element (zero outside).
-    float* bt = b_tile(stage);
+    // B: this thread's column, kRows channels of the tap's src element (zero outside). Rows
+    // are kRowStep channels apart: one pointer step each; outside the plane every row reads
+    // nothing (size 0) from the always valid a.src.
+    float* bt = b_tile(stage) + row0 * kLdB + col;
     const int sy = sy0 + tap_sh[th], sx = sx0 + tap_sw[tw];
     const bool in = col_ok && sy >= 0 && sy < a.Hs && sx >= 0 && sx < a.Ws;
-    const float* p = src_n + (in ? int64_t{sy} * a.Ws + sx : 0);
+    const float* p = in ? src_n + int64_t{sy} * a.Ws + sx + int64_t{c0 + row0} * plane_s : a.src;
+    const int64_t rs = in ? b_rstep : 0;
+    if (c0 + kBK <= a.C) {  // every channel of the chunk exists (uniform across the CTA)
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int k = row0 + r * kRowStep, c = c0 + k;
-      const bool ok = in && c < a.C;
-      cp_async4(bt + k * kLdB + col, ok ? p + int64_t{c} * plane_s : a.src, ok);
+      for (int r = 0; r < kRows; ++r, p += rs)
+        cp_async4(bt + r * kRowStep * kLdB, p, in);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r, p += rs) {
+        const bool ok = in && c0 + row0 + r * kRowStep < a.C;
+        cp_async4(bt + r * kRowStep * kLdB, ok ? p : a.src, ok);
+      }
     }
   };
 
@@ -182,33 +217,37 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) load(s, s);
+    if (s < steps) load(s);
     cp_async_commit();
   }
+  // Rotating stage indices (read: step s; write: step s + kStages - 1) instead of s % kStages.
+  int rd = 0, wr = kStages - 1;
   for (int s = 0; s < steps; ++s) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // step s is visible to all; the slot refilled below was read at s - 1
-    if (s + kStages - 1 < steps) load(s + kStages - 1, (s + kStages - 1) % kStages);
+    if (s + kStages - 1 < steps) load(wr);
     cp_async_commit();
-    const float* at = a_tile(s % kStages);
-    const float* bt = b_tile(s % kStages);
+    const float* at = a_tile(rd);
+    const float* bt = b_tile(rd);
+    rd = rd + 1 == kStages ? 0 : rd + 1;
+    wr = wr + 1 == kStages ? 0 : wr + 1;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 8) {
       Frag<4, kSplit> fa[kFM];
       Frag<2, kSplit> fb[kFN];
 #pragma unroll
       for (int i = 0; i < kFM; ++i) {
-        const float* p = at + (kk + tq) * kLdA + wm + i * 16 + g;
-        fa[i].big[0] = __float_as_uint(p[0]);
-        fa[i].big[1] = __float_as_uint(p[8]);
-        fa[i].big[2] = __float_as_uint(p[4 * kLdA]);
-        fa[i].big[3] = __float_as_uint(p[4 * kLdA + 8]);
+        // Rows g and g + 8 (slots 2g, 2g + 1) at k = tq and tq + 4. 8-byte loads take a half
+        // warp per pass: its lanes (4 g x 4 tq) hit banks 8*tq + 2g + {0, 1}, all distinct.
+        const float* p = at + (kk + tq) * kLdA + wm + i * 16 + 2 * g;
+        const auto pair = [](const float* q) { return *reinterpret_cast<const float2*>(q); };
+        const float2 lo = pair(p), hi = pair(p + 4 * kLdA);
+        fa[i].big[0] = __float_as_uint(lo.x), fa[i].big[1] = __float_as_uint(lo.y);
+        fa[i].big[2] = __float_as_uint(hi.x), fa[i].big[3] = __float_as_uint(hi.y);
         if constexpr (kSplit) {
-          const float* q = p + kBK * kLdA;
-          fa[i].small[0] = __float_as_uint(q[0]);
-          fa[i].small[1] = __float_as_uint(q[8]);
-          fa[i].small[2] = __float_as_uint(q[4 * kLdA]);
-          fa[i].small[3] = __float_as_uint(q[4 * kLdA + 8]);
+          const float2 slo = pair(p + kBK * kLdA), shi = pair(p + kBK * kLdA + 4 * kLdA);
+          fa[i].small[0] = __float_as_uint(slo.x), fa[i].small[1] = __float_as_uint(slo.y);
+          fa[i].small[2] = __float_as_uint(shi.x), fa[i].small[3] = __float_as_uint(shi.y);
         }
       }
 #pragma unroll
@@ -227,49 +266,48 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
     if constexpr (kSplit) flush_into(sum, acc);
   }
   cp_async_wait<0>();
+  __syncthreads();  // every warp has read its last stage: the stages now hold the output tile
 
-  // Epilogue: element (i, n, e) is row m = wm + i*16 + g + 8*(e/2), column wn + n*8 + 2*tq + e%2.
-  const int64_t plane_o = int64_t{a.Ho} * a.Wo;
-  int64_t col_off[kFN][2];
-#pragma unroll
-  for (int n = 0; n < kFN; ++n) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int64_t jj = n0 + wn + n * 8 + 2 * tq + e;
-      col_off[n][e] = -1;
-      if (jj < n_total) {
-        const int64_t nb = jj / qplane;
-        const int rest = static_cast<int>(jj - nb * qplane);
-        const int qy = rest / ax.q, qx = rest - qy * ax.q;
-        const int oy = qy * ay.os + ay.ob, ox = qx * ax.os + ax.ob;
-        col_off[n][e] = nb * a.M * plane_o + int64_t{oy} * a.Wo + ox;
-      }
-    }
-  }
-  const auto store = [&](const float(&res)[kFM][kFN][4]) {
+  // Epilogue through shared memory: the fragments' owners hold 2 adjacent columns of 8 rows, so
+  // direct stores used 8 of each 32-byte sector (Nsight Compute, run 37); staged, a warp stores
+  // 32 consecutive columns of one row (forward: every os-th float, dgrad: contiguous). The tile
+  // (bm x bn, pitch == 8 mod 32: each half warp's 8-byte writes hit distinct banks) fits in
+  // the pipeline's stages.
+  constexpr int kLdC = kBN + 8;
+  static_assert(kBM * kLdC <= kStages * Cfg::kStageFloats, "the output tile fits the stages");
+  const auto stage_out = [&](const float(&res)[kFM][kFN][4]) {
 #pragma unroll
     for (int i = 0; i < kFM; ++i) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int m = m0 + wm + i * 16 + g + 8 * h;
-        if (m >= a.M) continue;
-        const float b = a.bias ? a.bias[m] : 0.0f;
-        float* out_m = a.out + int64_t{m} * plane_o;
+        float* row = smem_f + (wm + i * 16 + g + 8 * h) * kLdC + wn + 2 * tq;
 #pragma unroll
-        for (int n = 0; n < kFN; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            if (col_off[n][e] >= 0) out_m[col_off[n][e]] = res[i][n][2 * h + e] + b;
-          }
-        }
+        for (int n = 0; n < kFN; ++n)
+          *reinterpret_cast<float2*>(row + n * 8) =
+              make_float2(res[i][n][2 * h], res[i][n][2 * h + 1]);
       }
     }
   };
   if constexpr (kSplit) {
-    store(sum);
+    stage_out(sum);
   } else {
-    store(acc);
+    stage_out(acc);
   }
+  __syncthreads();
+  if (!col_ok) return;
+  // This thread's column j (as for B above) at out position (qy*os + oby, qx*os + obx).
+  const int64_t plane_o = int64_t{a.Ho} * a.Wo;
+  const int64_t nb = j / qplane;
+  const int rest = static_cast<int>(j - nb * qplane);
+  const int qy = rest / ax.q, qx = rest - qy * ax.q;
+  float* out_j = a.out + nb * a.M * plane_o + int64_t{qy * ay.os + ay.ob} * a.Wo +
+                 (qx * ax.os + ax.ob) + int64_t{m0 + row0} * plane_o;
+  const float* cs = smem_f + row0 * kLdC + col;
+  const int rows = min(kBM, a.M - m0);
+  const int64_t out_step = int64_t{kRowStep} * plane_o;
+#pragma unroll 4
+  for (int r = row0; r < rows; r += kRowStep, cs += kRowStep * kLdC, out_j += out_step)
+    *out_j = *cs + (a.bias ? a.bias[m0 + r] : 0.0f);
 }
 
 template <class Cfg>
