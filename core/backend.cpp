@@ -3,8 +3,29 @@
 #include "core/backend.h"
 
 #include <atomic>
+#include <utility>
 
 namespace tgrad {
+
+void check_adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+                     const Tensor& v, const Tensor* vmax, const Tensor& p_out, const Tensor& m_out,
+                     const Tensor& v_out, const Tensor* vmax_out) {
+  TGRAD_CHECK(p.defined() && is_floating(p.dtype()), "adam_step: p must be a defined float32 or ",
+              "float64 tensor");
+  TGRAD_CHECK((vmax_out != nullptr) == s.amsgrad, "adam_step: vmax_out must be given exactly when ",
+              "amsgrad is on (amsgrad=", s.amsgrad, ")");
+  const std::pair<const Tensor*, const char*> operands[] = {
+      {&g, "g"},         {&m, "m"},         {&v, "v"},       {vmax, "vmax"},
+      {&p_out, "p_out"}, {&m_out, "m_out"}, {&v_out, "v_out"}, {vmax_out, "vmax_out"}};
+  for (const auto& [t, name] : operands) {
+    if (t == nullptr) continue;
+    TGRAD_CHECK(t->defined() && t->shape() == p.shape() && t->dtype() == p.dtype() &&
+                    t->device() == p.device(),
+                "adam_step: ", name, " (", t->defined() ? t->shape() : Shape{}, ", ",
+                t->defined() ? t->dtype() : p.dtype(), ") must match p (", p.shape(), ", ",
+                p.dtype(), ", ", p.device().str(), ")");
+  }
+}
 
 const char* unary_op_name(UnaryOp op) {
   switch (op) {

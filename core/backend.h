@@ -61,6 +61,30 @@ struct StridedWindow {
 // Reductions along one dim that return values and positions (max, min, argmax, argmin).
 enum class ReduceOp { max, min };
 
+// One Adam / AdamW update of one parameter, in a single pass over its elements (the optimizer
+// would otherwise launch a dozen elementwise ops per parameter and step). With T the tensors'
+// dtype and every coefficient rounded to T first, per element, in this order:
+//   g  = coupled_weight_decay != 0 ? g + p * coupled_weight_decay : g
+//   m' = m * beta1 + g * one_minus_beta1
+//   v' = v * beta2 + (g * g) * one_minus_beta2
+//   s  = amsgrad ? (vmax < v' ? v' : vmax) : v'      (vmax: the running maximum, or v' when absent)
+//   p' = p * param_scale + (m' / (sqrt(s) * inv_bias_correction2_sqrt + eps)) * neg_step_size
+// param_scale is AdamW's 1 - lr * weight_decay (1 for Adam). Outputs are fresh tensors, so the
+// optimizer can compute every parameter's update before committing any.
+struct AdamStep {
+  double beta1 = 0.9, one_minus_beta1 = 0.1, beta2 = 0.999, one_minus_beta2 = 0.001;
+  double coupled_weight_decay = 0.0, param_scale = 1.0;
+  double inv_bias_correction2_sqrt = 1.0, eps = 1e-8, neg_step_size = -1e-3;
+  bool amsgrad = false;
+};
+
+// Checks adam_step's contract (one shape, dtype and device for every operand, vmax_out exactly
+// when s.amsgrad, floating dtype); both backends call it first. Throws tgrad::Error naming the
+// operand that differs.
+void check_adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+                     const Tensor& v, const Tensor* vmax, const Tensor& p_out, const Tensor& m_out,
+                     const Tensor& v_out, const Tensor* vmax_out);
+
 struct MemoryStats {
   int64_t allocated = 0;  // bytes in live tensors
   int64_t reserved = 0;   // bytes held from the device, live or cached
@@ -98,6 +122,11 @@ class Backend {
   // y(M,N) = op(a) op(b), op = transpose when the flag is set; a, b, y 2-D.
   virtual void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
                       bool transpose_b) = 0;
+  // Floating. p, g, m, v, p_out, m_out, v_out have one shape; vmax (may be null: the first
+  // amsgrad step) and vmax_out (null unless s.amsgrad) too. See AdamStep.
+  virtual void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+                         const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out,
+                         Tensor& v_out, Tensor* vmax_out) = 0;
 
   // Indexing (cpu/indexing.cpp, cuda/indexing.cu). Any dtype unless said: elements are moved
   // bit for bit. core checks windows and indices against the tensors' sizes before calling.

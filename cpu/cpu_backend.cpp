@@ -141,6 +141,13 @@ class CpuBackend final : public Backend {
     check_same_dtype(x, y, "sum_to", "x", "y");
     cpu::sum_to(x, y);
   }
+  void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+                 const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
+                 Tensor* vmax_out) override {
+    check_tensor(p, "adam_step", "p");
+    check_adam_step(s, p, g, m, v, vmax, p_out, m_out, v_out, vmax_out);
+    cpu::adam_step(s, p, g, m, v, vmax, p_out, m_out, v_out, vmax_out);
+  }
   void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
               bool transpose_b) override {
     check_tensor(a, "matmul", "a");

@@ -1,6 +1,7 @@
 // Elementwise CPU kernels: fill, cast, unary y[i] = f(x[i]), binary with broadcasting
 // y[i] = a[i . sa] (op) b[i . sb] (stride 0 on a size-1 axis), and sum_to, which adds x over y's
-// size-1 axes in one order fixed by the shapes (accumulated in double).
+// size-1 axes in one order fixed by the shapes (accumulated in double); adam_step, the optimizer's
+// fused per-parameter update.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -366,6 +367,39 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
   check_broadcastable(a, y, binary_op_name(op), "a", "y");
   check_broadcastable(b, y, binary_op_name(op), "b", "y");
   dispatch_floating(y.dtype(), [&]<class T>() { binary_typed<T>(op, a, b, y); });
+}
+
+void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+               const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
+               Tensor* vmax_out) {
+  dispatch_floating(p.dtype(), [&]<class T>() {
+    // Each coefficient rounded to T once, as the elementwise ops the update replaces did.
+    const T beta1 = static_cast<T>(s.beta1), c1 = static_cast<T>(s.one_minus_beta1);
+    const T beta2 = static_cast<T>(s.beta2), c2 = static_cast<T>(s.one_minus_beta2);
+    const T wd = static_cast<T>(s.coupled_weight_decay), scale = static_cast<T>(s.param_scale);
+    const T inv_bc2 = static_cast<T>(s.inv_bias_correction2_sqrt), eps = static_cast<T>(s.eps);
+    const T neg_step = static_cast<T>(s.neg_step_size);
+    const bool coupled = s.coupled_weight_decay != 0.0;
+    const T *pp = data<T>(p), *gp = data<T>(g), *mp = data<T>(m), *vp = data<T>(v);
+    const T* vmax_p = vmax != nullptr ? data<T>(*vmax) : nullptr;
+    T *po = data<T>(p_out), *mo = data<T>(m_out), *vo = data<T>(v_out);
+    T* vmax_o = s.amsgrad ? data<T>(*vmax_out) : nullptr;
+    for_blocks(p.numel(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const T gi = coupled ? gp[i] + pp[i] * wd : gp[i];
+        const T mi = mp[i] * beta1 + gi * c1;
+        const T vi = vp[i] * beta2 + (gi * gi) * c2;
+        T second = vi;
+        if (vmax_o != nullptr) {
+          if (vmax_p != nullptr && !(vmax_p[i] < vi)) second = vmax_p[i];
+          vmax_o[i] = second;
+        }
+        po[i] = pp[i] * scale + (mi / (std::sqrt(second) * inv_bc2 + eps)) * neg_step;
+        mo[i] = mi;
+        vo[i] = vi;
+      }
+    });
+  });
 }
 
 void sum_to(const Tensor& x, Tensor& y) {

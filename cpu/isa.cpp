@@ -141,6 +141,11 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
 void sum_to(const Tensor& x, Tensor& y) {
   TGRAD_CPU_DISPATCH(sum_to, x, y);
 }
+void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+               const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
+               Tensor* vmax_out) {
+  TGRAD_CPU_DISPATCH(adam_step, s, p, g, m, v, vmax, p_out, m_out, v_out, vmax_out);
+}
 void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool transpose_b,
             int threads) {
   TGRAD_CPU_DISPATCH(matmul, a, b, y, transpose_a, transpose_b, threads);

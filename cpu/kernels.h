@@ -1,5 +1,5 @@
 // The CPU backend's kernels as free functions, one family per file: elementwise.cpp (fill, cast,
-// unary, binary, sum_to), matmul.cpp, conv_transpose.cpp, indexing.cpp. `threads` caps the threads
+// unary, binary, sum_to, adam_step), matmul.cpp, conv_transpose.cpp, indexing.cpp. `threads` caps the threads
 // a kernel may use; every result is bit-identical for any thread count. Internal to cpu/.
 #pragma once
 
@@ -70,6 +70,9 @@ T* data(const Tensor& t) {
   void unary(UnaryOp op, double p, const Tensor& x, Tensor& y);                                   \
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);                          \
   void sum_to(const Tensor& x, Tensor& y);                                                        \
+  void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,           \
+                 const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out, \
+                 Tensor* vmax_out);                                                              \
   void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool transpose_b,    \
               int threads);                                                                       \
   void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,            \

@@ -141,6 +141,13 @@ void CudaBackend::unary(UnaryOp op, double p, const Tensor& x, Tensor& y) {
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
   cuda::binary(op, a, b, y);
 }
+void CudaBackend::adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+                            const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out,
+                            Tensor& v_out, Tensor* vmax_out) {
+  check_device(p.device(), "adam_step");
+  check_adam_step(s, p, g, m, v, vmax, p_out, m_out, v_out, vmax_out);
+  cuda::adam_step(s, p, g, m, v, vmax, p_out, m_out, v_out, vmax_out);
+}
 void CudaBackend::sum_to(const Tensor& x, Tensor& y) {
   cuda::sum_to(allocator_, x, y);
 }

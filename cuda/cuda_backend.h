@@ -48,6 +48,9 @@ class CudaBackend final : public Backend {
   void cast(const Tensor& x, Tensor& y) override;
   void unary(UnaryOp op, double p, const Tensor& x, Tensor& y) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) override;
+  void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+                 const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
+                 Tensor* vmax_out) override;
   void sum_to(const Tensor& x, Tensor& y) override;
   void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
               bool transpose_b) override;

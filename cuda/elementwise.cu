@@ -1,6 +1,7 @@
-// Elementwise kernels: fill, cast, unary y[i] = f(x[i], p), and binary y[i] = a[ia] (op) b[ib]
-// with broadcasting: for y's coordinates (c0..c_{r-1}), ia = sum_k c_k * sa_k where sa_k is a's
-// contiguous stride, or 0 where a's size is 1 (likewise ib). Grid-stride loops, int64 indices.
+// Elementwise kernels: fill, cast, unary y[i] = f(x[i], p), binary y[i] = a[ia] (op) b[ib], and
+// the optimizer's fused Adam update. Binary broadcasts: for y's coordinates (c0..c_{r-1}),
+// ia = sum_k c_k * sa_k where sa_k is a's contiguous stride, or 0 where a's size is 1 (likewise
+// ib). Grid-stride loops, int64 indices.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -166,24 +167,108 @@ struct BroadcastStrides {
   int64_t b_stride[kMaxRank] = {};
 };
 
-// kSameShape: a, b and y have one shape, so every index is i.
-template <class T, bool kSameShape>
-__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* y, int64_t n,
+// kSameShape: a, b and y have one shape, so every index is i. Otherwise each index is worked out
+// from i axis by axis, in Index arithmetic: 32-bit when y has fewer than 2^31 elements (a 64-bit
+// division costs several times a 32-bit one, and these divisions are most of the kernel's work).
+template <class T, bool kSameShape, class Index>
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* y, Index n,
                               BroadcastStrides s) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  const Index step = static_cast<Index>(gridDim.x) * static_cast<Index>(blockDim.x);
+  for (Index i = static_cast<Index>(blockIdx.x) * static_cast<Index>(blockDim.x) +
+                 static_cast<Index>(threadIdx.x);
+       i < n; i += step) {
     if constexpr (kSameShape) {
       y[i] = apply_binary(op, a[i], b[i]);
     } else {
-      int64_t rest = i, ia = 0, ib = 0;
-      for (int k = s.rank - 1; k >= 0; --k) {
-        const int64_t c = rest % s.size[k];
-        rest /= s.size[k];
-        ia += c * s.a_stride[k];
-        ib += c * s.b_stride[k];
+      Index rest = i, ia = 0, ib = 0;
+      for (int k = s.rank - 1; k > 0; --k) {
+        const Index size = static_cast<Index>(s.size[k]);
+        const Index c = rest % size;
+        rest /= size;
+        ia += c * static_cast<Index>(s.a_stride[k]);
+        ib += c * static_cast<Index>(s.b_stride[k]);
       }
+      ia += rest * static_cast<Index>(s.a_stride[0]);  // the outermost coordinate is what is left
+      ib += rest * static_cast<Index>(s.b_stride[0]);
       y[i] = apply_binary(op, a[ia], b[ib]);
     }
+  }
+}
+
+// Drops y's size-1 axes and merges each axis into the next inner one where both operands walk the
+// pair as one axis (a bias (1, C, 1, 1) added to (N, C, H, W) becomes three axes, N, C, H*W), so
+// the kernel divides once per remaining axis. Keeps at least one axis.
+BroadcastStrides collapse_axes(const BroadcastStrides& in) {
+  BroadcastStrides out;
+  for (int k = 0; k < in.rank; ++k) {
+    if (in.size[k] == 1) continue;
+    const int last = out.rank - 1;
+    if (last >= 0 && out.a_stride[last] == in.a_stride[k] * in.size[k] &&
+        out.b_stride[last] == in.b_stride[k] * in.size[k]) {
+      out.size[last] *= in.size[k];
+      out.a_stride[last] = in.a_stride[k];
+      out.b_stride[last] = in.b_stride[k];
+    } else {
+      out.size[out.rank] = in.size[k];
+      out.a_stride[out.rank] = in.a_stride[k];
+      out.b_stride[out.rank] = in.b_stride[k];
+      ++out.rank;
+    }
+  }
+  if (out.rank == 0) {  // every size 1: one element
+    out.rank = 1;
+    out.size[0] = 1;
+  }
+  return out;
+}
+
+// AdamStep's coefficients, each rounded to T.
+template <class T>
+struct AdamCoefficients {
+  T beta1, c1, beta2, c2, wd, scale, inv_bc2, eps, neg_step;
+};
+
+// One thread per element: three (amsgrad: four) reads and writes per element, one launch per
+// parameter in place of the dozen the unfused update took. The products and sums are rounded
+// one at a time (__fmul_rn / __fadd_rn never contract into FMAs) so that the update rounds as
+// the CPU backend's loop does (built without FP contraction: ISO C++ mode).
+template <class T>
+__device__ inline T mul_rn(T a, T b) {
+  if constexpr (sizeof(T) == 4) {
+    return __fmul_rn(a, b);
+  } else {
+    return __dmul_rn(a, b);
+  }
+}
+template <class T>
+__device__ inline T add_rn(T a, T b) {
+  if constexpr (sizeof(T) == 4) {
+    return __fadd_rn(a, b);
+  } else {
+    return __dadd_rn(a, b);
+  }
+}
+
+template <class T, bool kCoupled, bool kAmsgrad>
+__global__ void adam_step_kernel(AdamCoefficients<T> c, const T* p, const T* g, const T* m,
+                                 const T* v, const T* vmax, T* p_out, T* m_out, T* v_out,
+                                 T* vmax_out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const T pi = p[i];
+    T gi = g[i];
+    if constexpr (kCoupled) gi = add_rn(gi, mul_rn(pi, c.wd));
+    const T mi = add_rn(mul_rn(m[i], c.beta1), mul_rn(gi, c.c1));
+    const T vi = add_rn(mul_rn(v[i], c.beta2), mul_rn(mul_rn(gi, gi), c.c2));
+    T second = vi;
+    if constexpr (kAmsgrad) {
+      if (vmax != nullptr && !(vmax[i] < vi)) second = vmax[i];
+      vmax_out[i] = second;
+    }
+    const T denom = add_rn(mul_rn(m_sqrt(second), c.inv_bc2), c.eps);
+    p_out[i] = add_rn(mul_rn(pi, c.scale), mul_rn(mi / denom, c.neg_step));
+    m_out[i] = mi;
+    v_out[i] = vi;
   }
 }
 
@@ -263,14 +348,63 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
   DeviceGuard guard(y.device());
   dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    // The grid-stride loop's last step may pass n by up to one grid of threads, so the 32-bit
+    // form needs that much headroom below 2^31.
+    const bool fits_32 = n + int64_t{kMaxBlocks} * kThreads < (int64_t{1} << 31);
     if (same_shape) {
-      binary_kernel<T, true>
+      binary_kernel<T, true, int64_t>
           <<<grid_for(n), kThreads>>>(op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), n, s);
+    } else if (fits_32) {
+      binary_kernel<T, false, int32_t><<<grid_for(n), kThreads>>>(
+          op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), static_cast<int32_t>(n),
+          collapse_axes(s));
     } else {
-      binary_kernel<T, false>
-          <<<grid_for(n), kThreads>>>(op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), n, s);
+      binary_kernel<T, false, int64_t><<<grid_for(n), kThreads>>>(
+          op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), n, collapse_axes(s));
     }
     TGRAD_CUDA_CHECK_LAUNCH("binary_kernel");
+  });
+}
+
+}  // namespace tgrad::cuda
+
+namespace tgrad::cuda {
+
+void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+               const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
+               Tensor* vmax_out) {
+  const int64_t n = p.numel();
+  if (n == 0) return;
+  DeviceGuard guard(p.device());
+  dispatch_float(p.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const AdamCoefficients<T> c{static_cast<T>(s.beta1),
+                                static_cast<T>(s.one_minus_beta1),
+                                static_cast<T>(s.beta2),
+                                static_cast<T>(s.one_minus_beta2),
+                                static_cast<T>(s.coupled_weight_decay),
+                                static_cast<T>(s.param_scale),
+                                static_cast<T>(s.inv_bias_correction2_sqrt),
+                                static_cast<T>(s.eps),
+                                static_cast<T>(s.neg_step_size)};
+    const T* vmax_p = vmax != nullptr ? vmax->data_ptr<T>() : nullptr;
+    T* vmax_o = vmax_out != nullptr ? vmax_out->data_ptr<T>() : nullptr;
+    auto launch = [&](auto kernel) {
+      kernel<<<grid_for(n), kThreads>>>(c, p.data_ptr<T>(), g.data_ptr<T>(), m.data_ptr<T>(),
+                                        v.data_ptr<T>(), vmax_p, p_out.data_ptr<T>(),
+                                        m_out.data_ptr<T>(), v_out.data_ptr<T>(), vmax_o, n);
+    };
+    const bool coupled = s.coupled_weight_decay != 0.0;
+    if (coupled && s.amsgrad) {
+      launch(adam_step_kernel<T, true, true>);
+    } else if (coupled) {
+      launch(adam_step_kernel<T, true, false>);
+    } else if (s.amsgrad) {
+      launch(adam_step_kernel<T, false, true>);
+    } else {
+      launch(adam_step_kernel<T, false, false>);
+    }
+    TGRAD_CUDA_CHECK_LAUNCH("adam_step_kernel");
   });
 }
 

@@ -15,6 +15,9 @@ void fill(Tensor& y, double value);
 void cast(const Tensor& x, Tensor& y);
 void unary(UnaryOp op, double p, const Tensor& x, Tensor& y);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);
+void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
+               const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
+               Tensor* vmax_out);
 
 // reduction.cu: y = x summed over the axes where y has size 1 (same rank). Deterministic.
 void sum_to(CachingAllocator& alloc, const Tensor& x, Tensor& y);

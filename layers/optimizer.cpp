@@ -1,11 +1,13 @@
-// Optimizer state handling and the SGD / Adam / AdamW steps, written with core ops under
-// NoGradGuard in the operation order of PyTorch 1.13's single-tensor implementations.
+// Optimizer state handling and the SGD / Adam / AdamW steps, in the operation order of PyTorch
+// 1.13's single-tensor implementations: SGD with core ops under NoGradGuard, Adam and AdamW with
+// one fused backend call per parameter (Backend::adam_step).
 #include "layers/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/ops.h"
 
 namespace tgrad::optim {
@@ -372,24 +374,13 @@ std::vector<std::string> Adam::state_names() const {
   return {"exp_avg", "exp_avg_sq"};
 }
 
-namespace {
-
-// Elementwise max, exact (core has no maximum op, and b + relu(a - b) can round). Runs on the
-// host; only AMSGrad needs it.
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  std::vector<double> va = a.to_vector<double>();
-  const std::vector<double> vb = b.to_vector<double>();
-  for (size_t k = 0; k < va.size(); ++k)
-    va[k] = std::max(va[k], vb[k]);
-  return from_vector(va, a.shape(), TensorOptions(a.dtype()).device(a.device()));
-}
-
-}  // namespace
-
 void Adam::step() {
   NoGradGuard no_grad;
   check_groups();
-  // Compute every new value first (the part that can run out of memory), then commit.
+  // Compute every new value first (the part that can run out of memory), then commit. Each
+  // parameter's update is one fused backend call (Backend::adam_step, the formula below in the
+  // order of PyTorch's single-tensor Adam); it writes fresh tensors, so nothing changes before
+  // the commit.
   std::vector<std::map<std::string, Tensor>> new_state = state_snapshot();
   std::vector<int64_t> new_steps = steps_;
   std::vector<std::pair<Tensor, Tensor>> new_params;
@@ -399,35 +390,37 @@ void Adam::step() {
     const double b1 = o.beta1(), b2 = o.beta2(), wd = o.weight_decay(), lr = o.lr();
     for (size_t k = 0; k < group.params().size(); ++k, ++i) {
       const Tensor& p = group.params()[k];
-      Tensor g = p.grad();
+      const Tensor g = p.grad();
       if (!g.defined()) continue;
       Tensor m = state(i, "exp_avg");
       Tensor v = state(i, "exp_avg_sq");
       if (!m.defined()) m = zeros_like(p);
       if (!v.defined()) v = zeros_like(p);
       const int64_t t = ++new_steps[i];
-      Tensor p0 = p;
-      if (decoupled_) {
-        if (wd != 0.0) p0 = p * (1.0 - lr * wd);
-      } else if (wd != 0.0) {
-        g = g + p * wd;
-      }
-      m = m * b1 + g * (1.0 - b1);
-      v = v * b2 + g * g * (1.0 - b2);
-      new_state[i]["exp_avg"] = m;
-      new_state[i]["exp_avg_sq"] = v;
+      AdamStep s;
+      s.beta1 = b1;
+      s.one_minus_beta1 = 1.0 - b1;
+      s.beta2 = b2;
+      s.one_minus_beta2 = 1.0 - b2;
+      // Adam adds weight_decay * p to the gradient; AdamW scales p by 1 - lr * weight_decay.
+      s.coupled_weight_decay = decoupled_ ? 0.0 : wd;
+      s.param_scale = decoupled_ ? 1.0 - lr * wd : 1.0;
       const double bias_correction1 = 1.0 - std::pow(b1, static_cast<double>(t));
       const double bias_correction2 = 1.0 - std::pow(b2, static_cast<double>(t));
-      const double step_size = lr / bias_correction1;
-      const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-      Tensor second = v;
-      if (o.amsgrad()) {
-        Tensor vmax = state(i, "max_exp_avg_sq");
-        second = vmax.defined() ? maximum(vmax, v) : v.clone();
-        new_state[i]["max_exp_avg_sq"] = second;
-      }
-      const Tensor denom = sqrt(second) / bias_correction2_sqrt + o.eps();
-      new_params.emplace_back(p, p0 + (m / denom) * -step_size);
+      s.inv_bias_correction2_sqrt = 1.0 / std::sqrt(bias_correction2);
+      s.eps = o.eps();
+      s.neg_step_size = -(lr / bias_correction1);
+      s.amsgrad = o.amsgrad();
+      const Tensor vmax = o.amsgrad() ? state(i, "max_exp_avg_sq") : Tensor();
+      Tensor p_new = empty_like(p), m_new = empty_like(p), v_new = empty_like(p), vmax_new;
+      if (o.amsgrad()) vmax_new = empty_like(p);
+      backend(p.device())
+          .adam_step(s, p, g, m, v, vmax.defined() ? &vmax : nullptr, p_new, m_new, v_new,
+                     o.amsgrad() ? &vmax_new : nullptr);
+      new_state[i]["exp_avg"] = m_new;
+      new_state[i]["exp_avg_sq"] = v_new;
+      if (o.amsgrad()) new_state[i]["max_exp_avg_sq"] = vmax_new;
+      new_params.emplace_back(p, p_new);
     }
   }
   commit(new_params, std::move(new_state), std::move(new_steps));

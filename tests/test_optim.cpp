@@ -3,6 +3,7 @@
 // skipping of undefined gradients and state_dict round trips.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,9 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/backend.h"
+#include "core/ops.h"
+#include "core/random.h"
 #include "layers/lr_scheduler.h"
 #include "layers/optimizer.h"
 #include "tests/test_util.h"
@@ -18,6 +22,7 @@ namespace tgrad {
 namespace {
 
 using nlohmann::json;
+using testing::error_of;
 using testing::tensors_close;
 using testing::Tolerance;
 
@@ -89,6 +94,112 @@ TEST(Optim, MatchesPyTorchTrajectories) {
       }
     }
   }
+}
+
+// Backend::adam_step against the unfused update it replaced: the same elementwise ops, one call
+// each, on the same device. Both round every product and sum separately (no FMA contraction), so
+// the results must be equal bit for bit, in float32 and float64, on the CPU and on CUDA.
+struct AdamVariant {
+  const char* name;
+  double coupled_wd, param_scale;
+  bool amsgrad, with_vmax;
+};
+
+AdamStep step_for(const AdamVariant& variant) {
+  AdamStep s;
+  s.beta1 = 0.85;
+  s.one_minus_beta1 = 1.0 - 0.85;
+  s.beta2 = 0.97;
+  s.one_minus_beta2 = 1.0 - 0.97;
+  s.coupled_weight_decay = variant.coupled_wd;
+  s.param_scale = variant.param_scale;
+  s.inv_bias_correction2_sqrt = 1.0 / std::sqrt(1.0 - std::pow(0.97, 3.0));
+  s.eps = 1e-6;
+  s.neg_step_size = -(0.01 / (1.0 - std::pow(0.85, 3.0)));
+  s.amsgrad = variant.amsgrad;
+  return s;
+}
+
+void check_fused_adam_on(Device device) {
+  const AdamVariant variants[] = {{"adam", 0.0, 1.0, false, false},
+                                  {"adam, weight decay", 0.05, 1.0, false, false},
+                                  {"adamw", 0.0, 1.0 - 0.01 * 0.05, false, false},
+                                  {"amsgrad, first step", 0.05, 1.0, true, false},
+                                  {"amsgrad", 0.0, 1.0 - 0.01 * 0.05, true, true}};
+  for (DType dtype : {DType::float32, DType::float64}) {
+    for (const AdamVariant& variant : variants) {
+      SCOPED_TRACE(std::string(variant.name) + (dtype == DType::float32 ? " float32" : " float64") +
+                   " on " + device.str());
+      Generator gen(17);
+      const TensorOptions opts = TensorOptions(dtype).device(device);
+      // 70001 elements: more than one block of threads, and not a multiple of any block size.
+      const Shape shape{7, 10001};
+      const Tensor p = randn(shape, gen, opts), g = randn(shape, gen, opts) * 0.1;
+      const Tensor m = randn(shape, gen, opts) * 0.01;
+      const Tensor v = abs(randn(shape, gen, opts)) * 1e-4;
+      const Tensor vmax = abs(randn(shape, gen, opts)) * 1e-4;
+      const AdamStep s = step_for(variant);
+
+      Tensor p_out = empty(shape, opts), m_out = empty(shape, opts), v_out = empty(shape, opts);
+      Tensor vmax_out = empty(shape, opts);
+      backend(device).adam_step(s, p, g, m, v, variant.with_vmax ? &vmax : nullptr, p_out, m_out,
+                                v_out, variant.amsgrad ? &vmax_out : nullptr);
+
+      NoGradGuard no_grad;
+      const Tensor ge = variant.coupled_wd != 0.0 ? g + p * variant.coupled_wd : g;
+      const Tensor me = m * s.beta1 + ge * s.one_minus_beta1;
+      const Tensor ve = v * s.beta2 + ge * ge * s.one_minus_beta2;
+      Tensor second = ve;
+      if (variant.amsgrad && variant.with_vmax) {
+        std::vector<double> a = vmax.to_vector<double>();
+        const std::vector<double> b = ve.to_vector<double>();
+        for (size_t k = 0; k < a.size(); ++k)
+          a[k] = a[k] < b[k] ? b[k] : a[k];
+        second = from_vector(a, shape, opts);
+      }
+      const Tensor denom = sqrt(second) * s.inv_bias_correction2_sqrt + s.eps;
+      const Tensor pe = p * s.param_scale + (me / denom) * s.neg_step_size;
+      EXPECT_TRUE(equal(m_out, me));
+      EXPECT_TRUE(equal(v_out, ve));
+      EXPECT_TRUE(equal(p_out, pe));
+      if (variant.amsgrad) {
+        EXPECT_TRUE(equal(vmax_out, second));
+      }
+      EXPECT_FALSE(equal(p_out, p));  // the update moved p
+    }
+  }
+}
+
+TEST(Optim, FusedAdamStepEqualsTheUnfusedOpsCpu) {
+  check_fused_adam_on(Device(kCPU));
+}
+
+TEST(Optim, FusedAdamStepEqualsTheUnfusedOpsCuda) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_fused_adam_on(Device(kCUDA));
+}
+
+TEST(Optim, FusedAdamStepRefusesMismatchedOperands) {
+  const Tensor p = zeros({4}), g = zeros({4}), m = zeros({4}), v = zeros({4});
+  Tensor p_out = zeros({4}), m_out = zeros({4}), v_out = zeros({4});
+  Tensor short_v = zeros({3}), v64 = zeros({4}, TensorOptions(DType::float64));
+  AdamStep s;
+  EXPECT_NE(error_of([&] {
+              backend(Device(kCPU)).adam_step(s, p, g, m, short_v, nullptr, p_out, m_out, v_out,
+                                               nullptr);
+            }).find("adam_step: v ([3], float32) must match p ([4], float32, cpu)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              backend(Device(kCPU)).adam_step(s, p, g, m, v, nullptr, p_out, m_out, v64, nullptr);
+            }).find("adam_step: v_out ([4], float64) must match p"),
+            std::string::npos);
+  s.amsgrad = true;
+  EXPECT_NE(error_of([&] {
+              backend(Device(kCPU)).adam_step(s, p, g, m, v, nullptr, p_out, m_out, v_out,
+                                               nullptr);
+            }).find("vmax_out must be given exactly when amsgrad is on (amsgrad=1)"),
+            std::string::npos);
+  EXPECT_TRUE(equal(p_out, zeros({4})));  // nothing was written
 }
 
 TEST(Optim, StateDictRoundTripResumesIdentically) {
