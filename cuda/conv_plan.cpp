@@ -101,6 +101,34 @@ std::string igemm_use_reason(const PlanInput& in, const IgemmProblem& p, const I
   return low_use_reason(in, std::min(use, 1.0), "tile " + tile_name(t));
 }
 
+// batch-igemm before the kernels whose tiles cover one output row of one sample (wgmma,
+// mma.sync), where its tiles spanning rows and samples measured faster: run 38's forced A/B on
+// the decoder suite (docs/performance.md, "Run 38: the planner's row order") had it 1.1x-3.2x
+// faster than wgmma on every 2-D call with rows under 512 positions and on 1-D calls of at most
+// 2^17 output positions (batch x length), and 1.1x-1.8x faster than mma.sync on such 1-D calls
+// at "highest". Longer rows and sequences fill the row kernels' tiles (S1-S5, EnCodec's long
+// layers: wgmma 1.03x-1.14x faster). batch-igemm's strided dgrad gathers take as long at "high"
+// as at "highest", so at "high" the row kernels keep those calls. Empty when batch-igemm takes
+// the call, else why the row kernel keeps it.
+constexpr int64_t kBatchIgemmRowsBelow = 512;
+constexpr int64_t kBatchIgemmMaxPositions1d = int64_t{1} << 17;
+
+std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
+  const ConvGeometry& g = in.g;
+  if (!in.prefer) return "preferences off";
+  const bool fwd = in.pass == ConvPass::forward;
+  const int64_t out_h = fwd ? g.out_size[0] : g.in_size[0];
+  const int64_t out_w = fwd ? g.out_size[1] : g.in_size[1];
+  const bool two_d = g.in_size[0] > 1 && g.out_size[0] > 1;
+  if (two_d) {
+    if (wgmma && out_w >= kBatchIgemmRowsBelow) return "2-D rows of 512 or more";
+  } else {
+    if (g.batch * out_h * out_w > kBatchIgemmMaxPositions1d) return "1-D, more than 2^17 positions";
+    if (!fwd && g.precision != Precision::highest) return "1-D dgrad at \"high\"";
+  }
+  return batch_igemm_declined(in, nullptr).empty() ? "" : "batch-igemm declines";
+}
+
 // ---- wgmma (sm_90a; forward and dgrad) ------------------------------------------------------
 
 std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
@@ -111,6 +139,8 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
     return "compute capability " + std::to_string(in.caps.sm_major) + "." +
            std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
   if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernel";
+  if (batch_igemm_first(in, true).empty())
+    return "batch-igemm's tiles span rows and samples (short rows or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
   // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty, so
   // folding two output rows into one tile measured faster at both precisions (the numbers are
@@ -168,13 +198,12 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
 std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
-  // 2-D images: this kernel's tiles cover one output row of one sample, batch-igemm's span rows
-  // and samples; on the suite's 2-D layers that reached this row (U-Net, CycleGAN dgrad at both
-  // precisions) batch-igemm measured 1.1x-2.3x faster (docs/performance.md, run 34). 1-D rows
-  // are long enough to fill these tiles, and stay here.
-  if (in.prefer && in.g.in_size[0] > 1 && in.g.out_size[0] > 1 &&
-      batch_igemm_declined(in, nullptr).empty())
-    return "2-D: batch-igemm's tiles span rows and samples";
+  // This kernel's tiles cover one output row of one sample, batch-igemm's span rows and samples:
+  // on the suite's 2-D layers that reached this row (U-Net, CycleGAN dgrad at both precisions)
+  // batch-igemm measured 1.1x-2.3x faster (docs/performance.md, run 34), and on 1-D calls with
+  // few positions at "highest" 1.1x-1.8x (run 38; batch_igemm_first).
+  if (batch_igemm_first(in, false).empty())
+    return "batch-igemm's tiles span rows and samples (2-D, or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
   // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
   // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory

@@ -181,15 +181,18 @@ TEST(ConvPlan, ComputeCapabilityDecidesWgmma) {
   DeviceCaps a100 = DeviceCaps::h100();
   a100.sm_major = 8, a100.sm_minor = 0;
   for (ConvPass pass : {ConvPass::forward, ConvPass::dgrad}) {
-    EXPECT_EQ(plan_conv(pass, g, DType::float32, DeviceCaps::h100()).kernel, "wgmma");
+    // With the speed preferences, this layer's short rows send it to batch-igemm on any device;
+    // without them, 9.0 runs wgmma.
+    EXPECT_EQ(plan_conv(pass, g, DType::float32, DeviceCaps::h100(), "", /*prefer=*/false).kernel,
+              "wgmma");
     // Without wgmma, this 2-D layer goes past mma.sync (whose tiles cover one row) to
-    // batch-igemm; a 1-D one stays on mma.sync.
+    // batch-igemm; a 1-D one with many positions stays on mma.sync.
     const ConvPlan plan = plan_conv(pass, g, DType::float32, a100);
     EXPECT_EQ(plan.kernel, "batch-igemm") << plan.describe();
     EXPECT_NE(reason_of(plan, "wgmma").find("compute capability 8.0"), std::string::npos)
         << plan.describe();
     EXPECT_NE(reason_of(plan, "mma.sync").find("2-D"), std::string::npos) << plan.describe();
-    const ConvLayerSpec row = bench::layer1d("t", "t", 2, 64, 64, 4096, 3, 1, 1);
+    const ConvLayerSpec row = bench::layer1d("t", "t", 64, 64, 64, 4096, 3, 1, 1);
     EXPECT_EQ(plan_conv(pass, geometry(row, Precision::high), DType::float32, a100).kernel,
               "mma.sync");
   }
@@ -217,12 +220,13 @@ TEST(ConvPlan, TooManyTapsLeaveTheRowImplicitGemmsForBatchIgemmThenTheGemmPath) 
   const ConvPlan plan = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
                                   DeviceCaps::h100());
   EXPECT_EQ(plan.kernel, "batch-igemm");
-  EXPECT_NE(reason_of(plan, "wgmma").find("more than 32 taps"), std::string::npos)
-      << plan.describe();
-  // mma.sync gives way to batch-igemm on 2-D images first; without preferences it names the taps.
+  // wgmma and mma.sync give way to batch-igemm on short 2-D rows first; without preferences
+  // they name the taps.
   const ConvPlan no_prefer = plan_conv(ConvPass::forward, geometry(l, Precision::high),
                                        DType::float32, DeviceCaps::h100(), "", /*prefer=*/false);
   EXPECT_EQ(no_prefer.kernel, "batch-igemm") << no_prefer.describe();
+  EXPECT_NE(reason_of(no_prefer, "wgmma").find("more than 32 taps"), std::string::npos)
+      << no_prefer.describe();
   EXPECT_NE(reason_of(no_prefer, "mma.sync").find("more than 32 taps"), std::string::npos)
       << no_prefer.describe();
   // 9x9 = 81 taps in the one phase of stride 1: past batch-igemm's 64 too.
@@ -357,12 +361,13 @@ TEST(ConvPlanCuda, ForcedKernelsRunAndAgree) {
   } restore;
   manual_seed(7);
   const TensorOptions opt = TensorOptions().device(Device(kCUDA));
-  // 96 x 96 rows and 64 channels fill the tensor-core tiles, so the planner picks them.
+  // 64 channels fill the tensor-core tiles, so the planner picks one of those kernels (short
+  // 2-D rows: batch-igemm).
   const Tensor x = randn({2, 64, 96, 96}, opt), w = randn({64, 64, 3, 3}, opt);
   set_conv_kernel("");
   const Tensor planned = conv_transpose2d(x, w).to(Device(kCPU));
   const std::string chosen = cuda::last_conv_plan(ConvPass::forward).kernel;
-  EXPECT_TRUE(chosen == "wgmma" || chosen == "mma.sync") << chosen;
+  EXPECT_TRUE(chosen == "wgmma" || chosen == "mma.sync" || chosen == "batch-igemm") << chosen;
   set_conv_kernel("fma");
   const Tensor general = conv_transpose2d(x, w).to(Device(kCPU));
   EXPECT_EQ(cuda::last_conv_plan(ConvPass::forward).kernel, "fma");
@@ -424,13 +429,13 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
 }
 
 // Tiles mostly empty give way to batch-igemm or the GEMM path (both span batch x positions): a
-// DCGAN layer's 8x8 rows leave a 64- or 128-wide row tile nearly empty; the same layer with long
-// rows keeps wgmma forward. An RGB output fills 3 of batch-igemm's 32 tile rows too: the GEMM
+// DCGAN layer's 8x8 rows leave a 64- or 128-wide row tile nearly empty; the same layer with rows
+// of 512 keeps wgmma forward. An RGB output fills 3 of batch-igemm's 32 tile rows too: the GEMM
 // path.
 TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
   const ConvLayerSpec small = bench::layer2d("t", "t", 64, 256, 128, 8, 4, 2, 1);
   const ConvLayerSpec rgb = bench::layer2d("t", "t", 8, 128, 3, 128, 4, 2, 1);
-  const ConvLayerSpec big = bench::layer2d("t", "t", 8, 256, 128, 128, 4, 2, 1);
+  const ConvLayerSpec big = bench::layer2d("t", "t", 8, 256, 128, 256, 4, 2, 1);
   for (Precision precision : {Precision::highest, Precision::high}) {
     for (ConvPass pass : kPasses) {
       const ConvPlan a =
@@ -442,9 +447,14 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
       } else {
         EXPECT_EQ(a.kernel, "gemm") << a.describe();
       }
-      // dgrad: mma.sync gives way to batch-igemm on 2-D images before looking at its tiles.
-      if (pass != ConvPass::dgrad) {
+      // forward and dgrad: the row kernels give way to batch-igemm on short 2-D rows before
+      // looking at their tiles; wgrad has no batch-igemm and names the tiles' use.
+      if (pass == ConvPass::wgrad) {
         EXPECT_NE(a.describe().find("% useful work"), std::string::npos) << a.describe();
+      } else if (a.kernel == "batch-igemm") {
+        EXPECT_NE(reason_of(a, "mma.sync").find("batch-igemm's tiles span rows and samples"),
+                  std::string::npos)
+            << a.describe();
       }
     }
     const ConvPlan b =
@@ -467,12 +477,12 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
   }
 }
 
-// The forward and dgrad kernel of every suite layer at both precisions with H100 caps, as
-// docs/performance.md's run 34 table shows them. batch-igemm runs where its measurements (run 34,
-// each pass forced to batch-igemm and to the GEMM path in one run) put it ahead: M <= 256 with
-// enough CTAs (DCGAN g2-g4 forward, U-Net up2 forward at "high"), and the 2-D dgrads that
-// mma.sync's one-row tiles served (U-Net up3/up4, CycleGAN, DCGAN g3/g4); grouped and float64
-// calls never reach it.
+// The forward and dgrad kernel of every suite layer at both precisions with H100 caps, as the
+// forced A/B runs measured them (docs/performance.md, runs 34 and 38). batch-igemm runs where it
+// was ahead: M <= 256 with enough CTAs, before the row kernels on 2-D rows under 512 (DCGAN,
+// U-Net, CycleGAN, DeconvNet deconv1) and on 1-D calls of at most 2^17 positions (HiFi-GAN,
+// EnCodec x8 forward; dgrad at "highest" only); EnCodec's long layers keep wgmma / mma.sync,
+// wide M the GEMM path; grouped and float64 calls never reach it.
 TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   struct Row {
     const char* id;
@@ -485,21 +495,21 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"dcgan_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"dcgan_g5", "gemm", "gemm", "gemm", "gemm"},
       {"unet_up1", "gemm", "gemm", "gemm", "gemm"},
-      {"unet_up2", "wgmma", "gemm", "batch-igemm", "gemm"},
-      {"unet_up3", "wgmma", "batch-igemm", "wgmma", "batch-igemm"},
-      {"unet_up4", "wgmma", "batch-igemm", "wgmma", "batch-igemm"},
-      {"cyclegan_up1", "wgmma", "batch-igemm", "wgmma", "batch-igemm"},
-      {"cyclegan_up2", "wgmma", "batch-igemm", "wgmma", "batch-igemm"},
+      {"unet_up2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
+      {"unet_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"unet_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"cyclegan_up1", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"cyclegan_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"pix2pix_out", "gemm", "mma.sync", "gemm", "mma.sync"},
-      {"hifigan_v1_up1", "wgmma", "gemm", "gemm", "gemm"},
-      {"hifigan_v1_up2", "wgmma", "mma.sync", "wgmma", "gemm"},
-      {"hifigan_v1_up3", "wgmma", "mma.sync", "wgmma", "mma.sync"},
-      {"hifigan_v1_up4", "mma.sync", "mma.sync", "wgmma", "mma.sync"},
+      {"hifigan_v1_up1", "batch-igemm", "gemm", "gemm", "gemm"},
+      {"hifigan_v1_up2", "batch-igemm", "batch-igemm", "batch-igemm", "gemm"},
+      {"hifigan_v1_up3", "batch-igemm", "batch-igemm", "batch-igemm", "mma.sync"},
+      {"hifigan_v1_up4", "batch-igemm", "batch-igemm", "batch-igemm", "mma.sync"},
       {"hifigan_v3_up1", "wgmma", "gemm", "gemm", "gemm"},
-      {"hifigan_v3_up2", "wgmma", "mma.sync", "wgmma", "gemm"},
-      {"hifigan_v3_up3", "mma.sync", "mma.sync", "wgmma", "batch-igemm"},
-      {"encodec_up8", "wgmma", "mma.sync", "wgmma", "gemm"},
-      {"encodec_up5", "wgmma", "mma.sync", "wgmma", "mma.sync"},
+      {"hifigan_v3_up2", "batch-igemm", "mma.sync", "batch-igemm", "gemm"},
+      {"hifigan_v3_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"encodec_up8", "batch-igemm", "mma.sync", "batch-igemm", "gemm"},
+      {"encodec_up5", "wgmma", "batch-igemm", "wgmma", "mma.sync"},
       {"encodec_up4", "wgmma", "mma.sync", "wgmma", "mma.sync"},
       {"encodec_up2", "mma.sync", "mma.sync", "mma.sync", "mma.sync"},
       {"convtasnet_dec", "gemm", "mma.sync", "gemm", "gemm"},
@@ -509,7 +519,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"fcn_up2_dw", "depthwise", "depthwise", "depthwise", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise", "depthwise", "depthwise"},
       {"deconvnet_5", "gemm", "gemm", "gemm", "gemm"},
-      {"deconvnet_1", "wgmma", "wgmma", "wgmma", "wgmma"},
+      {"deconvnet_1", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
   ASSERT_EQ(layers.size(), std::size(rows));
