@@ -339,4 +339,19 @@ Tensor host_tensor(const std::vector<double>& values, const Shape& shape) {
   return from_vector(values, shape, TensorOptions(kFloat64));
 }
 
+bool passes_close(const ConvOutputs& actual, const ConvOutputs& expected, Tolerance tol,
+                  const std::string& config) {
+  bool ok = true;
+  auto one = [&](const char* name, const Tensor& a, const Tensor& e) {
+    const ::testing::AssertionResult r = tensors_close(a, e, tol, std::string(name) + " " + config);
+    EXPECT_TRUE(r);
+    ok = ok && static_cast<bool>(r);
+  };
+  one("forward y", actual.y, expected.y);
+  one("dgrad dx", actual.dx, expected.dx);
+  one("wgrad dw", actual.dw, expected.dw);
+  if (expected.db.defined()) one("bias grad db", actual.db, expected.db);
+  return ok;
+}
+
 }  // namespace tgrad::testing

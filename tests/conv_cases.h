@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "core/tensor.h"
 #include "tests/reference/conv_transpose_reference.h"
+#include "tests/test_util.h"
 
 namespace tgrad::testing {
 
@@ -88,6 +89,10 @@ struct ConvOutputs {
 ConvOutputs run_backend_passes(const ConvCase& c, const ConvTensors& t);
 // The naive loops, as float64 CPU tensors.
 ConvOutputs run_reference_passes(const ConvCase& c, const ConvData& d);
+// Compares the four passes with tensors_close, each failure a gtest failure naming the pass and
+// `config`; false when any differs.
+bool passes_close(const ConvOutputs& actual, const ConvOutputs& expected, Tolerance tol,
+                  const std::string& config);
 // The public op (conv_transpose1d/2d) on the user-facing shapes; returns y in the user shape.
 Tensor run_public_forward(const ConvCase& c, const ConvTensors& t);
 

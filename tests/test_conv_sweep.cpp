@@ -23,21 +23,6 @@ constexpr Tolerance kFloat32L2{0.0, 0.0, 1e-5};
 
 constexpr uint64_t kDataSeed = kConvSweepSeed + 1000;
 
-// Compares the four passes; returns false (after gtest failures) when any differs.
-bool passes_close(const ConvOutputs& actual, const ConvOutputs& expected, Tolerance tol,
-                  const std::string& config) {
-  bool ok = true;
-  auto one = [&](const char* name, const Tensor& a, const Tensor& e) {
-    const ::testing::AssertionResult r = tensors_close(a, e, tol, std::string(name) + " " + config);
-    EXPECT_TRUE(r);
-    ok = ok && static_cast<bool>(r);
-  };
-  one("forward y", actual.y, expected.y);
-  one("dgrad dx", actual.dx, expected.dx);
-  one("wgrad dw", actual.dw, expected.dw);
-  if (expected.db.defined()) one("bias grad db", actual.db, expected.db);
-  return ok;
-}
 
 TEST(ConvSweep, CoversEveryAxisCombinationGroupKindAndFlag) {
   const std::vector<ConvCase> cases = conv_sweep();

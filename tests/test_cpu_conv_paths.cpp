@@ -77,20 +77,6 @@ std::vector<PathCase> path_cases() {
 // float32 against the float64 loops: relative L2 of a few ulps; 1e-5 catches a wrong term.
 constexpr Tolerance kFloat32L2{0.0, 0.0, 1e-5};
 
-bool passes_close(const ConvOutputs& actual, const ConvOutputs& expected, Tolerance tol,
-                  const std::string& config) {
-  bool ok = true;
-  auto one = [&](const char* name, const Tensor& a, const Tensor& e) {
-    const ::testing::AssertionResult r = tensors_close(a, e, tol, std::string(name) + " " + config);
-    EXPECT_TRUE(r);
-    ok = ok && static_cast<bool>(r);
-  };
-  one("forward y", actual.y, expected.y);
-  one("dgrad dx", actual.dx, expected.dx);
-  one("wgrad dw", actual.dw, expected.dw);
-  if (expected.db.defined()) one("bias grad db", actual.db, expected.db);
-  return ok;
-}
 
 void check_against_reference(DType dtype, Tolerance tol) {
   uint64_t seed = 7100;
