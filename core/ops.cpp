@@ -297,8 +297,18 @@ Tensor expand(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   Tensor y = new_like(x, shape);
   if (y.numel() > 0) {
-    const Tensor zero = zeros(Shape(shape.size(), 1), TensorOptions(x.dtype()).device(x.device()));
-    backend(x.device()).binary(BinaryOp::add, left_pad(x, shape.size()), zero, y);
+    // A window of x with stride 0 on the broadcast axes: one gather, no zero tensor to add, and
+    // values pass bit for bit (adding +0 turned -0.0 into +0.0; PyTorch's expand keeps it).
+    StridedWindow window;
+    window.shape = shape;
+    window.strides.assign(shape.size(), 0);
+    const size_t lead = shape.size() - static_cast<size_t>(x.dim());
+    int64_t stride = 1;
+    for (int64_t d = x.dim() - 1; d >= 0; --d) {
+      if (x.size(d) != 1) window.strides[lead + static_cast<size_t>(d)] = stride;
+      stride *= x.size(d);
+    }
+    backend(x.device()).strided_gather(x, window, y);
   }
   return record("expand", y, {x}, derivatives::expand(x.shape()));
 }

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <functional>
 
 #include "core/ops.h"
@@ -110,6 +112,35 @@ TEST(Ops, ReductionsOverDims) {
   EXPECT_EQ(sum_to(x, {3, 1}).to_vector<double>(), (std::vector<double>{60, 92, 124}));
   EXPECT_EQ(expand(vec({1, 2}, {2, 1}), {2, 3}).to_vector<double>(),
             (std::vector<double>{1, 1, 1, 2, 2, 2}));
+}
+
+// expand copies values bit for bit (a gather with stride 0 on the broadcast axes): -0.0, NaN and
+// infinities arrive unchanged, on every device, and its gradient sums over the broadcast axes.
+void check_expand_on(Device device) {
+  const double nz = -0.0, inf = std::numeric_limits<double>::infinity();
+  const Tensor x =
+      from_vector(std::vector<double>{nz, 1.5, inf, -2.0, std::nan(""), 0.0}, {2, 1, 3},
+                  TensorOptions(kFloat32).device(device))
+          .requires_grad_();
+  const Tensor y = expand(x, {4, 2, 5, 3});
+  ASSERT_EQ(y.shape(), (Shape{4, 2, 5, 3}));
+  const std::vector<float> got = y.to_vector<float>(), src = x.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const size_t k = (i / 15 % 2) * 3 + i % 3;  // y[a, b, c, d] = x[b, 0, d]
+    EXPECT_EQ(std::memcmp(&got[i], &src[k], sizeof(float)), 0) << i << " on " << device.str();
+  }
+  EXPECT_TRUE(std::signbit(got[0])) << "-0.0 lost its sign on " << device.str();
+  sum(expand(x, {4, 2, 5, 3})).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>(6, 20.0))) << device.str();
+}
+
+TEST(Ops, ExpandCopiesValuesBitForBitCpu) {
+  check_expand_on(Device(kCPU));
+}
+
+TEST(Ops, ExpandCopiesValuesBitForBitCuda) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_expand_on(Device(kCUDA));
 }
 
 TEST(Ops, BadReductionDimsAreErrors) {
