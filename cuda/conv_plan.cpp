@@ -79,7 +79,7 @@ std::string tile_name(const IgemmTiling& t) {
 // takes them first where it can.
 constexpr double kMinTileUse = 0.5;
 
-std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out);
+const std::string& batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out);
 
 std::string low_use_reason(const PlanInput& in, double use, const std::string& what) {
   if (!in.prefer || use >= kMinTileUse) return "";
@@ -102,13 +102,11 @@ std::string igemm_use_reason(const PlanInput& in, const IgemmProblem& p, const I
 }
 
 // batch-igemm before the kernels whose tiles cover one output row of one sample (wgmma,
-// mma.sync), where its tiles spanning rows and samples measured faster: run 38's forced A/B on
-// the decoder suite (docs/performance.md, "Run 38: the planner's row order") had it 1.1x-3.2x
-// faster than wgmma on every 2-D call with rows under 512 positions and on 1-D calls of at most
-// 2^17 output positions (batch x length), and 1.1x-1.8x faster than mma.sync on such 1-D calls
-// at "highest". Longer rows and sequences fill the row kernels' tiles (S1-S5, EnCodec's long
-// layers: wgmma 1.03x-1.14x faster). batch-igemm's strided dgrad gathers take as long at "high"
-// as at "highest", so at "high" the row kernels keep those calls. Empty when batch-igemm takes
+// mma.sync) where its tiles, spanning rows and samples, fill better: 2-D calls with short rows
+// (wgmma) and 1-D calls with few output positions (batch x length). Long rows and sequences fill
+// the row kernels' tiles, and they stay faster there. batch-igemm's strided dgrad is bound by its
+// gathers, which cost the same at either precision, so at "high" mma.sync keeps 1-D dgrad. The
+// forced A/B behind the bounds is docs/performance.md's "Run 38". Empty when batch-igemm takes
 // the call, else why the row kernel keeps it.
 constexpr int64_t kBatchIgemmRowsBelow = 512;
 constexpr int64_t kBatchIgemmMaxPositions1d = int64_t{1} << 17;
@@ -199,9 +197,8 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
   // This kernel's tiles cover one output row of one sample, batch-igemm's span rows and samples:
-  // on the suite's 2-D layers that reached this row (U-Net, CycleGAN dgrad at both precisions)
-  // batch-igemm measured 1.1x-2.3x faster (docs/performance.md, run 34), and on 1-D calls with
-  // few positions at "highest" 1.1x-1.8x (run 38; batch_igemm_first).
+  // it gives way on every 2-D call and on short 1-D calls (batch_igemm_first; measured in
+  // docs/performance.md, runs 34 and 38).
   if (batch_igemm_first(in, false).empty())
     return "batch-igemm's tiles span rows and samples (2-D, or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
@@ -245,11 +242,11 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
 // ---- batch-igemm: the implicit GEMM with N over batch x positions (forward and dgrad) ---------
 
 // Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) runs the call, with its
-// plan in *out (when not null); else why not: what it cannot run, then (in.prefer) where the
-// GEMM path measured faster.
+// plan in `plan`; else why not: what it cannot run, then (in.prefer) where the GEMM path measured
+// faster.
 constexpr int64_t kBatchIgemmMaxPreferredM = 256;
 
-std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
+std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
   if (in.caps.sm_major < 8)
@@ -262,7 +259,6 @@ std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
   const int64_t C = fwd ? g.in_channels : g.out_channels, M = fwd ? g.out_channels : g.in_channels;
   constexpr int64_t kIntMax = 2147483647;
   if (C > kIntMax / 2 || M > kIntMax / 2) return "more than 2^30 channels";
-  BatchIgemmPlan plan;
   plan.phases_h = fwd ? static_cast<int>(std::min<int64_t>(g.stride[0], 65536)) : 1;
   plan.phases_w = fwd ? static_cast<int>(std::min<int64_t>(g.stride[1], 65536)) : 1;
   if (int64_t{plan.phases_h} * plan.phases_w > 65535)
@@ -318,8 +314,7 @@ std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
   // docs/performance.md), and is a property of the problem, not of a listed layer:
   if (in.prefer && gemm_path_declined(in.pass, g, g.precision, in.dtype).empty()) {
     // - Few output channels or summed channels (RGB or mono outputs, their dgrad): the tile's
-    //   rows or its 32-channel K steps are mostly zero padding; 1.3x-4.2x slower than the GEMM
-    //   path.
+    //   rows or its 32-channel K steps are mostly zero padding.
     const double use = static_cast<double>(M) / static_cast<double>(plan.m_pad) *
                        static_cast<double>(C) / static_cast<double>(plan.c_pad);
     if (use < kMinTileUse) {
@@ -330,21 +325,30 @@ std::string batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
       return os.str();
     }
     // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
-    //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles (1.3x-40x faster).
+    //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles.
     const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w;
     if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count)
       return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
              " SMs (no split-K): the GEMM path";
     // - Many output channels: the column buffer costs the GEMM path 8 bytes of traffic per
     //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate once M
-    //   is 512 or more (measured 1.0x-3x faster there); up to 256 this kernel was faster on the
-    //   calls that reach it (DCGAN g2-g4, U-Net up2 forward, the 2-D dgrads).
+    //   is 512 or more; up to 256 this kernel was the faster of the two.
     if (M > kBatchIgemmMaxPreferredM)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
              ": the GEMM path's column traffic is small next to its GEMM's speed";
   }
-  if (out != nullptr) *out = plan;
   return "";
+}
+
+// batch_igemm_check, once per PlanInput; *out (when not null) gets the plan when it takes the call.
+const std::string& batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
+  if (!in.batch_igemm) {
+    BatchIgemmPlan plan;
+    std::string why = batch_igemm_check(in, plan);
+    in.batch_igemm.emplace(std::move(why), plan);
+  }
+  if (out != nullptr && in.batch_igemm->first.empty()) *out = in.batch_igemm->second;
+  return in.batch_igemm->first;
 }
 
 std::string rule_batch_igemm(const PlanInput& in, ConvPlan& plan) {
@@ -459,7 +463,7 @@ const std::vector<Candidate>& conv_candidates() {
 ConvPlan plan_conv(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
                    const std::string& forced, bool prefer) {
   // A forced kernel runs wherever it can: preferences do not decline it.
-  const PlanInput in{pass, g, dtype, caps, prefer && forced.empty()};
+  const PlanInput in{pass, g, dtype, caps, prefer && forced.empty(), std::nullopt};
   ConvPlan plan;
   plan.pass = pass;
   // str() names the precision when it is "high"; float32's default is named here too.

@@ -4,7 +4,9 @@
 // (compiled in every build, so the planner's tests run without a GPU). Private to the project.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/conv_geometry.h"
@@ -83,6 +85,9 @@ struct PlanInput {
   // Whether rows may decline for speed alone (tiles mostly empty) rather than inability. Off for
   // a forced kernel, and in the tests of the tensor-core kernels on small edge-case shapes.
   bool prefer = true;
+  // batch-igemm's verdict (empty: it takes the call) and plan, worked out once per plan_conv
+  // call: the rows above it ask whether to give way to it, then its own row reads it.
+  mutable std::optional<std::pair<std::string, BatchIgemmPlan>> batch_igemm;
 };
 struct Candidate {
   const char* kernel;
