@@ -244,18 +244,7 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
         store_dx(pl, g, blk, 0, pl.cig, w_g.middleCols(co0 * pl.taps, rows) * c,
                  ws.data() + co_per * pl.taps * cb.max_cols(), out);
       });
-  if (parts == 1) return;
-  constexpr int64_t kSumBlock = 1 << 14;
-  parallel_for(threads_for(static_cast<double>(parts * x_numel), threads),
-               ceil_div(x_numel, kSumBlock), [&](int64_t t) {
-                 const int64_t i0 = t * kSumBlock, i1 = std::min(x_numel, i0 + kSumBlock);
-                 std::copy(partial.data() + i0, partial.data() + i1, dx + i0);
-                 for (int64_t k = 1; k < parts; ++k) {
-                   const T* part = partial.data() + k * x_numel;
-                   for (int64_t i = i0; i < i1; ++i)
-                     dx[i] += part[i];
-                 }
-               });
+  if (parts > 1) sum_parts_in_order(partial.data(), parts, x_numel, dx, threads);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "core/conv_geometry.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "cpu/parallel.h"
 
 #ifndef TGRAD_CPU_ISA_NS
 #error "compiled once per level with TGRAD_CPU_ISA_NS set (cpu/CMakeLists.txt)"
@@ -348,6 +349,23 @@ ConstStridedMap<T> x_block(const Plan& pl, const T* x, int64_t g, const ColBlock
     }
   }
   return ConstStridedMap<T>(buf, pl.cig, ld, Eigen::OuterStride<>(ld));
+}
+
+// out = parts[0] + parts[1] + ... + parts[count - 1], each part `numel` elements of `partial`,
+// summed in part order (the same for any thread count) over blocks of elements in parallel.
+template <class T>
+void sum_parts_in_order(const T* partial, int64_t count, int64_t numel, T* out, int threads) {
+  constexpr int64_t kSumBlock = 1 << 14;
+  parallel_for(threads_for(static_cast<double>(count * numel), threads), ceil_div(numel, kSumBlock),
+               [&](int64_t t) {
+                 const int64_t i0 = t * kSumBlock, i1 = std::min(numel, i0 + kSumBlock);
+                 std::copy(partial + i0, partial + i1, out + i0);
+                 for (int64_t k = 1; k < count; ++k) {
+                   const T* part = partial + k * numel;
+                   for (int64_t i = i0; i < i1; ++i)
+                     out[i] += part[i];
+                 }
+               });
 }
 
 }  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv

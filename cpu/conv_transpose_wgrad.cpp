@@ -65,18 +65,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
         T* out = (slices > 1 ? partial.data() + s * w_numel : dw) + g * pl.cig * pl.rows;
         StridedMap<T>(out + co0 * pl.taps, pl.cig, rows, Eigen::OuterStride<>(pl.rows)) = acc;
       });
-  if (slices == 1) return;
-  constexpr int64_t kSumBlock = 1 << 14;
-  parallel_for(threads_for(static_cast<double>(slices * w_numel), threads),
-               ceil_div(w_numel, kSumBlock), [&](int64_t t) {
-                 const int64_t i0 = t * kSumBlock, i1 = std::min(w_numel, i0 + kSumBlock);
-                 std::copy(partial.data() + i0, partial.data() + i1, dw + i0);
-                 for (int64_t s = 1; s < slices; ++s) {
-                   const T* part = partial.data() + s * w_numel;
-                   for (int64_t i = i0; i < i1; ++i)
-                     dw[i] += part[i];
-                 }
-               });
+  if (slices > 1) sum_parts_in_order(partial.data(), slices, w_numel, dw, threads);
 }
 
 }  // namespace
