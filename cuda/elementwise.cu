@@ -366,10 +366,6 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
   });
 }
 
-}  // namespace tgrad::cuda
-
-namespace tgrad::cuda {
-
 void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
                const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
                Tensor* vmax_out) {
