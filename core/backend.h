@@ -85,6 +85,19 @@ void check_adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const 
                      const Tensor& v, const Tensor* vmax, const Tensor& p_out, const Tensor& m_out,
                      const Tensor& v_out, const Tensor* vmax_out);
 
+// Normalization (batch, group, instance and layer norm) over an (N, C, S) view of a contiguous
+// tensor. Its statistics have one key per channel (batch norm: key c over the N*S elements of
+// channel c) or one per (sample, group) (per_channel false: key n*groups + c/(C/groups) over
+// that group's C/groups*S elements, which lie contiguously). One fused pass per key replaces
+// the dozen reductions and broadcasts a composed norm launches in forward and backward.
+struct NormShape {
+  int64_t n = 0, c = 0, s = 0;
+  int64_t groups = 1;       // per_channel false: C % groups == 0
+  bool per_channel = true;  // batch norm's keys; false: group norm's
+  int64_t keys() const { return per_channel ? c : n * groups; }
+  int64_t per_key() const { return per_channel ? n * s : c / groups * s; }
+};
+
 struct MemoryStats {
   int64_t allocated = 0;  // bytes in live tensors
   int64_t reserved = 0;   // bytes held from the device, live or cached
@@ -127,6 +140,25 @@ class Backend {
   virtual void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,
                          const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out,
                          Tensor& v_out, Tensor* vmax_out) = 0;
+
+  // Normalization (see NormShape). Floating; x, y, dy, dx (N, C, S); mean, var (keys); w, b,
+  // dw, db (C); each pointer may be null. Statistics are accumulated in float64 in a fixed order
+  // (the mean, then the mean of squared deviations: the biased variance).
+  // norm_forward: mean, var of x per key; y = (x - mean) / sqrt(var + eps) * w[c] + b[c].
+  virtual void norm_forward(const NormShape& ns, const Tensor& x, double eps, const Tensor* w,
+                            const Tensor* b, Tensor& y, Tensor& mean, Tensor& var) = 0;
+  // The gradients of norm_forward's y (with its statistics recomputed from x, as they depend on
+  // it) given dy and the mean and var norm_forward returned: dx, dw = sum of dy * x_hat per
+  // channel, db = sum of dy per channel; each computed when its pointer is set.
+  virtual void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x,
+                             const Tensor& mean, const Tensor& var, double eps, const Tensor* w,
+                             Tensor* dx, Tensor* dw, Tensor* db) = 0;
+  // Batch norm's running statistics, in place, on the device (no host round trip):
+  // running_mean = running_mean * (1 - momentum) + mean * momentum, running_var likewise with
+  // var * unbias; num_batches_tracked (an int64 scalar, may be null) += 1.
+  virtual void norm_running_stats(const Tensor& mean, const Tensor& var, double momentum,
+                                  double unbias, Tensor& running_mean, Tensor& running_var,
+                                  Tensor* num_batches_tracked) = 0;
 
   // Indexing (cpu/indexing.cpp, cuda/indexing.cu). Any dtype unless said: elements are moved
   // bit for bit. core checks windows and indices against the tensors' sizes before calling.

@@ -259,4 +259,52 @@ Formula conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x4, const Tens
           {x4, dy4}};
 }
 
+// ---- normalization ----
+
+namespace {
+// t (N, C, S) seen with each statistics key one slice over key_dims: (N, C, S) over {0, 2} for
+// batch norm, (N, groups, C/groups*S) over {2} for the others.
+Tensor key_view(const NormShape& ns, const Tensor& t) {
+  return ns.per_channel ? t : t.reshape({ns.n, ns.groups, ns.c / ns.groups * ns.s});
+}
+std::vector<int64_t> key_dims(const NormShape& ns) {
+  return ns.per_channel ? std::vector<int64_t>{0, 2} : std::vector<int64_t>{2};
+}
+}  // namespace
+
+Formula norm(const NormShape& ns, const Tensor& x3, const Tensor& w, bool has_bias,
+             const Tensor& mean, const Tensor& var, double eps) {
+  std::vector<Tensor> saved{x3};
+  if (w.defined()) saved.push_back(w);
+  return {[ns, x3, w, has_bias, mean, var, eps](const Tensor& dy, const GradMask& m) {
+            const bool want_x = m[0], want_w = w.defined() && m[1], want_b = has_bias && m[2];
+            Tensor dx, dw, db;
+            if (!grad_mode_enabled()) {
+              if (want_x) dx = empty_like(x3);
+              if (want_w) dw = empty_like(w);
+              if (want_b) db = detail::new_like(x3, {ns.c});
+              backend(x3.device())
+                  .norm_backward(ns, dy, x3, mean, var, eps, w.defined() ? &w : nullptr,
+                                 want_x ? &dx : nullptr, want_w ? &dw : nullptr,
+                                 want_b ? &db : nullptr);
+              return Grads{dx, dw, db};
+            }
+            const std::vector<int64_t> dims = key_dims(ns);
+            const Tensor xs = key_view(ns, x3);
+            const Tensor xc = xs - tgrad::mean(xs, dims, true);
+            const Tensor rstd = tgrad::pow(tgrad::mean(xc * xc, dims, true) + eps, -0.5);
+            const Tensor xhat = xc * rstd;
+            if (want_x) {
+              const Tensor g = key_view(ns, w.defined() ? dy * w.reshape({1, ns.c, 1}) : dy);
+              dx = (rstd * (g - tgrad::mean(g, dims, true) -
+                            xhat * tgrad::mean(g * xhat, dims, true)))
+                       .reshape(x3.shape());
+            }
+            if (want_w) dw = tgrad::sum(dy * xhat.reshape(x3.shape()), {0, 2});
+            if (want_b) db = tgrad::sum(dy, {0, 2});
+            return Grads{dx, dw, db};
+          },
+          saved};
+}
+
 }  // namespace tgrad::derivatives

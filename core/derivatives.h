@@ -61,6 +61,13 @@ Formula conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy4, const Ten
                              bool has_bias);
 Formula conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x4, const Tensor& dy4);
 
+// Fused normalization of x3 (N, C, S) per NormShape key with optional per-channel weight w and
+// bias: dx = rstd (g - mean(g) - x_hat mean(g x_hat)) with g = dy w, dw = sum of dy x_hat, db = sum
+// of dy. Without create_graph the backend's fused kernel computes them from the forward's saved
+// mean and var; with it, the same formula is written with ops, the statistics recomputed from x.
+Formula norm(const NormShape& ns, const Tensor& x3, const Tensor& w, bool has_bias,
+             const Tensor& mean, const Tensor& var, double eps);
+
 // ---- Shape, indexing, math and resampling ops (core/derivatives_shape.cpp) ----
 // Every shape op reduces to two strided copies that are each other's gradient, and index_select
 // and index_add are each other's gradient too; the rest are written with those and arithmetic.

@@ -56,4 +56,19 @@ Tensor conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy4, const Tens
                             const Tensor& b);
 Tensor conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x4, const Tensor& dy4);
 
+// Normalization as one recorded op (core/ops_norm.cpp): x3 (N, C, S), per-channel weight and
+// bias (C, each may be undefined), statistics per NormShape key, returned detached through
+// mean_out / var_out (biased variance) when asked. `fn` names the op in errors and on the tape.
+// fused_norm_supports says whether the kernels take the shape (else compose the norm from ops).
+bool fused_norm_supports(const NormShape& ns);
+Tensor fused_norm(const char* fn, const NormShape& ns, const Tensor& x3, const Tensor& w,
+                  const Tensor& b, double eps, Tensor* mean_out = nullptr,
+                  Tensor* var_out = nullptr);
+// Batch norm's running statistics from a fused_norm's mean and var, in place on their device
+// with num_batches_tracked += 1 (no host round trip). Returns false, changing nothing, when the
+// buffers' dtype, device or shape differ from the statistics' (the caller then composes it).
+bool fused_running_stats(const char* fn, const Tensor& mean, const Tensor& var, double momentum,
+                         double unbias, Tensor& running_mean, Tensor& running_var,
+                         Tensor& num_batches_tracked);
+
 }  // namespace tgrad::detail

@@ -148,6 +148,25 @@ class CpuBackend final : public Backend {
     check_adam_step(s, p, g, m, v, vmax, p_out, m_out, v_out, vmax_out);
     cpu::adam_step(s, p, g, m, v, vmax, p_out, m_out, v_out, vmax_out);
   }
+  void norm_forward(const NormShape& ns, const Tensor& x, double eps, const Tensor* w,
+                    const Tensor* b, Tensor& y, Tensor& mean, Tensor& var) override {
+    check_tensor(x, "norm_forward", "x");
+    cpu::norm_forward(ns, x, eps, w, b, y, mean, var);
+  }
+  void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                     const Tensor& var, double eps, const Tensor* w, Tensor* dx, Tensor* dw,
+                     Tensor* db) override {
+    check_tensor(dy, "norm_backward", "dy");
+    check_tensor(x, "norm_backward", "x");
+    cpu::norm_backward(ns, dy, x, mean, var, eps, w, dx, dw, db);
+  }
+  void norm_running_stats(const Tensor& mean, const Tensor& var, double momentum, double unbias,
+                          Tensor& running_mean, Tensor& running_var,
+                          Tensor* num_batches_tracked) override {
+    check_tensor(running_mean, "norm_running_stats", "running_mean");
+    cpu::norm_running_stats(mean, var, momentum, unbias, running_mean, running_var,
+                            num_batches_tracked);
+  }
   void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
               bool transpose_b) override {
     check_tensor(a, "matmul", "a");

@@ -1,5 +1,5 @@
 // The CPU backend's kernels as free functions, one family per file: elementwise.cpp (fill, cast,
-// unary, binary, sum_to, adam_step), matmul.cpp, conv_transpose.cpp, indexing.cpp. `threads` caps the threads
+// unary, binary, sum_to, adam_step), matmul.cpp, conv_transpose.cpp, indexing.cpp, norm.cpp. `threads` caps the threads
 // a kernel may use; every result is bit-identical for any thread count. Internal to cpu/.
 #pragma once
 
@@ -103,5 +103,15 @@ void index_add(const Tensor& x, int64_t outer, int64_t inner, const Tensor& inde
                int threads);
 void reduce_dim(ReduceOp op, const Tensor& x, int64_t outer, int64_t inner, Tensor& values,
                 Tensor& indices, int threads);
+
+// norm.cpp: see the Backend methods of the same names (one task per key, so any thread count
+// gives the same bits).
+void norm_forward(const NormShape& ns, const Tensor& x, double eps, const Tensor* w,
+                  const Tensor* b, Tensor& y, Tensor& mean, Tensor& var);
+void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                   const Tensor& var, double eps, const Tensor* w, Tensor* dx, Tensor* dw,
+                   Tensor* db);
+void norm_running_stats(const Tensor& mean, const Tensor& var, double momentum, double unbias,
+                        Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked);
 
 }  // namespace tgrad::cpu

@@ -55,6 +55,15 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
               bool transpose_b) override;
 
+  void norm_forward(const NormShape& ns, const Tensor& x, double eps, const Tensor* w,
+                    const Tensor* b, Tensor& y, Tensor& mean, Tensor& var) override;
+  void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                     const Tensor& var, double eps, const Tensor* w, Tensor* dx, Tensor* dw,
+                     Tensor* db) override;
+  void norm_running_stats(const Tensor& mean, const Tensor& var, double momentum, double unbias,
+                          Tensor& running_mean, Tensor& running_var,
+                          Tensor* num_batches_tracked) override;
+
   void strided_gather(const Tensor& x, const StridedWindow& window, Tensor& y) override;
   void strided_scatter(const Tensor& x, Tensor& y, const StridedWindow& window) override;
   void index_gather(const Tensor& x, int64_t outer, int64_t inner, const Tensor& index,

@@ -19,6 +19,15 @@ void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor
                const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
                Tensor* vmax_out);
 
+// norm.cu: see the Backend methods of the same names.
+void norm_forward(const NormShape& ns, const Tensor& x, double eps, const Tensor* w,
+                  const Tensor* b, Tensor& y, Tensor& mean, Tensor& var);
+void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                   const Tensor& var, double eps, const Tensor* w, Tensor* dx, Tensor* dw,
+                   Tensor* db);
+void norm_running_stats(const Tensor& mean, const Tensor& var, double momentum, double unbias,
+                        Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked);
+
 // reduction.cu: y = x summed over the axes where y has size 1 (same rank). Deterministic.
 void sum_to(CachingAllocator& alloc, const Tensor& x, Tensor& y);
 // The same with x and y seen with other (equal-numel) shapes, e.g. dy as (N, C, H*W) -> (1, C, 1).

@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "core/autograd.h"
+#include "core/ops_internal.h"
 #include "layers/init.h"
 
 namespace tgrad::nn {
@@ -70,6 +71,28 @@ void BatchNormNd<D>::reset_running_stats() {
   num_batches_tracked.fill_(0.0);
 }
 
+// running = running * (1 - f) + batch * f (the variance unbiased), f the momentum or, without
+// one, 1 / num_batches_tracked (a cumulative average, which needs the count on the host). With
+// a momentum nothing leaves the device, so a training step's host never waits for the GPU here.
+template <int D>
+void BatchNormNd<D>::update_running_stats(const Tensor& mean, const Tensor& var,
+                                          int64_t per_channel) {
+  NoGradGuard no_grad;
+  const char* m = D == 1 ? "BatchNorm1d" : "BatchNorm2d";
+  const double f = options_.momentum()
+                       ? *options_.momentum()
+                       : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>() + 1);
+  const double unbias = static_cast<double>(per_channel) / static_cast<double>(per_channel - 1);
+  if (detail::fused_running_stats(m, mean, var, f, unbias, running_mean, running_var,
+                                  num_batches_tracked)) {
+    return;
+  }
+  const int64_t tracked = num_batches_tracked.item<int64_t>() + 1;
+  num_batches_tracked.copy_(scalar_tensor(static_cast<double>(tracked), kInt64));
+  running_mean.copy_(running_mean * (1.0 - f) + mean * f);
+  running_var.copy_(running_var * (1.0 - f) + var * (unbias * f));
+}
+
 template <int D>
 Tensor BatchNormNd<D>::forward(const Tensor& x) {
   const char* m = D == 1 ? "BatchNorm1d" : "BatchNorm2d";
@@ -85,27 +108,27 @@ Tensor BatchNormNd<D>::forward(const Tensor& x) {
   for (int64_t d = 2; d < x.dim(); ++d)
     dims.push_back(d);
   const Shape cs = channel_view(x.dim(), c);
-  Tensor y;
   if (is_training() || !options_.track_running_stats()) {
     const int64_t per_channel = c == 0 ? 0 : x.numel() / c;
     TGRAD_CHECK(!is_training() || per_channel > 1, m,
                 ": expected more than 1 value per channel when training, got input shape ",
                 x.shape());
-    Tensor mu, var;
-    y = normalize(x, dims, options_.eps(), &mu, &var);
-    if (is_training() && options_.track_running_stats()) {
-      NoGradGuard no_grad;
-      const int64_t tracked = num_batches_tracked.item<int64_t>() + 1;
-      num_batches_tracked.copy_(scalar_tensor(static_cast<double>(tracked), kInt64));
-      const double f =
-          options_.momentum() ? *options_.momentum() : 1.0 / static_cast<double>(tracked);
-      const double unbias = static_cast<double>(per_channel) / static_cast<double>(per_channel - 1);
-      running_mean.copy_(running_mean * (1.0 - f) + mu.detach().reshape({c}) * f);
-      running_var.copy_(running_var * (1.0 - f) + var.detach().reshape({c}) * (unbias * f));
+    const bool update = is_training() && options_.track_running_stats();
+    const NormShape ns{x.size(0), c, x.size(0) == 0 ? 0 : per_channel / x.size(0), 1, true};
+    if (detail::fused_norm_supports(ns)) {
+      Tensor mu, var;
+      const Tensor y = detail::fused_norm(m, ns, x.reshape({ns.n, ns.c, ns.s}), weight, bias,
+                                          options_.eps(), &mu, &var);
+      if (update) update_running_stats(mu, var, per_channel);
+      return y.reshape(x.shape());
     }
-  } else {
-    y = (x - running_mean.reshape(cs)) * pow(running_var.reshape(cs) + options_.eps(), -0.5);
+    Tensor mu, var;
+    Tensor y = normalize(x, dims, options_.eps(), &mu, &var);
+    if (update) update_running_stats(mu.detach().reshape({c}), var.detach().reshape({c}), per_channel);
+    if (options_.affine()) y = y * weight.reshape(cs) + bias.reshape(cs);
+    return y;
   }
+  Tensor y = (x - running_mean.reshape(cs)) * pow(running_var.reshape(cs) + options_.eps(), -0.5);
   if (options_.affine()) y = y * weight.reshape(cs) + bias.reshape(cs);
   return y;
 }
@@ -159,9 +182,16 @@ Tensor InstanceNorm2dImpl::forward(const Tensor& x) {
   const int64_t channel_dim = x.dim() - 3;
   TGRAD_CHECK(x.size(channel_dim) == options_.num_features(), "InstanceNorm2d: input has ",
               x.size(channel_dim), " channels but num_features=", options_.num_features());
+  const int64_t c = options_.num_features();
+  const NormShape ns{x.dim() == 4 ? x.size(0) : 1, c, x.size(-2) * x.size(-1), c, false};
+  if (detail::fused_norm_supports(ns)) {
+    return detail::fused_norm("InstanceNorm2d", ns, x.reshape({ns.n, ns.c, ns.s}), weight, bias,
+                              options_.eps())
+        .reshape(x.shape());
+  }
   Tensor y = normalize(x, {-2, -1}, options_.eps());
   if (options_.affine()) {
-    const Shape cs = channel_view(x.dim(), options_.num_features(), channel_dim);
+    const Shape cs = channel_view(x.dim(), c, channel_dim);
     y = y * weight.reshape(cs) + bias.reshape(cs);
   }
   return y;
@@ -189,6 +219,12 @@ Tensor GroupNormImpl::forward(const Tensor& x) {
               ") but num_channels=", c);
   const int64_t n = x.size(0), g = options_.num_groups();
   const int64_t per_group = n * g == 0 ? 0 : x.numel() / (n * g);
+  const NormShape ns{n, c, per_group * g / c, g, false};
+  if (detail::fused_norm_supports(ns)) {
+    return detail::fused_norm("GroupNorm", ns, x.reshape({ns.n, ns.c, ns.s}), weight, bias,
+                              options_.eps())
+        .reshape(x.shape());
+  }
   Tensor y = normalize(x.reshape({n, g, per_group}), {2}, options_.eps()).reshape(x.shape());
   if (options_.affine()) {
     const Shape cs = channel_view(x.dim(), c);
@@ -217,10 +253,20 @@ Tensor LayerNormImpl::forward(const Tensor& x) {
   TGRAD_CHECK(x.defined() && x.dim() >= k && Shape(x.shape().end() - k, x.shape().end()) == s,
               "LayerNorm: the input's last dims ", x.defined() ? x.shape() : Shape{},
               " must be normalized_shape ", s);
-  std::vector<int64_t> dims;
-  for (int64_t d = x.dim() - k; d < x.dim(); ++d)
-    dims.push_back(d);
-  Tensor y = normalize(x, dims, options_.eps());
+  const int64_t row = shape_numel(s);
+  const NormShape ns{x.numel() / row, 1, row, 1, false};
+  Tensor y;
+  if (detail::fused_norm_supports(ns)) {
+    // One key per row; the affine is per element of normalized_shape, not per channel.
+    y = detail::fused_norm("LayerNorm", ns, x.reshape({ns.n, 1, row}), Tensor(), Tensor(),
+                           options_.eps())
+            .reshape(x.shape());
+  } else {
+    std::vector<int64_t> dims;
+    for (int64_t d = x.dim() - k; d < x.dim(); ++d)
+      dims.push_back(d);
+    y = normalize(x, dims, options_.eps());
+  }
   if (options_.elementwise_affine()) y = y * weight + bias;
   return y;
 }

@@ -56,6 +56,8 @@ class BatchNormNd : public Module {
   Tensor running_mean, running_var, num_batches_tracked;  // when track_running_stats
 
  private:
+  // Updates the running statistics from a training batch's mean and biased variance (C).
+  void update_running_stats(const Tensor& mean, const Tensor& var, int64_t per_channel);
   BatchNormOptions options_;
 };
 using BatchNorm1dImpl = BatchNormNd<1>;
