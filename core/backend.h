@@ -69,8 +69,9 @@ enum class ReduceOp { max, min };
 //   v' = v * beta2 + (g * g) * one_minus_beta2
 //   s  = amsgrad ? (vmax < v' ? v' : vmax) : v'      (vmax: the running maximum, or v' when absent)
 //   p' = p * param_scale + (m' / (sqrt(s) * inv_bias_correction2_sqrt + eps)) * neg_step_size
-// param_scale is AdamW's 1 - lr * weight_decay (1 for Adam). Outputs are fresh tensors, so the
-// optimizer can compute every parameter's update before committing any.
+// param_scale is AdamW's 1 - lr * weight_decay (1 for Adam). p_out may be p itself (the
+// optimizer updates parameters in place; each element is read before it is written); the other
+// outputs are distinct from every input.
 struct AdamStep {
   double beta1 = 0.9, one_minus_beta1 = 0.1, beta2 = 0.999, one_minus_beta2 = 0.001;
   double coupled_weight_decay = 0.0, param_scale = 1.0;

@@ -16,6 +16,9 @@ std::mutex& leaf_grad_mutex();
 // Refuses an in-place write into `t` that autograd could not see (see Tensor::copy_), then counts
 // the write on t's version counter. Call before writing.
 void begin_inplace_write(const char* fn, const Tensor& t);
+// begin_inplace_write's checks alone (it counts nothing): for a caller that checks every target
+// before writing any.
+void check_inplace_write(const char* fn, const Tensor& t);
 
 // Argument checks shared by the ops: defined; floating (float32/float64); two operands of one
 // floating dtype and one device. Each names the op and the argument.

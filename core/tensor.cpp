@@ -342,6 +342,11 @@ Tensor Tensor::detach() const {
 namespace detail {
 
 void begin_inplace_write(const char* fn, const Tensor& t) {
+  check_inplace_write(fn, t);
+  t.impl()->version->bump();
+}
+
+void check_inplace_write(const char* fn, const Tensor& t) {
   const TensorImpl& impl = *t.impl();
   TGRAD_CHECK(impl.copy_of_view == nullptr, fn, ": this tensor is the copy that ",
               impl.copy_of_view ? impl.copy_of_view : "",
@@ -357,7 +362,6 @@ void begin_inplace_write(const char* fn, const Tensor& t) {
                "be invisible to backward. Compute a new tensor instead (or write under "
                "NoGradGuard into a detach()ed copy)");
   }
-  impl.version->bump();
 }
 
 }  // namespace detail

@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops.h"
+#include "core/ops_internal.h"
 
 namespace tgrad::optim {
 
@@ -377,13 +378,18 @@ std::vector<std::string> Adam::state_names() const {
 void Adam::step() {
   NoGradGuard no_grad;
   check_groups();
-  // Compute every new value first (the part that can run out of memory), then commit. Each
-  // parameter's update is one fused backend call (Backend::adam_step, the formula below in the
-  // order of PyTorch's single-tensor Adam); it writes fresh tensors, so nothing changes before
-  // the commit.
+  // First everything that can fail (checks, allocating the new moments), then the updates,
+  // which cannot: a failed step changes nothing. Each parameter's update is one fused backend
+  // call (Backend::adam_step, the formula below in the order of PyTorch's single-tensor Adam)
+  // that writes the parameter in place, as PyTorch's does; the moments go to fresh tensors,
+  // since state_dict() hands out the current ones.
+  struct Update {
+    Tensor p, g, m, v, vmax, m_new, v_new, vmax_new;
+    AdamStep s;
+  };
+  std::vector<Update> updates;
   std::vector<std::map<std::string, Tensor>> new_state = state_snapshot();
   std::vector<int64_t> new_steps = steps_;
-  std::vector<std::pair<Tensor, Tensor>> new_params;
   size_t i = 0;  // index in params(), across groups
   for (const OptimizerParamGroup& group : param_groups()) {
     const auto& o = static_cast<const AdamOptions&>(group.options());
@@ -392,12 +398,15 @@ void Adam::step() {
       const Tensor& p = group.params()[k];
       const Tensor g = p.grad();
       if (!g.defined()) continue;
-      Tensor m = state(i, "exp_avg");
-      Tensor v = state(i, "exp_avg_sq");
-      if (!m.defined()) m = zeros_like(p);
-      if (!v.defined()) v = zeros_like(p);
+      Update u;
+      u.p = p;
+      u.g = g;
+      u.m = state(i, "exp_avg");
+      u.v = state(i, "exp_avg_sq");
+      if (!u.m.defined()) u.m = zeros_like(p);
+      if (!u.v.defined()) u.v = zeros_like(p);
       const int64_t t = ++new_steps[i];
-      AdamStep s;
+      AdamStep& s = u.s;
       s.beta1 = b1;
       s.one_minus_beta1 = 1.0 - b1;
       s.beta2 = b2;
@@ -411,19 +420,27 @@ void Adam::step() {
       s.eps = o.eps();
       s.neg_step_size = -(lr / bias_correction1);
       s.amsgrad = o.amsgrad();
-      const Tensor vmax = o.amsgrad() ? state(i, "max_exp_avg_sq") : Tensor();
-      Tensor p_new = empty_like(p), m_new = empty_like(p), v_new = empty_like(p), vmax_new;
-      if (o.amsgrad()) vmax_new = empty_like(p);
-      backend(p.device())
-          .adam_step(s, p, g, m, v, vmax.defined() ? &vmax : nullptr, p_new, m_new, v_new,
-                     o.amsgrad() ? &vmax_new : nullptr);
-      new_state[i]["exp_avg"] = m_new;
-      new_state[i]["exp_avg_sq"] = v_new;
-      if (o.amsgrad()) new_state[i]["max_exp_avg_sq"] = vmax_new;
-      new_params.emplace_back(p, p_new);
+      if (o.amsgrad()) u.vmax = state(i, "max_exp_avg_sq");
+      u.m_new = empty_like(p);
+      u.v_new = empty_like(p);
+      if (o.amsgrad()) u.vmax_new = empty_like(p);
+      check_adam_step(s, p, g, u.m, u.v, u.vmax.defined() ? &u.vmax : nullptr, p, u.m_new,
+                      u.v_new, o.amsgrad() ? &u.vmax_new : nullptr);
+      new_state[i]["exp_avg"] = u.m_new;
+      new_state[i]["exp_avg_sq"] = u.v_new;
+      if (o.amsgrad()) new_state[i]["max_exp_avg_sq"] = u.vmax_new;
+      updates.push_back(std::move(u));
     }
   }
-  commit(new_params, std::move(new_state), std::move(new_steps));
+  for (const Update& u : updates)
+    detail::check_inplace_write("Adam.step", u.p);
+  for (Update& u : updates) {
+    detail::begin_inplace_write("Adam.step", u.p);
+    backend(u.p.device())
+        .adam_step(u.s, u.p, u.g, u.m, u.v, u.vmax.defined() ? &u.vmax : nullptr, u.p, u.m_new,
+                   u.v_new, u.s.amsgrad ? &u.vmax_new : nullptr);
+  }
+  commit({}, std::move(new_state), std::move(new_steps));
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& defaults)

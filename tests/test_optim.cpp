@@ -166,6 +166,13 @@ void check_fused_adam_on(Device device) {
         EXPECT_TRUE(equal(vmax_out, second));
       }
       EXPECT_FALSE(equal(p_out, p));  // the update moved p
+      // In place, as Adam::step runs it: p is its own p_out.
+      Tensor p_inplace = p.clone(), m_again = empty(shape, opts), v_again = empty(shape, opts);
+      backend(device).adam_step(s, p_inplace, g, m, v, variant.with_vmax ? &vmax : nullptr,
+                                p_inplace, m_again, v_again,
+                                variant.amsgrad ? &vmax_out : nullptr);
+      EXPECT_TRUE(equal(p_inplace, pe));
+      EXPECT_TRUE(equal(m_again, me));
     }
   }
 }
@@ -269,6 +276,21 @@ TEST(Optim, LoadStateDictRejectsBadStateAndChangesNothing) {
   }
   EXPECT_TRUE(equal(p[0], q[0]));
   EXPECT_FALSE(equal(p[0], before));
+}
+
+// Adam writes each parameter in place (no copy per parameter, as PyTorch's step): the storage
+// stays, and the write counts, so a graph that saved the old value refuses to run backward.
+TEST(Optim, AdamUpdatesParametersInPlace) {
+  Tensor p = from_vector<float>({1.0f, -2.0f, 3.0f}, {3}).requires_grad_();
+  const void* storage = p.raw_data();
+  const Tensor saved_by_graph = sum(p * p);
+  optim::Adam adam({p}, optim::AdamOptions(0.1));
+  p.set_grad(ones({3}));
+  adam.step();
+  EXPECT_EQ(p.raw_data(), storage);
+  EXPECT_NEAR(p.to_vector<float>()[0], 0.9f, 1e-6);
+  EXPECT_NE(error_of([&] { saved_by_graph.backward(); }).find("modified"), std::string::npos)
+      << error_of([&] { saved_by_graph.backward(); });
 }
 
 TEST(Optim, SkipsParametersWithoutGradient) {
