@@ -94,12 +94,12 @@ int main(int argc, char** argv) try {
         g_sink += tgrad::cuda::plan_conv(pass, g, DType::float32, caps).declined.size();
       });
       const double repeat = median_us_per_call(rounds, calls, [&] {
-        g_sink += tgrad::cuda::plan_conv_call(pass, g, DType::float32, caps).declined.size();
+        g_sink += tgrad::cuda::plan_conv_call(pass, g, DType::float32, caps)->declined.size();
       });
       ConvGeometry fresh = g;
       const double fresh_us = median_us_per_call(rounds, calls, [&] {
         fresh.batch = next_batch++;
-        g_sink += tgrad::cuda::plan_conv_call(pass, fresh, DType::float32, caps).declined.size();
+        g_sink += tgrad::cuda::plan_conv_call(pass, fresh, DType::float32, caps)->declined.size();
       });
       std::printf("%-16s %-6s %-12s %10.3f %10.3f %10.3f\n", id, tgrad::cuda::conv_pass_name(pass),
                   kernel.c_str(), scratch, repeat, fresh_us);
