@@ -38,6 +38,9 @@ struct ConvGeometry {
   // 2 * N * C_in * (C_out/g) * kH * kW * H_in * W_in: the multiply-adds of each pass, times two.
   double flops() const;
   std::string str() const;  // one line naming every field, for messages and failing tests
+  // Every field, so that a field added later is compared too (the conv planner's plan cache
+  // keys on the whole geometry).
+  bool operator==(const ConvGeometry&) const = default;
 };
 
 // Everything a conv_transpose call is given, before validation. Spatial arrays hold

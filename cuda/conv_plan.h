@@ -4,6 +4,8 @@
 // (compiled in every build, so the planner's tests run without a GPU). Private to the project.
 #pragma once
 
+#include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -34,6 +36,8 @@ struct DeviceCaps {
 
   // An H100 SXM with this build's kernels (ptxas, CUDA 13, sm_90): for tests of the planner.
   static DeviceCaps h100();
+  // Every field, so that one added later is compared too (plan_conv_call's cache keys on them).
+  bool operator==(const DeviceCaps&) const = default;
 };
 
 // Kernel names, as the trace prints them and TGRAD_CONV_KERNEL / set_conv_kernel take them.
@@ -109,9 +113,21 @@ void set_conv_preferences(bool on);
 bool conv_preferences();
 
 // The launchers' entry: plan_conv with the kernel forced for this pass (set_conv_kernel or
-// TGRAD_CONV_KERNEL), the trace line on stderr when tracing is on, and the plan kept as the
-// pass's last one.
-ConvPlan plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps);
+// TGRAD_CONV_KERNEL) and the preferences hook, the trace line on stderr when tracing is on (every
+// call), and the plan kept as the pass's last one. Plans are cached per input, since a training
+// step repeats the same calls and planning builds strings: the key holds everything plan_conv
+// reads (pass, the whole geometry with its precision, dtype, every DeviceCaps field, the forced
+// kernel, the preferences), so a changed setting finds its own entry rather than a stale one.
+// Failures are not cached: a forced kernel that cannot run the call throws on every call.
+// Thread-safe; the plan is shared and immutable, and stays valid however long it is held.
+std::shared_ptr<const ConvPlan> plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype,
+                                               const DeviceCaps& caps);
+
+// The cache holds at most this many plans; a new one past it empties the cache first, so a
+// program sweeping many geometries cannot grow it without bound.
+inline constexpr size_t kMaxCachedConvPlans = 4096;
+// Plans in the cache now: for tests.
+size_t conv_plans_cached();
 
 // The plan of the last CUDA call of `pass` in this process (kernel empty when none ran yet):
 // for conv_bench and tests, which cannot tell two tensor-core kernels apart by their results.

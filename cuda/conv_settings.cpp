@@ -1,11 +1,15 @@
 // The conv trace and kernel override (set_conv_trace / set_conv_kernel of core/device.h, and
 // TGRAD_CONV_TRACE / TGRAD_CONV_KERNEL, read once), plan_conv_call, which applies them around
-// plan_conv, and the last plan of each pass. Plain C++, in every build.
+// plan_conv and caches its plans, and the last plan of each pass. Plain C++, in every build.
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <iostream>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -16,12 +20,54 @@ namespace cuda {
 
 namespace {
 
+// Everything plan_conv's result depends on: its arguments, with the forced kernel and the
+// preferences as plan_conv_call reads them. The settings are in the key rather than clearing the
+// cache when they change, so a call that read a setting just before it changed still stores its
+// plan under the inputs it was planned for.
+struct PlanKey {
+  ConvPass pass;
+  ConvGeometry g;  // precision included
+  DType dtype;
+  DeviceCaps caps;
+  std::string forced;
+  bool prefer;
+  bool operator==(const PlanKey&) const = default;
+};
+
+// Equality decides a hit; the hash mixes the fields that differ between a program's calls (the
+// device's caps and the forced kernel rarely do).
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = 0;
+    const auto mix = [&h](uint64_t v) {
+      // splitmix64's finalizer over the running value: every input bit reaches every output bit.
+      h ^= v + 0x9e3779b97f4a7c15ULL;
+      h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+      h ^= h >> 31;
+    };
+    const ConvGeometry& g = k.g;
+    mix(static_cast<uint64_t>(k.pass) | static_cast<uint64_t>(k.dtype) << 8 |
+        static_cast<uint64_t>(g.precision) << 16 | static_cast<uint64_t>(k.prefer) << 24 |
+        static_cast<uint64_t>(g.spatial_dims) << 32);
+    for (int64_t v : {g.batch, g.in_channels, g.out_channels, g.groups})
+      mix(static_cast<uint64_t>(v));
+    for (const auto* a : {&g.in_size, &g.out_size, &g.kernel, &g.stride, &g.padding, &g.dilation,
+                          &g.output_padding}) {
+      mix(static_cast<uint64_t>((*a)[0]));
+      mix(static_cast<uint64_t>((*a)[1]));
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
 struct ConvSettings {
   bool trace = false;
   std::string spec;                   // as set, for get_conv_kernel
   std::array<std::string, 3> forced;  // per ConvPass; empty: the planner chooses
   std::string env_error;              // a bad TGRAD_CONV_KERNEL, reported at every conv call
-  std::array<ConvPlan, 3> last;
+  std::array<std::shared_ptr<const ConvPlan>, 3> last;  // null until a call of the pass
+  std::unordered_map<PlanKey, std::shared_ptr<const ConvPlan>, PlanKeyHash> plans;
 };
 
 bool kernel_of_pass(const std::string& name, ConvPass pass) {
@@ -117,18 +163,53 @@ bool conv_preferences() {
   return g_preferences.load();
 }
 
-ConvPlan plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps) {
-  ConvPlan plan = plan_conv(pass, g, dtype, caps, conv_kernel_forced(pass), g_preferences.load());
+namespace {
+// A call's plan, hit or miss: its trace line and the pass's last plan. Callers hold mutex(), which
+// also keeps trace lines of concurrent calls whole.
+std::shared_ptr<const ConvPlan> record(ConvSettings& s, std::shared_ptr<const ConvPlan> plan) {
+  if (s.trace) std::cerr << plan->describe() << std::endl;
+  s.last[static_cast<size_t>(plan->pass)] = plan;
+  return plan;
+}
+}  // namespace
+
+std::shared_ptr<const ConvPlan> plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype,
+                                               const DeviceCaps& caps) {
+  PlanKey key{pass, g, dtype, caps, {}, g_preferences.load()};
+  {
+    std::lock_guard<std::mutex> lock(mutex());
+    ConvSettings& s = settings();
+    TGRAD_CHECK(s.env_error.empty(), s.env_error);
+    key.forced = s.forced[static_cast<size_t>(pass)];
+    if (const auto hit = s.plans.find(key); hit != s.plans.end()) return record(s, hit->second);
+  }
+  // Planned outside the lock, so that other threads' hits do not wait for it. A throw (a forced
+  // kernel that cannot run the call) stores nothing, so the next such call throws again.
+  auto plan =
+      std::make_shared<const ConvPlan>(plan_conv(pass, g, dtype, caps, key.forced, key.prefer));
+  // A full cache is emptied into `dropped`, declared before the lock so that its plans are freed
+  // after the lock is released, not while other threads' hits wait.
+  decltype(ConvSettings::plans) dropped;
   std::lock_guard<std::mutex> lock(mutex());
   ConvSettings& s = settings();
-  if (s.trace) std::cerr << plan.describe() << std::endl;
-  s.last[static_cast<size_t>(pass)] = plan;
-  return plan;
+  if (s.plans.size() >= kMaxCachedConvPlans) dropped.swap(s.plans);
+  // A thread that missed on the same key meanwhile stored an equal plan: either serves.
+  s.plans.emplace(std::move(key), plan);
+  return record(s, std::move(plan));
+}
+
+size_t conv_plans_cached() {
+  std::lock_guard<std::mutex> lock(mutex());
+  return settings().plans.size();
 }
 
 ConvPlan last_conv_plan(ConvPass pass) {
-  std::lock_guard<std::mutex> lock(mutex());
-  return settings().last[static_cast<size_t>(pass)];
+  std::shared_ptr<const ConvPlan> last;
+  {
+    std::lock_guard<std::mutex> lock(mutex());
+    last = settings().last[static_cast<size_t>(pass)];
+  }
+  return last ? *last : ConvPlan{};
 }
 
 }  // namespace cuda

@@ -321,7 +321,7 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p, cons
 
 void conv_depthwise_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g,
                         const ConvOperands& t) {
-  const ConvParams p = conv_operand_params(pass, g, t, "depthwise path");
+  const ConvParams p = conv_operand_params(pass, g, t, /*depthwise=*/true);
   DeviceGuard guard(t.out.device());
   dispatch_float(t.out.dtype(), [&](auto tag) { run_typed<decltype(tag)>(alloc, pass, p, t); });
   g_launches.fetch_add(1, std::memory_order_relaxed);

@@ -79,7 +79,9 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   if (total == 0) return;
   DeviceGuard guard(dx.device());
   const int device = dx.device().index();
-  const ConvPlan plan = plan_conv_call(ConvPass::dgrad, g, dx.dtype(), conv_device_caps(device));
+  const std::shared_ptr<const ConvPlan> planned =
+      plan_conv_call(ConvPass::dgrad, g, dx.dtype(), conv_device_caps(device));
+  const ConvPlan& plan = *planned;  // shared with the plan cache, not copied
   // One branch per kernel the planner may name for this pass (conv_candidates()).
   if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
     const ConvOperands operands{dy, w, nullptr, dx};

@@ -94,7 +94,9 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
   if (total == 0) return;
   DeviceGuard guard(y.device());
   const int device = y.device().index();
-  const ConvPlan plan = plan_conv_call(ConvPass::forward, g, y.dtype(), conv_device_caps(device));
+  const std::shared_ptr<const ConvPlan> planned =
+      plan_conv_call(ConvPass::forward, g, y.dtype(), conv_device_caps(device));
+  const ConvPlan& plan = *planned;  // shared with the plan cache, not copied
   // One branch per kernel the planner may name for this pass (conv_candidates()).
   if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
     const ConvOperands operands{x, w, b, y};

@@ -14,7 +14,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
-#include <string>
 #include <type_traits>
 
 #include "cuda/conv_params.h"
@@ -277,18 +276,22 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
 }  // namespace
 
 ConvParams conv_operand_params(ConvPass pass, const ConvGeometry& g, const ConvOperands& t,
-                               const char* path) {
-  const std::string fn = std::string("CUDA conv_transpose_") +
-                         (pass == ConvPass::forward ? "forward" : conv_pass_name(pass)) + " (" +
-                         path + ")";
-  return pass == ConvPass::forward ? make_conv_params(fn.c_str(), g, t.a, t.b, t.out)
-         : pass == ConvPass::dgrad ? make_conv_params(fn.c_str(), g, t.out, t.b, t.a)
-                                   : make_conv_params(fn.c_str(), g, t.a, t.out, t.b);
+                               bool depthwise) {
+  // Literals, per path and pass: the name is for error messages, so a launch builds no string.
+  static constexpr const char* kNames[2][3] = {
+      {"CUDA conv_transpose_forward (GEMM path)", "CUDA conv_transpose_dgrad (GEMM path)",
+       "CUDA conv_transpose_wgrad (GEMM path)"},
+      {"CUDA conv_transpose_forward (depthwise path)", "CUDA conv_transpose_dgrad (depthwise path)",
+       "CUDA conv_transpose_wgrad (depthwise path)"}};
+  const char* fn = kNames[depthwise ? 1 : 0][static_cast<size_t>(pass)];
+  return pass == ConvPass::forward ? make_conv_params(fn, g, t.a, t.b, t.out)
+         : pass == ConvPass::dgrad ? make_conv_params(fn, g, t.out, t.b, t.a)
+                                   : make_conv_params(fn, g, t.a, t.out, t.b);
 }
 
 void conv_gemm_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g,
                    const ConvOperands& t) {
-  const ConvParams p = conv_operand_params(pass, g, t, "GEMM path");
+  const ConvParams p = conv_operand_params(pass, g, t, /*depthwise=*/false);
   DeviceGuard guard(t.out.device());
   dispatch_float(t.out.dtype(), [&](auto tag) { run_typed<decltype(tag)>(alloc, pass, g, p, t); });
 }

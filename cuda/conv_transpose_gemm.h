@@ -22,10 +22,10 @@ struct ConvOperands {
   Tensor& out;
 };
 
-// The ConvParams of `pass` from its operands, checked as make_conv_params checks them; `path`
-// names the path in messages ("GEMM path", "depthwise path").
+// The ConvParams of `pass` from its operands, checked as make_conv_params checks them; messages
+// name the pass and the path: the depthwise kernels' when `depthwise`, else the GEMM path's.
 ConvParams conv_operand_params(ConvPass pass, const ConvGeometry& g, const ConvOperands& t,
-                               const char* path);
+                               bool depthwise);
 
 // Runs `pass` through the GEMM path; the caller has checked gemm_path_declined and the tensors.
 void conv_gemm_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g,

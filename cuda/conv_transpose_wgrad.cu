@@ -446,7 +446,9 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
     return;
   }
   const int device = dw.device().index();
-  const ConvPlan plan = plan_conv_call(ConvPass::wgrad, g, dw.dtype(), conv_device_caps(device));
+  const std::shared_ptr<const ConvPlan> planned =
+      plan_conv_call(ConvPass::wgrad, g, dw.dtype(), conv_device_caps(device));
+  const ConvPlan& plan = *planned;  // shared with the plan cache, not copied
   if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
     const ConvOperands operands{x, dy, nullptr, dw};
     if (plan.kernel == kKernelDepthwise)

@@ -1,11 +1,16 @@
 // The conv planner (cuda/conv_plan.h) on the CPU: the plan of every suite layer and S1-S5 at both
 // precisions and all three passes with H100 caps, the kernels of docs/performance.md's table,
-// rule-level declines, the override and its errors, the trace line; and on a GPU, the runtime
-// override and the plan that ran.
+// rule-level declines, the override and its errors, the trace line, plan_conv_call's plan cache
+// (settings changes, failures, its bound, concurrent callers); and on a GPU, the runtime override
+// and the plan that ran.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/decoder_layers.h"
@@ -535,6 +540,226 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       EXPECT_EQ(dgrad.kernel, high ? row.dgrad_high : row.dgrad_highest) << dgrad.describe();
     }
   }
+}
+
+// ---- plan_conv_call's cache ------------------------------------------------------------------
+
+// Restores every setting plan_conv_call reads (and the trace) when a test ends.
+struct RestoreConvSettings {
+  std::string spec = get_conv_kernel();
+  bool trace = get_conv_trace();
+  bool prefer = cuda::conv_preferences();
+  ~RestoreConvSettings() {
+    set_conv_kernel(spec);
+    set_conv_trace(trace);
+    cuda::set_conv_preferences(prefer);
+  }
+};
+
+// What plan_conv_call must return under the settings in force: the planner run from scratch.
+ConvPlan planned_from_scratch(ConvPass pass, const ConvGeometry& g, DType dtype,
+                              const DeviceCaps& caps) {
+  return plan_conv(pass, g, dtype, caps, cuda::conv_kernel_forced(pass), cuda::conv_preferences());
+}
+
+// plan_conv_call's plan, checked against the planner's from scratch; returns its kernel.
+std::string call_kernel(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps) {
+  const std::shared_ptr<const ConvPlan> plan = cuda::plan_conv_call(pass, g, dtype, caps);
+  EXPECT_NE(plan, nullptr);
+  if (plan == nullptr) return "<null plan>";
+  EXPECT_EQ(plan->describe(), planned_from_scratch(pass, g, dtype, caps).describe());
+  return plan->kernel;
+}
+
+TEST(ConvPlanCache, ASecondCallWithTheSameInputsGetsTheFirstCallsPlan) {
+  RestoreConvSettings restore;
+  set_conv_kernel("");
+  cuda::set_conv_preferences(true);
+  const ConvLayerSpec dcgan = bench::decoder_layers()[2];
+  for (ConvPass pass : kPasses) {
+    const std::shared_ptr<const ConvPlan> first = cuda::plan_conv_call(
+        pass, geometry(dcgan, Precision::high), DType::float32, DeviceCaps::h100());
+    ASSERT_NE(first, nullptr);
+    // Equal inputs built anew: the key compares values, not addresses.
+    const std::shared_ptr<const ConvPlan> second = cuda::plan_conv_call(
+        pass, geometry(dcgan, Precision::high), DType::float32, DeviceCaps::h100());
+    EXPECT_EQ(first.get(), second.get()) << "the second call planned again";
+    EXPECT_EQ(first->describe(),
+              plan_conv(pass, geometry(dcgan, Precision::high), DType::float32, DeviceCaps::h100())
+                  .describe());
+    EXPECT_EQ(cuda::last_conv_plan(pass).describe(), first->describe());
+  }
+}
+
+// Each change of an input or setting between two calls of otherwise equal inputs gets the plan
+// for the new inputs: a cache that missed one in its key would return the earlier call's plan.
+TEST(ConvPlanCache, ChangedSettingsAndInputsGetTheirOwnPlans) {
+  RestoreConvSettings restore;
+  set_conv_kernel("");
+  cuda::set_conv_preferences(true);
+  const DeviceCaps h100 = DeviceCaps::h100();
+  const ConvGeometry g = small_2d(64, 64, 1, Precision::high);
+  const auto fwd = [&](const ConvGeometry& geo, DType dtype, const DeviceCaps& caps) {
+    return call_kernel(ConvPass::forward, geo, dtype, caps);
+  };
+  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-igemm");
+  // The forced kernel, set and cleared.
+  set_conv_kernel("fma");
+  EXPECT_EQ(fwd(g, DType::float32, h100), "fma");
+  set_conv_kernel("fwd=mma.sync");
+  EXPECT_EQ(fwd(g, DType::float32, h100), "mma.sync");
+  EXPECT_EQ(call_kernel(ConvPass::wgrad, g, DType::float32, h100),
+            plan_conv(ConvPass::wgrad, g, DType::float32, h100).kernel);
+  set_conv_kernel("");
+  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-igemm");
+  // The preferences: off, the short rows no longer send the call past wgmma.
+  cuda::set_conv_preferences(false);
+  EXPECT_EQ(fwd(g, DType::float32, h100), "wgmma");
+  cuda::set_conv_preferences(true);
+  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-igemm");
+  // The dtype: float64 never reaches the tensor cores.
+  EXPECT_EQ(fwd(g, DType::float64, h100), "gemm");
+  // The device: without sm_90a code, no wgmma (preferences off, so wgmma would take it).
+  cuda::set_conv_preferences(false);
+  DeviceCaps no_wgmma = h100;
+  no_wgmma.wgmma_compiled = false;
+  EXPECT_EQ(fwd(g, DType::float32, h100), "wgmma");
+  EXPECT_EQ(fwd(g, DType::float32, no_wgmma), "mma.sync");
+  cuda::set_conv_preferences(true);
+  // The precision: S1's dgrad runs mma.sync at "highest" and wgmma at "high".
+  const ConvLayerSpec s1 = s_workloads()[0];
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(call_kernel(ConvPass::dgrad, geometry(s1, Precision::highest), DType::float32, h100),
+              "mma.sync");
+    EXPECT_EQ(call_kernel(ConvPass::dgrad, geometry(s1, Precision::high), DType::float32, h100),
+              "wgmma");
+  }
+  // A geometry field the kernel choice does not read still names its own plan (the trace line
+  // prints it): 1-D and 2-D spellings of the same sizes.
+  ConvGeometry as_1d = geometry(s1, Precision::high);
+  ConvGeometry as_2d = as_1d;
+  as_2d.spatial_dims = 2;
+  const auto p1 = cuda::plan_conv_call(ConvPass::forward, as_1d, DType::float32, h100);
+  const auto p2 = cuda::plan_conv_call(ConvPass::forward, as_2d, DType::float32, h100);
+  EXPECT_NE(p1->geometry, p2->geometry);
+  EXPECT_EQ(p2->geometry, plan_conv(ConvPass::forward, as_2d, DType::float32, h100).geometry);
+}
+
+TEST(ConvPlanCache, AForcedKernelThatCannotRunTheCallThrowsOnEveryCall) {
+  RestoreConvSettings restore;
+  set_conv_kernel("fwd=wgmma");
+  const ConvGeometry grouped = small_2d(64, 64, 4, Precision::high);
+  for (int call = 0; call < 3; ++call) {
+    const std::string e = testing::error_of([&] {
+      cuda::plan_conv_call(ConvPass::forward, grouped, DType::float32, DeviceCaps::h100());
+    });
+    EXPECT_NE(e.find("the forced kernel 'wgmma' cannot run"), std::string::npos)
+        << "call " << call << ": " << e;
+    EXPECT_NE(e.find("groups=4"), std::string::npos) << "call " << call << ": " << e;
+  }
+  // The same call without the override plans.
+  set_conv_kernel("");
+  EXPECT_EQ(call_kernel(ConvPass::forward, grouped, DType::float32, DeviceCaps::h100()), "gemm");
+}
+
+TEST(ConvPlanCache, TheTracePrintsOneLinePerCallHitOrMiss) {
+  RestoreConvSettings restore;
+  set_conv_kernel("");
+  cuda::set_conv_preferences(true);
+  set_conv_trace(true);
+  const ConvGeometry g = geometry(s_workloads()[1], Precision::high);
+  ::testing::internal::CaptureStderr();
+  for (int call = 0; call < 3; ++call)
+    cuda::plan_conv_call(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100());
+  const std::string trace = ::testing::internal::GetCapturedStderr();
+  const std::string line =
+      plan_conv(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100()).describe() + "\n";
+  EXPECT_EQ(trace, line + line + line);
+}
+
+TEST(ConvPlanCache, ASweepOfManyGeometriesKeepsTheCacheBounded) {
+  RestoreConvSettings restore;
+  set_conv_kernel("");
+  cuda::set_conv_preferences(true);
+  ConvGeometry g = small_2d(64, 64, 1, Precision::high);
+  const ConvGeometry first = g;
+  for (size_t i = 0; i <= cuda::kMaxCachedConvPlans; ++i) {
+    g.batch = 1 + static_cast<int64_t>(i);
+    cuda::plan_conv_call(ConvPass::forward, g, DType::float32, DeviceCaps::h100());
+    ASSERT_LE(cuda::conv_plans_cached(), cuda::kMaxCachedConvPlans) << "after " << i + 1;
+  }
+  EXPECT_GT(cuda::conv_plans_cached(), 0u);
+  // Emptied once on the way: the calls still plan.
+  EXPECT_EQ(call_kernel(ConvPass::forward, first, DType::float32, DeviceCaps::h100()),
+            "batch-igemm");
+}
+
+// Several threads planning the same calls (hits and misses) while another sweeps new geometries
+// past the bound, so the cache is emptied under plans the others hold: every call gets the
+// plan of its own inputs. Run under ThreadSanitizer by the tsan preset (names with "Thread").
+TEST(ConvPlanThreads, ConcurrentCallsGetThePlansOfTheirInputs) {
+  RestoreConvSettings restore;
+  set_conv_kernel("");
+  cuda::set_conv_preferences(true);
+  struct Call {
+    ConvPass pass;
+    ConvGeometry g;
+    DType dtype;
+    std::string expected;
+  };
+  std::vector<Call> calls;
+  const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
+  for (size_t i = 0; i < layers.size(); i += 5) {
+    for (Precision precision : {Precision::highest, Precision::high}) {
+      for (ConvPass pass : kPasses) {
+        for (DType dtype : {DType::float32, DType::float64}) {
+          const ConvGeometry g = geometry(layers[i], precision);
+          calls.push_back(
+              {pass, g, dtype, plan_conv(pass, g, dtype, DeviceCaps::h100()).describe()});
+        }
+      }
+    }
+  }
+  constexpr int kThreads = 4, kRounds = 20;
+  std::atomic<bool> sweep_done{false};
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // At least kRounds, and on until the sweep is done, so some calls meet the cache's emptying.
+      for (int round = 0; round < kRounds || !sweep_done.load(); ++round) {
+        for (size_t k = 0; k < calls.size(); ++k) {
+          // Each thread starts at a different call, so they race on different keys.
+          const Call& c = calls[(k + static_cast<size_t>(t) * 7) % calls.size()];
+          const std::string got =
+              cuda::plan_conv_call(c.pass, c.g, c.dtype, DeviceCaps::h100())->describe();
+          if (got != c.expected) {
+            std::lock_guard<std::mutex> lock(failures_mutex);
+            failures.push_back("expected " + c.expected + "\n got " + got);
+          }
+        }
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    ConvGeometry g = small_2d(64, 64, 1, Precision::high);
+    for (size_t i = 0; i <= cuda::kMaxCachedConvPlans; ++i) {
+      g.batch = 1000 + static_cast<int64_t>(i);
+      const auto plan =
+          cuda::plan_conv_call(ConvPass::forward, g, DType::float32, DeviceCaps::h100());
+      if (plan->geometry.find("N=" + std::to_string(g.batch) + " ") == std::string::npos) {
+        std::lock_guard<std::mutex> lock(failures_mutex);
+        failures.push_back("sweep: the plan of N=" + std::to_string(g.batch) + " is " +
+                           plan->describe());
+      }
+    }
+    sweep_done.store(true);
+  });
+  for (std::thread& t : threads)
+    t.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " wrong plans, the first:\n"
+                                << (failures.empty() ? "" : failures.front());
 }
 
 }  // namespace
