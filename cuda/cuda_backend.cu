@@ -155,13 +155,13 @@ void CudaBackend::sum_to(const Tensor& x, Tensor& y) {
 void CudaBackend::norm_forward(const NormShape& ns, const Tensor& x, double eps, const Tensor* w,
                                const Tensor* b, Tensor& y, Tensor& mean, Tensor& var) {
   check_device(x.device(), "norm_forward");
-  cuda::norm_forward(ns, x, eps, w, b, y, mean, var);
+  cuda::norm_forward(allocator_, ns, x, eps, w, b, y, mean, var);
 }
 void CudaBackend::norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x,
                                 const Tensor& mean, const Tensor& var, double eps,
                                 const Tensor* w, Tensor* dx, Tensor* dw, Tensor* db) {
   check_device(x.device(), "norm_backward");
-  cuda::norm_backward(ns, dy, x, mean, var, eps, w, dx, dw, db);
+  cuda::norm_backward(allocator_, ns, dy, x, mean, var, eps, w, dx, dw, db);
 }
 void CudaBackend::norm_running_stats(const Tensor& mean, const Tensor& var, double momentum,
                                      double unbias, Tensor& running_mean, Tensor& running_var,

@@ -19,12 +19,12 @@ void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor
                const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out,
                Tensor* vmax_out);
 
-// norm.cu: see the Backend methods of the same names.
-void norm_forward(const NormShape& ns, const Tensor& x, double eps, const Tensor* w,
-                  const Tensor* b, Tensor& y, Tensor& mean, Tensor& var);
-void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                   const Tensor& var, double eps, const Tensor* w, Tensor* dx, Tensor* dw,
-                   Tensor* db);
+// norm.cu: see the Backend methods of the same names. The split path borrows its partial sums.
+void norm_forward(CachingAllocator& alloc, const NormShape& ns, const Tensor& x, double eps,
+                  const Tensor* w, const Tensor* b, Tensor& y, Tensor& mean, Tensor& var);
+void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& dy,
+                   const Tensor& x, const Tensor& mean, const Tensor& var, double eps,
+                   const Tensor* w, Tensor* dx, Tensor* dw, Tensor* db);
 void norm_running_stats(const Tensor& mean, const Tensor& var, double momentum, double unbias,
                         Tensor& running_mean, Tensor& running_var, Tensor* num_batches_tracked);
 

@@ -4,9 +4,18 @@
 // outputs itself, so a whole batch norm forward is one launch and its backward another, with
 // the same bits on every run. A key's elements are `runs` runs of S contiguous elements, each run
 // one (sample, channel) pair; their flat position is base + r * run_stride + j.
+//
+// When the keys are too few to fill the GPU (a batch norm of a few channels over a large batch,
+// say), each key's elements are cut into `splits` chunks instead: a block per (key, chunk) sums
+// its chunk into a float64 partial, a thread per key combines the partials in chunk order (the
+// mean and variance with Chan's pairwise formula, so the variance stays a sum of squared
+// deviations), and an elementwise kernel writes the outputs. The split depends on the shape only,
+// so the bits do not depend on the GPU.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -38,6 +47,10 @@ struct KeyRuns {
         by_channel(channel_blocks),
         key(k) {}
   __device__ int64_t at(uint32_t r, uint32_t j) const { return base + r * run_stride + j; }
+  __device__ int64_t at(uint32_t i) const {
+    const uint32_t r = i / s;
+    return at(r, i - r * s);
+  }
   __device__ int64_t channel(const NormDims& d, uint32_t r) const {
     return by_channel ? key : key % d.groups * d.cg + r;
   }
@@ -145,6 +158,153 @@ __global__ void norm_backward_kernel(NormDims d, int64_t n, int64_t keys, bool c
   }
 }
 
+// ---- The split path ----
+
+// The (sample, channel, statistics key) of flat element idx of x (N, C, S).
+struct ElementKeys {
+  int64_t c, key;
+};
+__device__ inline ElementKeys element_keys(const NormDims& d, int64_t idx) {
+  const int64_t ns = idx / d.s;  // n * C + c
+  const int64_t c = ns % d.c;
+  return {c, d.per_channel ? c : (ns / d.c) * d.groups + c / d.cg};
+}
+
+// Block b is chunk b % splits of key b / splits: elements [lo, hi) of the key's order.
+struct Chunk {
+  int64_t key;
+  uint32_t lo, hi;
+};
+__device__ inline Chunk chunk_of(int64_t b, int64_t splits, uint32_t chunk, uint32_t total) {
+  const int64_t sp = b % splits;
+  const uint32_t lo = static_cast<uint32_t>(sp) * chunk;
+  return {b / splits, lo, min(total, lo + chunk)};
+}
+
+// part[3b..3b+2] = the chunk's element count, mean and sum of squared deviations from it.
+template <class T>
+__global__ void norm_partial_stats_kernel(NormDims d, int64_t n, int64_t blocks, int64_t splits,
+                                          uint32_t chunk, const T* x, double* part) {
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const Chunk ch = chunk_of(b, splits, chunk, static_cast<uint32_t>(d.count));
+    const KeyRuns kr(d, n, ch.key, d.per_channel);
+    double sum = 0.0, unused = 0.0;
+    for (uint32_t i = ch.lo + threadIdx.x; i < ch.hi; i += blockDim.x)
+      sum += static_cast<double>(x[kr.at(i)]);
+    block_sum2(sum, unused);
+    const double count = static_cast<double>(ch.hi - ch.lo), mu = sum / count;
+    double sq = 0.0;
+    for (uint32_t i = ch.lo + threadIdx.x; i < ch.hi; i += blockDim.x) {
+      const double dev = static_cast<double>(x[kr.at(i)]) - mu;
+      sq += dev * dev;
+    }
+    block_sum2(sq, unused);
+    if (threadIdx.x == 0) {
+      part[3 * b] = count;
+      part[3 * b + 1] = mu;
+      part[3 * b + 2] = sq;
+    }
+  }
+}
+
+// A thread per key merges its chunks in order; stat[2k], stat[2k+1] = the float64 mean, rstd.
+template <class T>
+__global__ void norm_combine_stats_kernel(int64_t keys, int64_t splits, const double* part,
+                                          double eps, T* mean, T* var, double* stat) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= keys) return;
+  double count = 0.0, mu = 0.0, m2 = 0.0;
+  for (int64_t sp = 0; sp < splits; ++sp) {
+    const double* p = part + 3 * (k * splits + sp);
+    const double nb = p[0], delta = p[1] - mu, total = count + nb;
+    mu += delta * (nb / total);
+    m2 += p[2] + delta * delta * (count * nb / total);
+    count = total;
+  }
+  const double v = m2 / count;
+  mean[k] = static_cast<T>(mu);
+  var[k] = static_cast<T>(v);
+  stat[2 * k] = mu;
+  stat[2 * k + 1] = 1.0 / sqrt(v + eps);
+}
+
+template <class T>
+__global__ void norm_apply_kernel(NormDims d, int64_t total, const T* x, const double* stat,
+                                  const T* w, const T* b, T* y) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const ElementKeys e = element_keys(d, idx);
+    const double scale =
+        w != nullptr ? stat[2 * e.key + 1] * static_cast<double>(w[e.c]) : stat[2 * e.key + 1];
+    const double shift = b != nullptr ? static_cast<double>(b[e.c]) : 0.0;
+    y[idx] = static_cast<T>((static_cast<double>(x[idx]) - stat[2 * e.key]) * scale + shift);
+  }
+}
+
+// norm_backward_kernel's sums over one chunk: part[2b], part[2b+1] (see that kernel for which).
+template <class T>
+__global__ void norm_partial_grad_kernel(NormDims d, int64_t n, int64_t blocks, int64_t splits,
+                                         uint32_t chunk, uint32_t per_key, bool channel_blocks,
+                                         const T* dy, const T* x, const T* mean, const T* var,
+                                         double eps, const T* w, double* part) {
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const Chunk ch = chunk_of(b, splits, chunk, per_key);
+    const KeyRuns kr(d, n, ch.key, channel_blocks);
+    double s1 = 0.0, s2 = 0.0;
+    for (uint32_t i = ch.lo + threadIdx.x; i < ch.hi; i += blockDim.x) {
+      const uint32_t r = i / kr.s;
+      const int64_t at = kr.at(r, i - r * kr.s), sk = kr.stat_key(d, r);
+      const double rstd = 1.0 / sqrt(static_cast<double>(var[sk]) + eps);
+      const double xhat = (static_cast<double>(x[at]) - static_cast<double>(mean[sk])) * rstd;
+      double g = static_cast<double>(dy[at]);
+      if (!channel_blocks && w != nullptr) g *= static_cast<double>(w[kr.channel(d, r)]);
+      s1 += g;
+      s2 += g * xhat;
+    }
+    block_sum2(s1, s2);
+    if (threadIdx.x == 0) {
+      part[2 * b] = s1;
+      part[2 * b + 1] = s2;
+    }
+  }
+}
+
+// A thread per key sums its chunks in order into sums[2k], sums[2k+1] (and dw, db for channels).
+template <class T>
+__global__ void norm_combine_grad_kernel(int64_t keys, int64_t splits, const double* part,
+                                         T* dw, T* db, double* sums) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= keys) return;
+  double s1 = 0.0, s2 = 0.0;
+  for (int64_t sp = 0; sp < splits; ++sp) {
+    s1 += part[2 * (k * splits + sp)];
+    s2 += part[2 * (k * splits + sp) + 1];
+  }
+  if (dw != nullptr) dw[k] = static_cast<T>(s2);
+  if (db != nullptr) db[k] = static_cast<T>(s1);
+  sums[2 * k] = s1;
+  sums[2 * k + 1] = s2;
+}
+
+// dx from per-key sums: of g (group norm's key sums) or of dy (batch norm's channel sums, which
+// become sums of g through the channel's weight).
+template <class T>
+__global__ void norm_dx_kernel(NormDims d, int64_t total, const T* dy, const T* x, const T* mean,
+                               const T* var, double eps, const T* w, const double* sums,
+                               bool sums_of_dy, T* dx) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const ElementKeys e = element_keys(d, idx);
+    const double wc = w != nullptr ? static_cast<double>(w[e.c]) : 1.0;
+    const double to_g = sums_of_dy ? wc : 1.0;
+    const double mg = sums[2 * e.key] * to_g / d.count;
+    const double mgx = sums[2 * e.key + 1] * to_g / d.count;
+    const double rstd = 1.0 / sqrt(static_cast<double>(var[e.key]) + eps);
+    const double xhat = (static_cast<double>(x[idx]) - static_cast<double>(mean[e.key])) * rstd;
+    dx[idx] = static_cast<T>(rstd * (static_cast<double>(dy[idx]) * wc - mg - xhat * mgx));
+  }
+}
+
 template <class T>
 __global__ void norm_running_stats_kernel(const T* mean, const T* var, int64_t c, T keep, T take,
                                           T take_var, T* running_mean, T* running_var,
@@ -177,6 +337,25 @@ unsigned blocks_for(int64_t keys) {
   return static_cast<unsigned>(min_i64(keys, kMaxBlocks));
 }
 
+// Chunks per key: 1 (a block per key) unless the keys are fewer than half kTargetBlocks; then
+// enough chunks of at least kMinChunk elements to approach kTargetBlocks blocks. Fixed numbers,
+// not the GPU's SM count, so that the summation order is the same on every GPU.
+struct Split {
+  int64_t splits = 1;
+  uint32_t chunk = 0;
+};
+Split split_for(int64_t keys, int64_t per_key) {
+  constexpr int64_t kTargetBlocks = 512, kMinChunk = 8192;
+  Split sp;
+  if (keys >= kTargetBlocks / 2) return sp;
+  const int64_t want = std::clamp<int64_t>(per_key / kMinChunk, 1, ceil_div(kTargetBlocks, keys));
+  if (want == 1) return sp;
+  const int64_t chunk = ceil_div(per_key, want);
+  sp.chunk = static_cast<uint32_t>(chunk);
+  sp.splits = ceil_div(per_key, chunk);  // every chunk non-empty
+  return sp;
+}
+
 template <class T>
 const T* ptr(const Tensor* t) {
   return t != nullptr ? t->data_ptr<T>() : nullptr;
@@ -188,24 +367,44 @@ T* mut_ptr(Tensor* t) {
 
 }  // namespace
 
-void norm_forward(const NormShape& ns, const Tensor& x, double eps, const Tensor* w,
-                  const Tensor* b, Tensor& y, Tensor& mean, Tensor& var) {
+void norm_forward(CachingAllocator& alloc, const NormShape& ns, const Tensor& x, double eps,
+                  const Tensor* w, const Tensor* b, Tensor& y, Tensor& mean, Tensor& var) {
   const int64_t keys = ns.keys();
   if (keys == 0 || ns.per_key() == 0) return;
   DeviceGuard guard(x.device());
   const NormDims d = dims_of(ns);
+  const Split sp = split_for(keys, ns.per_key());
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    norm_forward_kernel<T><<<blocks_for(keys), threads_for_key(ns.per_key())>>>(
-        d, ns.n, keys, x.data_ptr<T>(), eps, ptr<T>(w), ptr<T>(b), y.data_ptr<T>(), mean.data_ptr<T>(),
-        var.data_ptr<T>());
-    TGRAD_CUDA_CHECK_LAUNCH("norm_forward_kernel");
+    if (sp.splits == 1) {
+      norm_forward_kernel<T><<<blocks_for(keys), threads_for_key(ns.per_key())>>>(
+          d, ns.n, keys, x.data_ptr<T>(), eps, ptr<T>(w), ptr<T>(b), y.data_ptr<T>(),
+          mean.data_ptr<T>(), var.data_ptr<T>());
+      TGRAD_CUDA_CHECK_LAUNCH("norm_forward_kernel");
+      return;
+    }
+    const int64_t blocks = keys * sp.splits;
+    const std::shared_ptr<void> ws =
+        alloc.allocate((3 * blocks + 2 * keys) * int64_t{sizeof(double)}, x.device().index());
+    double* part = static_cast<double*>(ws.get());
+    double* stat = part + 3 * blocks;
+    norm_partial_stats_kernel<T><<<blocks_for(blocks), kMaxNormThreads>>>(
+        d, ns.n, blocks, sp.splits, sp.chunk, x.data_ptr<T>(), part);
+    TGRAD_CUDA_CHECK_LAUNCH("norm_partial_stats_kernel");
+    norm_combine_stats_kernel<T><<<grid_for(keys), kThreads>>>(keys, sp.splits, part, eps,
+                                                               mean.data_ptr<T>(),
+                                                               var.data_ptr<T>(), stat);
+    TGRAD_CUDA_CHECK_LAUNCH("norm_combine_stats_kernel");
+    const int64_t total = x.numel();
+    norm_apply_kernel<T><<<grid_for(total), kThreads>>>(d, total, x.data_ptr<T>(), stat,
+                                                        ptr<T>(w), ptr<T>(b), y.data_ptr<T>());
+    TGRAD_CUDA_CHECK_LAUNCH("norm_apply_kernel");
   });
 }
 
-void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                   const Tensor& var, double eps, const Tensor* w, Tensor* dx, Tensor* dw,
-                   Tensor* db) {
+void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& dy,
+                   const Tensor& x, const Tensor& mean, const Tensor& var, double eps,
+                   const Tensor* w, Tensor* dx, Tensor* dw, Tensor* db) {
   if (ns.keys() == 0 || ns.per_key() == 0) return;
   DeviceGuard guard(x.device());
   const NormDims d = dims_of(ns);
@@ -213,19 +412,45 @@ void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x, const
     using T = decltype(tag);
     const T *dyp = dy.data_ptr<T>(), *xp = x.data_ptr<T>();
     const T *mp = mean.data_ptr<T>(), *vp = var.data_ptr<T>(), *wp = ptr<T>(w);
+    // One pass of blocks over `keys` keys of `per_key` elements: channel blocks (dw, db, and
+    // batch norm's dx) or group norm's key blocks (dx).
+    const auto pass = [&](bool channel_blocks, int64_t keys, int64_t per_key, T* dx_out,
+                          T* dw_out, T* db_out) {
+      const Split sp = split_for(keys, per_key);
+      if (sp.splits == 1) {
+        norm_backward_kernel<T><<<blocks_for(keys), threads_for_key(per_key)>>>(
+            d, ns.n, keys, channel_blocks, dyp, xp, mp, vp, eps, wp, dx_out, dw_out, db_out);
+        TGRAD_CUDA_CHECK_LAUNCH("norm_backward_kernel");
+        return;
+      }
+      const int64_t blocks = keys * sp.splits;
+      const std::shared_ptr<void> ws =
+          alloc.allocate((2 * blocks + 2 * keys) * int64_t{sizeof(double)}, x.device().index());
+      double* part = static_cast<double*>(ws.get());
+      double* sums = part + 2 * blocks;
+      norm_partial_grad_kernel<T><<<blocks_for(blocks), kMaxNormThreads>>>(
+          d, ns.n, blocks, sp.splits, sp.chunk, static_cast<uint32_t>(per_key), channel_blocks,
+          dyp, xp, mp, vp, eps, wp, part);
+      TGRAD_CUDA_CHECK_LAUNCH("norm_partial_grad_kernel");
+      norm_combine_grad_kernel<T>
+          <<<grid_for(keys), kThreads>>>(keys, sp.splits, part, dw_out, db_out, sums);
+      TGRAD_CUDA_CHECK_LAUNCH("norm_combine_grad_kernel");
+      if (dx_out != nullptr) {
+        const int64_t total = x.numel();
+        norm_dx_kernel<T><<<grid_for(total), kThreads>>>(d, total, dyp, xp, mp, vp, eps, wp, sums,
+                                                         channel_blocks, dx_out);
+        TGRAD_CUDA_CHECK_LAUNCH("norm_dx_kernel");
+      }
+    };
     const bool want_wb = dw != nullptr || db != nullptr;
-    // Batch norm: one launch, a block per channel. Group norm: key blocks for dx, then channel
+    // Batch norm: channel blocks do everything. Group norm: key blocks for dx, then channel
     // blocks for dw and db.
     if (!ns.per_channel && dx != nullptr) {
-      norm_backward_kernel<T><<<blocks_for(ns.keys()), threads_for_key(ns.per_key())>>>(
-          d, ns.n, ns.keys(), false, dyp, xp, mp, vp, eps, wp, mut_ptr<T>(dx), nullptr, nullptr);
-      TGRAD_CUDA_CHECK_LAUNCH("norm_backward_kernel");
+      pass(false, ns.keys(), ns.per_key(), mut_ptr<T>(dx), nullptr, nullptr);
     }
     if (ns.per_channel ? (dx != nullptr || want_wb) : want_wb) {
-      norm_backward_kernel<T><<<blocks_for(ns.c), threads_for_key(ns.n * ns.s)>>>(
-          d, ns.n, ns.c, true, dyp, xp, mp, vp, eps, wp, ns.per_channel ? mut_ptr<T>(dx) : nullptr,
-          mut_ptr<T>(dw), mut_ptr<T>(db));
-      TGRAD_CUDA_CHECK_LAUNCH("norm_backward_kernel");
+      pass(true, ns.c, ns.n * ns.s, ns.per_channel ? mut_ptr<T>(dx) : nullptr, mut_ptr<T>(dw),
+           mut_ptr<T>(db));
     }
   });
 }

@@ -264,13 +264,21 @@ TEST(NormFusedCuda, MatchesTheCpuAndRepeatsBitForBit) {
   // rounding boundary; one ulp at the unit scale.
   const Tolerance tol32{2.5e-7, 2.5e-7, 0.0};
   std::vector<NormCase> all = cases();
-  // Keys of more than 16384 elements take the kernels' wider blocks.
-  all.push_back({"BatchNorm2d wide keys",
+  // Few keys of many elements take the split path (chunks, uneven here, then a combine and an
+  // elementwise kernel): batch norm's keys, and group norm's channel sums for dw and db.
+  all.push_back({"BatchNorm2d split keys",
+                 std::make_shared<nn::BatchNorm2dImpl>(nn::BatchNorm2dOptions(2)),
+                 Shape{13, 2, 61, 67}, nullptr});
+  all.push_back({"BatchNorm2d two chunks",
                  std::make_shared<nn::BatchNorm2dImpl>(nn::BatchNorm2dOptions(3)),
                  Shape{8, 3, 48, 48}, nullptr});
+  all.push_back({"GroupNorm split channel sums",
+                 std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(2, 4)),
+                 Shape{16, 4, 64, 64}, nullptr});
+  // Many keys of more than 16384 elements: a block per key, the wider blocks.
   all.push_back({"GroupNorm wide keys",
-                 std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(2, 8)),
-                 Shape{2, 8, 72, 64}, nullptr});
+                 std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(4, 8)),
+                 Shape{64, 8, 64, 128}, nullptr});
   for (NormCase& c : all) {
     for (const DType dtype : {kFloat64, kFloat32}) {
       c.module->to(Device(kCPU));
