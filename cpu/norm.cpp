@@ -3,6 +3,7 @@
 // result does not depend on the thread count. A key's elements are `runs` runs of S contiguous
 // elements, each run one (sample, channel) pair: batch norm's key c has a run per sample,
 // group norm's key (n, g) a run per channel of the group.
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/kernels.h"
@@ -120,25 +121,34 @@ void norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x, const
         }
       });
     }
-    // dw, db per channel, summed over samples in order.
+    // dw, db per channel, summed over samples in order. A task takes a block of channels and
+    // walks the samples, so that a channel of few elements per sample (LayerNorm's, (N, C)
+    // batch norm's) still reads memory in order.
     if (dw != nullptr || db != nullptr) {
       T* dwp = dw != nullptr ? data<T>(*dw) : nullptr;
       T* dbp = db != nullptr ? data<T>(*db) : nullptr;
+      constexpr int64_t kChannelBlock = 64;
+      const int64_t blocks = (ns.c + kChannelBlock - 1) / kChannelBlock;
       const int threads = threads_for(static_cast<double>(ns.n * ns.c * ns.s) * 3.0, max_threads());
-      parallel_for(threads, ns.c, [&](int64_t c) {
-        double sdy = 0.0, sdyx = 0.0;
+      parallel_for(threads, blocks, [&](int64_t blk) {
+        const int64_t c0 = blk * kChannelBlock, c1 = std::min(ns.c, c0 + kChannelBlock);
+        double sdy[kChannelBlock] = {}, sdyx[kChannelBlock] = {};
         for (int64_t n = 0; n < ns.n; ++n) {
-          const int64_t key = stat(n, c);
-          const double mu = static_cast<double>(mp[key]), rstd = rstd_of(key);
-          const int64_t start = (n * ns.c + c) * ns.s;
-          for (int64_t i = 0; i < ns.s; ++i) {
-            const double d = static_cast<double>(dyp[start + i]);
-            sdy += d;
-            sdyx += d * ((static_cast<double>(xp[start + i]) - mu) * rstd);
+          for (int64_t c = c0; c < c1; ++c) {
+            const int64_t key = stat(n, c);
+            const double mu = static_cast<double>(mp[key]), rstd = rstd_of(key);
+            const int64_t start = (n * ns.c + c) * ns.s;
+            for (int64_t i = 0; i < ns.s; ++i) {
+              const double d = static_cast<double>(dyp[start + i]);
+              sdy[c - c0] += d;
+              sdyx[c - c0] += d * ((static_cast<double>(xp[start + i]) - mu) * rstd);
+            }
           }
         }
-        if (dwp != nullptr) dwp[c] = static_cast<T>(sdyx);
-        if (dbp != nullptr) dbp[c] = static_cast<T>(sdy);
+        for (int64_t c = c0; c < c1; ++c) {
+          if (dwp != nullptr) dwp[c] = static_cast<T>(sdyx[c - c0]);
+          if (dbp != nullptr) dbp[c] = static_cast<T>(sdy[c - c0]);
+        }
       });
     }
   });

@@ -305,6 +305,53 @@ __global__ void norm_dx_kernel(NormDims d, int64_t total, const T* dy, const T* 
   }
 }
 
+// Channel sums when a channel's run in a sample is short (S < kShortRun, e.g. LayerNorm's
+// per-element affine or a batch norm of (N, C)): block threads take consecutive columns j of
+// the samples' rows (j = c * S + position) and blockIdx.y a chunk of samples, so that reads are
+// coalesced; part[(chunk * width + j) * 2 + {0, 1}] = the chunk's sums of dy and dy * x_hat.
+template <class T>
+__global__ void norm_column_grad_kernel(NormDims d, int64_t n, int64_t width,
+                                        int64_t rows_per_chunk, const T* dy, const T* x,
+                                        const T* mean, const T* var, double eps, double* part) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= width) return;
+  const int64_t chunk = blockIdx.y, c = j / d.s;
+  const int64_t n0 = chunk * rows_per_chunk, n1 = min_i64(n, n0 + rows_per_chunk);
+  double s1 = 0.0, s2 = 0.0;
+  for (int64_t r = n0; r < n1; ++r) {
+    const int64_t at = r * width + j;
+    const int64_t sk = d.per_channel ? c : r * d.groups + c / d.cg;
+    const double rstd = 1.0 / sqrt(static_cast<double>(var[sk]) + eps);
+    const double xhat = (static_cast<double>(x[at]) - static_cast<double>(mean[sk])) * rstd;
+    const double g = static_cast<double>(dy[at]);
+    s1 += g;
+    s2 += g * xhat;
+  }
+  part[2 * (chunk * width + j)] = s1;
+  part[2 * (chunk * width + j) + 1] = s2;
+}
+
+// A thread per channel sums its columns' partials, chunk by chunk, position by position.
+template <class T>
+__global__ void norm_column_combine_kernel(int64_t channels, int64_t s, int64_t chunks,
+                                           const double* part, T* dw, T* db, double* sums) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  const int64_t width = channels * s;
+  double s1 = 0.0, s2 = 0.0;
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    for (int64_t p = 0; p < s; ++p) {
+      const int64_t at = ch * width + c * s + p;
+      s1 += part[2 * at];
+      s2 += part[2 * at + 1];
+    }
+  }
+  if (dw != nullptr) dw[c] = static_cast<T>(s2);
+  if (db != nullptr) db[c] = static_cast<T>(s1);
+  sums[2 * c] = s1;
+  sums[2 * c + 1] = s2;
+}
+
 template <class T>
 __global__ void norm_running_stats_kernel(const T* mean, const T* var, int64_t c, T keep, T take,
                                           T take_var, T* running_mean, T* running_var,
@@ -336,6 +383,11 @@ int threads_for_key(int64_t per_key) {
 unsigned blocks_for(int64_t keys) {
   return static_cast<unsigned>(min_i64(keys, kMaxBlocks));
 }
+
+// A channel's run in a sample shorter than this is summed by columns (norm_column_grad_kernel);
+// the column sums aim at kColumnTargetBlocks blocks. Shape-only, like split_for.
+constexpr int64_t kShortRun = 32;
+constexpr int64_t kColumnTargetBlocks = 512;
 
 // Chunks per key: 1 (a block per key) unless the keys are fewer than half kTargetBlocks; then
 // enough chunks of at least kMinChunk elements to approach kTargetBlocks blocks. Fixed numbers,
@@ -412,10 +464,39 @@ void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& d
     using T = decltype(tag);
     const T *dyp = dy.data_ptr<T>(), *xp = x.data_ptr<T>();
     const T *mp = mean.data_ptr<T>(), *vp = var.data_ptr<T>(), *wp = ptr<T>(w);
+    // The channel sums by columns (see norm_column_grad_kernel), then batch norm's dx.
+    const auto column_pass = [&](T* dx_out, T* dw_out, T* db_out) {
+      const int64_t width = ns.c * ns.s;
+      const int64_t col_blocks = ceil_div(width, kThreads);
+      const int64_t want = std::clamp<int64_t>(ceil_div(kColumnTargetBlocks, col_blocks), 1, ns.n);
+      const int64_t rows_per_chunk = ceil_div(ns.n, want);
+      const int64_t chunks = ceil_div(ns.n, rows_per_chunk);
+      const std::shared_ptr<void> ws = alloc.allocate(
+          (2 * chunks * width + 2 * ns.c) * int64_t{sizeof(double)}, x.device().index());
+      double* part = static_cast<double*>(ws.get());
+      double* sums = part + 2 * chunks * width;
+      norm_column_grad_kernel<T>
+          <<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks)), kThreads>>>(
+              d, ns.n, width, rows_per_chunk, dyp, xp, mp, vp, eps, part);
+      TGRAD_CUDA_CHECK_LAUNCH("norm_column_grad_kernel");
+      norm_column_combine_kernel<T>
+          <<<grid_for(ns.c), kThreads>>>(ns.c, ns.s, chunks, part, dw_out, db_out, sums);
+      TGRAD_CUDA_CHECK_LAUNCH("norm_column_combine_kernel");
+      if (dx_out != nullptr) {
+        const int64_t total = x.numel();
+        norm_dx_kernel<T><<<grid_for(total), kThreads>>>(d, total, dyp, xp, mp, vp, eps, wp, sums,
+                                                         true, dx_out);
+        TGRAD_CUDA_CHECK_LAUNCH("norm_dx_kernel");
+      }
+    };
     // One pass of blocks over `keys` keys of `per_key` elements: channel blocks (dw, db, and
     // batch norm's dx) or group norm's key blocks (dx).
     const auto pass = [&](bool channel_blocks, int64_t keys, int64_t per_key, T* dx_out,
                           T* dw_out, T* db_out) {
+      if (channel_blocks && ns.s < kShortRun) {
+        column_pass(dx_out, dw_out, db_out);
+        return;
+      }
       const Split sp = split_for(keys, per_key);
       if (sp.splits == 1) {
         norm_backward_kernel<T><<<blocks_for(keys), threads_for_key(per_key)>>>(

@@ -254,19 +254,20 @@ Tensor LayerNormImpl::forward(const Tensor& x) {
               "LayerNorm: the input's last dims ", x.defined() ? x.shape() : Shape{},
               " must be normalized_shape ", s);
   const int64_t row = shape_numel(s);
-  const NormShape ns{x.numel() / row, 1, row, 1, false};
-  Tensor y;
+  // One key per row, each element of the row its own "channel": the per-element affine of
+  // normalized_shape is then the fused op's per-channel one.
+  const NormShape ns{x.numel() / row, row, 1, 1, false};
   if (detail::fused_norm_supports(ns)) {
-    // One key per row; the affine is per element of normalized_shape, not per channel.
-    y = detail::fused_norm("LayerNorm", ns, x.reshape({ns.n, 1, row}), Tensor(), Tensor(),
-                           options_.eps())
-            .reshape(x.shape());
-  } else {
-    std::vector<int64_t> dims;
-    for (int64_t d = x.dim() - k; d < x.dim(); ++d)
-      dims.push_back(d);
-    y = normalize(x, dims, options_.eps());
+    const bool affine = options_.elementwise_affine();
+    return detail::fused_norm("LayerNorm", ns, x.reshape({ns.n, row, 1}),
+                              affine ? weight.reshape({row}) : Tensor(),
+                              affine ? bias.reshape({row}) : Tensor(), options_.eps())
+        .reshape(x.shape());
   }
+  std::vector<int64_t> dims;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d)
+    dims.push_back(d);
+  Tensor y = normalize(x, dims, options_.eps());
   if (options_.elementwise_affine()) y = y * weight + bias;
   return y;
 }

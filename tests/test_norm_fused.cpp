@@ -275,6 +275,14 @@ TEST(NormFusedCuda, MatchesTheCpuAndRepeatsBitForBit) {
   all.push_back({"GroupNorm split channel sums",
                  std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(2, 4)),
                  Shape{16, 4, 64, 64}, nullptr});
+  // Channels of one element per sample (LayerNorm's per-element affine, batch norm of (N, C)):
+  // the channel sums go by columns of the samples' rows, in chunks of samples.
+  all.push_back({"LayerNorm long rows",
+                 std::make_shared<nn::LayerNormImpl>(nn::LayerNormOptions({384})),
+                 Shape{2048, 384}, nullptr});
+  all.push_back({"BatchNorm1d (N, C) many samples",
+                 std::make_shared<nn::BatchNorm1dImpl>(nn::BatchNorm1dOptions(96)),
+                 Shape{4096, 96}, nullptr});
   // Many keys of more than 16384 elements: a block per key, the wider blocks.
   all.push_back({"GroupNorm wide keys",
                  std::make_shared<nn::GroupNormImpl>(nn::GroupNormOptions(4, 8)),
