@@ -79,26 +79,54 @@ __device__ void block_sum2(double& a, double& b) {
   __syncthreads();  // the arrays are reused by the next call
 }
 
+// A key's statistics over elements [lo, hi) of its order, on one block: the mean of the range
+// and the sum of squared deviations from it (two reads; every thread gets both).
+template <class T>
+__device__ void range_stats(const KeyRuns& kr, uint32_t lo, uint32_t hi, const T* x, double& mu,
+                            double& sq) {
+  double sum = 0.0, unused = 0.0;
+  for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+    sum += static_cast<double>(x[kr.at(i)]);
+  block_sum2(sum, unused);
+  mu = sum / static_cast<double>(hi - lo);
+  sq = 0.0;
+  for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const double dev = static_cast<double>(x[kr.at(i)]) - mu;
+    sq += dev * dev;
+  }
+  block_sum2(sq, unused);
+}
+
+// Backward's sums over elements [lo, hi) of a block's order, on one block (every thread gets
+// both): of dy and dy * x_hat in channel blocks (for dw, db), of g = dy * w[c] and g * x_hat in
+// statistics-key blocks.
+template <class T>
+__device__ void range_grad_sums(const NormDims& d, const KeyRuns& kr, uint32_t lo, uint32_t hi,
+                                const T* dy, const T* x, const T* mean, const T* var, double eps,
+                                const T* w, double& s1, double& s2) {
+  s1 = 0.0;
+  s2 = 0.0;
+  for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const uint32_t r = i / kr.s;
+    const int64_t at = kr.at(r, i - r * kr.s), sk = kr.stat_key(d, r);
+    const double rstd = 1.0 / sqrt(static_cast<double>(var[sk]) + eps);
+    const double xhat = (static_cast<double>(x[at]) - static_cast<double>(mean[sk])) * rstd;
+    double g = static_cast<double>(dy[at]);
+    if (!kr.by_channel && w != nullptr) g *= static_cast<double>(w[kr.channel(d, r)]);
+    s1 += g;
+    s2 += g * xhat;
+  }
+  block_sum2(s1, s2);
+}
+
 template <class T>
 __global__ void norm_forward_kernel(NormDims d, int64_t n, int64_t keys, const T* x, double eps, const T* w,
                                     const T* b, T* y, T* mean, T* var) {
   for (int64_t k = blockIdx.x; k < keys; k += gridDim.x) {
     const KeyRuns kr(d, n, k, d.per_channel);  // batch norm: its keys are channels
     const uint32_t total = kr.runs * kr.s;
-    double sum = 0.0, unused = 0.0;
-    for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
-      const uint32_t r = i / kr.s;
-      sum += static_cast<double>(x[kr.at(r, i - r * kr.s)]);
-    }
-    block_sum2(sum, unused);
-    const double mu = sum / d.count;
-    double sq = 0.0;
-    for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
-      const uint32_t r = i / kr.s;
-      const double dev = static_cast<double>(x[kr.at(r, i - r * kr.s)]) - mu;
-      sq += dev * dev;
-    }
-    block_sum2(sq, unused);
+    double mu = 0.0, sq = 0.0;
+    range_stats(kr, 0, total, x, mu, sq);
     const double v = sq / d.count;
     if (threadIdx.x == 0) {
       mean[k] = static_cast<T>(mu);
@@ -125,19 +153,8 @@ __global__ void norm_backward_kernel(NormDims d, int64_t n, int64_t keys, bool c
   for (int64_t k = blockIdx.x; k < keys; k += gridDim.x) {
     const KeyRuns kr(d, n, k, channel_blocks);
     const uint32_t total = kr.runs * kr.s;
-    // In channel blocks the sums are of dy (for dw, db); in key blocks of g.
     double s1 = 0.0, s2 = 0.0;
-    for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
-      const uint32_t r = i / kr.s;
-      const int64_t at = kr.at(r, i - r * kr.s), sk = kr.stat_key(d, r);
-      const double rstd = 1.0 / sqrt(static_cast<double>(var[sk]) + eps);
-      const double xhat = (static_cast<double>(x[at]) - static_cast<double>(mean[sk])) * rstd;
-      double g = static_cast<double>(dy[at]);
-      if (!channel_blocks && w != nullptr) g *= static_cast<double>(w[kr.channel(d, r)]);
-      s1 += g;
-      s2 += g * xhat;
-    }
-    block_sum2(s1, s2);
+    range_grad_sums(d, kr, 0, total, dy, x, mean, var, eps, w, s1, s2);
     if (channel_blocks && threadIdx.x == 0) {
       if (dw != nullptr) dw[k] = static_cast<T>(s2);
       if (db != nullptr) db[k] = static_cast<T>(s1);
@@ -188,19 +205,10 @@ __global__ void norm_partial_stats_kernel(NormDims d, int64_t n, int64_t blocks,
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const Chunk ch = chunk_of(b, splits, chunk, static_cast<uint32_t>(d.count));
     const KeyRuns kr(d, n, ch.key, d.per_channel);
-    double sum = 0.0, unused = 0.0;
-    for (uint32_t i = ch.lo + threadIdx.x; i < ch.hi; i += blockDim.x)
-      sum += static_cast<double>(x[kr.at(i)]);
-    block_sum2(sum, unused);
-    const double count = static_cast<double>(ch.hi - ch.lo), mu = sum / count;
-    double sq = 0.0;
-    for (uint32_t i = ch.lo + threadIdx.x; i < ch.hi; i += blockDim.x) {
-      const double dev = static_cast<double>(x[kr.at(i)]) - mu;
-      sq += dev * dev;
-    }
-    block_sum2(sq, unused);
+    double mu = 0.0, sq = 0.0;
+    range_stats(kr, ch.lo, ch.hi, x, mu, sq);
     if (threadIdx.x == 0) {
-      part[3 * b] = count;
+      part[3 * b] = static_cast<double>(ch.hi - ch.lo);
       part[3 * b + 1] = mu;
       part[3 * b + 2] = sq;
     }
@@ -251,17 +259,7 @@ __global__ void norm_partial_grad_kernel(NormDims d, int64_t n, int64_t blocks, 
     const Chunk ch = chunk_of(b, splits, chunk, per_key);
     const KeyRuns kr(d, n, ch.key, channel_blocks);
     double s1 = 0.0, s2 = 0.0;
-    for (uint32_t i = ch.lo + threadIdx.x; i < ch.hi; i += blockDim.x) {
-      const uint32_t r = i / kr.s;
-      const int64_t at = kr.at(r, i - r * kr.s), sk = kr.stat_key(d, r);
-      const double rstd = 1.0 / sqrt(static_cast<double>(var[sk]) + eps);
-      const double xhat = (static_cast<double>(x[at]) - static_cast<double>(mean[sk])) * rstd;
-      double g = static_cast<double>(dy[at]);
-      if (!channel_blocks && w != nullptr) g *= static_cast<double>(w[kr.channel(d, r)]);
-      s1 += g;
-      s2 += g * xhat;
-    }
-    block_sum2(s1, s2);
+    range_grad_sums(d, kr, ch.lo, ch.hi, dy, x, mean, var, eps, w, s1, s2);
     if (threadIdx.x == 0) {
       part[2 * b] = s1;
       part[2 * b + 1] = s2;
