@@ -79,6 +79,17 @@ __device__ void block_sum2(double& a, double& b) {
   __syncthreads();  // the arrays are reused by the next call
 }
 
+// A statistics key's mean and 1 / sqrt(var + eps) in float64, from the values norm_forward saved:
+// every backward kernel normalizes x with these.
+struct KeyStat {
+  double mu, rstd;
+  __device__ double x_hat(double x) const { return (x - mu) * rstd; }
+};
+template <class T>
+__device__ inline KeyStat key_stat(const T* mean, const T* var, int64_t key, double eps) {
+  return {static_cast<double>(mean[key]), 1.0 / sqrt(static_cast<double>(var[key]) + eps)};
+}
+
 // A key's statistics over elements [lo, hi) of its order, on one block: the mean of the range
 // and the sum of squared deviations from it (two reads; every thread gets both).
 template <class T>
@@ -109,8 +120,7 @@ __device__ void range_grad_sums(const NormDims& d, const KeyRuns& kr, uint32_t l
   for (uint32_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     const uint32_t r = i / kr.s;
     const int64_t at = kr.at(r, i - r * kr.s), sk = kr.stat_key(d, r);
-    const double rstd = 1.0 / sqrt(static_cast<double>(var[sk]) + eps);
-    const double xhat = (static_cast<double>(x[at]) - static_cast<double>(mean[sk])) * rstd;
+    const double xhat = key_stat(mean, var, sk, eps).x_hat(static_cast<double>(x[at]));
     double g = static_cast<double>(dy[at]);
     if (!kr.by_channel && w != nullptr) g *= static_cast<double>(w[kr.channel(d, r)]);
     s1 += g;
@@ -163,14 +173,13 @@ __global__ void norm_backward_kernel(NormDims d, int64_t n, int64_t keys, bool c
     // A batch norm channel block: its sums of dy become sums of g through the one w[k].
     const double wk = channel_blocks && w != nullptr ? static_cast<double>(w[k]) : 1.0;
     const double mg = s1 * wk / d.count, mgx = s2 * wk / d.count;
-    const double mu = static_cast<double>(mean[k]);
-    const double rstd = 1.0 / sqrt(static_cast<double>(var[k]) + eps);
+    const KeyStat st = key_stat(mean, var, k, eps);
     for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
       const uint32_t r = i / kr.s;
       const int64_t at = kr.at(r, i - r * kr.s);
       const double wc = w != nullptr ? static_cast<double>(w[kr.channel(d, r)]) : 1.0;
-      const double xhat = (static_cast<double>(x[at]) - mu) * rstd;
-      dx[at] = static_cast<T>(rstd * (static_cast<double>(dy[at]) * wc - mg - xhat * mgx));
+      const double xhat = st.x_hat(static_cast<double>(x[at]));
+      dx[at] = static_cast<T>(st.rstd * (static_cast<double>(dy[at]) * wc - mg - xhat * mgx));
     }
   }
 }
@@ -297,9 +306,9 @@ __global__ void norm_dx_kernel(NormDims d, int64_t total, const T* dy, const T* 
     const double to_g = sums_of_dy ? wc : 1.0;
     const double mg = sums[2 * e.key] * to_g / d.count;
     const double mgx = sums[2 * e.key + 1] * to_g / d.count;
-    const double rstd = 1.0 / sqrt(static_cast<double>(var[e.key]) + eps);
-    const double xhat = (static_cast<double>(x[idx]) - static_cast<double>(mean[e.key])) * rstd;
-    dx[idx] = static_cast<T>(rstd * (static_cast<double>(dy[idx]) * wc - mg - xhat * mgx));
+    const KeyStat st = key_stat(mean, var, e.key, eps);
+    const double xhat = st.x_hat(static_cast<double>(x[idx]));
+    dx[idx] = static_cast<T>(st.rstd * (static_cast<double>(dy[idx]) * wc - mg - xhat * mgx));
   }
 }
 
@@ -319,8 +328,7 @@ __global__ void norm_column_grad_kernel(NormDims d, int64_t n, int64_t width,
   for (int64_t r = n0; r < n1; ++r) {
     const int64_t at = r * width + j;
     const int64_t sk = d.per_channel ? c : r * d.groups + c / d.cg;
-    const double rstd = 1.0 / sqrt(static_cast<double>(var[sk]) + eps);
-    const double xhat = (static_cast<double>(x[at]) - static_cast<double>(mean[sk])) * rstd;
+    const double xhat = key_stat(mean, var, sk, eps).x_hat(static_cast<double>(x[at]));
     const double g = static_cast<double>(dy[at]);
     s1 += g;
     s2 += g * xhat;
@@ -462,6 +470,13 @@ void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& d
     using T = decltype(tag);
     const T *dyp = dy.data_ptr<T>(), *xp = x.data_ptr<T>();
     const T *mp = mean.data_ptr<T>(), *vp = var.data_ptr<T>(), *wp = ptr<T>(w);
+    // dx from per-key sums (norm_dx_kernel), after a pass that wrote them to `sums`.
+    const auto launch_dx = [&](const double* sums, bool sums_of_dy, T* dx_out) {
+      const int64_t total = x.numel();
+      norm_dx_kernel<T><<<grid_for(total), kThreads>>>(d, total, dyp, xp, mp, vp, eps, wp, sums,
+                                                       sums_of_dy, dx_out);
+      TGRAD_CUDA_CHECK_LAUNCH("norm_dx_kernel");
+    };
     // The channel sums by columns (see norm_column_grad_kernel), then batch norm's dx.
     const auto column_pass = [&](T* dx_out, T* dw_out, T* db_out) {
       const int64_t width = ns.c * ns.s;
@@ -480,12 +495,7 @@ void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& d
       norm_column_combine_kernel<T>
           <<<grid_for(ns.c), kThreads>>>(ns.c, ns.s, chunks, part, dw_out, db_out, sums);
       TGRAD_CUDA_CHECK_LAUNCH("norm_column_combine_kernel");
-      if (dx_out != nullptr) {
-        const int64_t total = x.numel();
-        norm_dx_kernel<T><<<grid_for(total), kThreads>>>(d, total, dyp, xp, mp, vp, eps, wp, sums,
-                                                         true, dx_out);
-        TGRAD_CUDA_CHECK_LAUNCH("norm_dx_kernel");
-      }
+      if (dx_out != nullptr) launch_dx(sums, true, dx_out);
     };
     // One pass of blocks over `keys` keys of `per_key` elements: channel blocks (dw, db, and
     // batch norm's dx) or group norm's key blocks (dx).
@@ -514,12 +524,7 @@ void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& d
       norm_combine_grad_kernel<T>
           <<<grid_for(keys), kThreads>>>(keys, sp.splits, part, dw_out, db_out, sums);
       TGRAD_CUDA_CHECK_LAUNCH("norm_combine_grad_kernel");
-      if (dx_out != nullptr) {
-        const int64_t total = x.numel();
-        norm_dx_kernel<T><<<grid_for(total), kThreads>>>(d, total, dyp, xp, mp, vp, eps, wp, sums,
-                                                         channel_blocks, dx_out);
-        TGRAD_CUDA_CHECK_LAUNCH("norm_dx_kernel");
-      }
+      if (dx_out != nullptr) launch_dx(sums, channel_blocks, dx_out);
     };
     const bool want_wb = dw != nullptr || db != nullptr;
     // Batch norm: channel blocks do everything. Group norm: key blocks for dx, then channel
