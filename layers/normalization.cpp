@@ -3,6 +3,7 @@
 #include "layers/normalization.h"
 
 #include <cmath>
+#include <optional>
 #include <ostream>
 
 #include "core/autograd.h"
@@ -79,16 +80,20 @@ void BatchNormNd<D>::update_running_stats(const Tensor& mean, const Tensor& var,
                                           int64_t per_channel) {
   NoGradGuard no_grad;
   const char* m = D == 1 ? "BatchNorm1d" : "BatchNorm2d";
-  const double f = options_.momentum()
-                       ? *options_.momentum()
-                       : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>() + 1);
+  // The count after this batch, read from the device only where it is needed.
+  std::optional<int64_t> tracked;
+  const auto count = [&] {
+    if (!tracked) tracked = num_batches_tracked.item<int64_t>() + 1;
+    return *tracked;
+  };
+  const double f =
+      options_.momentum() ? *options_.momentum() : 1.0 / static_cast<double>(count());
   const double unbias = static_cast<double>(per_channel) / static_cast<double>(per_channel - 1);
   if (detail::fused_running_stats(m, mean, var, f, unbias, running_mean, running_var,
                                   num_batches_tracked)) {
     return;
   }
-  const int64_t tracked = num_batches_tracked.item<int64_t>() + 1;
-  num_batches_tracked.copy_(scalar_tensor(static_cast<double>(tracked), kInt64));
+  num_batches_tracked.copy_(scalar_tensor(static_cast<double>(count()), kInt64));
   running_mean.copy_(running_mean * (1.0 - f) + mean * f);
   running_var.copy_(running_var * (1.0 - f) + var * (unbias * f));
 }
