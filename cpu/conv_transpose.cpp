@@ -1,6 +1,6 @@
-// ConvTranspose on the CPU as GEMMs (Eigen, row-major maps) over blocks of columns (the (n, p)
-// pairs of a group, conv_transpose_cols.h), forward and dgrad; wgrad is in
-// conv_transpose_wgrad.cpp.
+// ConvTranspose on the CPU as GEMMs over blocks of columns (the (n, p) pairs of a group,
+// conv_transpose_cols.h), forward (the backend's GEMM, cpu/gemm.h, its weight packed once per
+// call) and dgrad (Eigen's); wgrad is in conv_transpose_wgrad.cpp.
 //   forward: cols = W_g^T x_g, then col2im: y[co, oh, ow] += cols[r, p] (y starts as bias or 0)
 //   dgrad:   cols = im2col(dy) (0 where (oh, ow) is outside y), dx_g = W_g cols
 // Every decomposition into tasks depends on the shape only, never on the thread count, so the
@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "cpu/conv_transpose_cols.h"
+#include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
@@ -96,19 +97,28 @@ void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T*
       kRoundBytes / std::max<int64_t>(1, image_cols * static_cast<int64_t>(sizeof(T))), 1,
       std::max<int64_t>(1, images));
   const Workspace<T> cols(image_cols * per_round);
+  // W_g^T (rows x cig) of every group, operand g.
+  const PackedWeights<T> w_packed(
+      pl.groups, pl.rows, pl.cig,
+      [&](int64_t g) {
+        return Operand<T>{{w + g * pl.cig * pl.rows, 1, pl.rows}, pl.rows, pl.cig};
+      },
+      threads);
   for (int64_t first = 0; first < images; first += per_round) {
     const int64_t count = std::min(per_round, images - first);
-    parallel_for(threads, count * cb.chunks_per_item, [&](int64_t t) {
-      const int64_t i = first + t / cb.chunks_per_item, g = i % pl.groups;
-      const int64_t p0 = t % cb.chunks_per_item * cb.chunk;
-      const int64_t len = std::min(cb.chunk, pl.in_hw - p0);
-      const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-      const ConstStridedMap<T> x_chunk(x + (i * pl.cig) * pl.in_hw + p0, pl.cig, len,
-                                       Eigen::OuterStride<>(pl.in_hw));
-      StridedMap<T> c_map(cols.data() + (i - first) * image_cols + p0, pl.rows, len,
-                          Eigen::OuterStride<>(pl.in_hw));
-      c_map.noalias() = w_g.transpose() * x_chunk;
-    });
+    parallel_for(
+        threads, count * cb.chunks_per_item,
+        [&] { return Workspace<T>(gemm::scratch_elems<T>(pl.rows, cb.chunk, pl.cig)); },
+        [&](Workspace<T>& ws, int64_t t) {
+          const int64_t i = first + t / cb.chunks_per_item, g = i % pl.groups;
+          const int64_t p0 = t % cb.chunks_per_item * cb.chunk;
+          const int64_t len = std::min(cb.chunk, pl.in_hw - p0);
+          // cols (rows x len) = W_g^T x_chunk
+          const gemm::View<T> x_chunk{x + (i * pl.cig) * pl.in_hw + p0, pl.in_hw, 1};
+          gemm::gemm_packed_a(pl.rows, len, pl.cig, w_packed.get(g), x_chunk,
+                              cols.data() + (i - first) * image_cols + p0, pl.in_hw, false,
+                              ws.data());
+        });
     parallel_for(threads, count * pl.cog, [&](int64_t t) {
       const int64_t i = first + t / pl.cog, g = i % pl.groups, co = t % pl.cog;
       T* y_ng = y + i * pl.cog * pl.out_hw;
@@ -139,8 +149,23 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   }
   const ChannelBlocks chb = channel_blocks(pl, outer);
   const int64_t max_rows = chb.per_block * pl.taps;
+  // W^T of every (group, channel block), operand g * chb.count + block, for the blocks of more
+  // than kMaxTransposedCols columns (the others take W as the GEMM's second operand).
+  const bool any_wide = cb.max_cols() > kMaxTransposedCols;
+  const PackedWeights<T> w_packed(
+      any_wide ? pl.groups * chb.count : 0, max_rows, pl.cig,
+      [&](int64_t i) {
+        const int64_t g = i / chb.count, co0 = i % chb.count * chb.per_block;
+        const int64_t co1 = std::min(pl.cog, co0 + chb.per_block);
+        return Operand<T>{
+            {w + g * pl.cig * pl.rows + co0 * pl.taps, 1, pl.rows}, (co1 - co0) * pl.taps, pl.cig};
+      },
+      threads);
+  const int64_t scratch = (max_rows + pl.cig) * cb.max_cols();
+  const int64_t gemm_elems = std::max(gemm::scratch_elems<T>(max_rows, cb.max_cols(), pl.cig),
+                                      gemm::scratch_elems<T>(cb.max_cols(), max_rows, pl.cig));
   parallel_for(
-      threads, outer * chb.count, [&] { return Workspace<T>((max_rows + pl.cig) * cb.max_cols()); },
+      threads, outer * chb.count, [&] { return Workspace<T>(scratch + gemm_elems); },
       [&](Workspace<T>& ws, int64_t t) {
         const int64_t ib = t / (pl.groups * chb.count);
         const int64_t g = (t / chb.count) % pl.groups;
@@ -154,23 +179,26 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
             std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
           }
         }
-        const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
+        const T* w_block = w + g * pl.cig * pl.rows + co0 * pl.taps;  // (cig x rows), ld rows
         const int64_t rows = (co1 - co0) * pl.taps;
-        const auto w_block = w_g.middleCols(co0 * pl.taps, rows);
         T* cols = ws.data();
         T* x_buf = ws.data() + max_rows * cb.max_cols();
+        T* gemm_scratch = ws.data() + scratch;
         for (int64_t c = 0; c < cb.chunks_per_item; ++c) {
           const ColBlock blk = cb.block(pl, ib, c);
           const int64_t ld = blk.cols();
           const ConstStridedMap<T> x_blk = x_block(pl, x, g, blk, x_buf);
-          // Few columns: the buffer transposed, (columns x rows), which Eigen computes reading
-          // the weight in its own order; (rows x columns) makes it pack W transposed, which
-          // costs as much as the arithmetic when each weight meets only a few columns.
+          const int64_t x_ld = x_blk.outerStride();
+          // Few columns: the buffer transposed, (columns x rows), so that col2im reads each
+          // position's rows together and the GEMM's long side is the weight's rows.
           const bool transposed = ld <= kMaxTransposedCols;
           if (transposed) {
-            MutMap<T>(cols, ld, rows).noalias() = x_blk.transpose() * w_block;
+            gemm::gemm<T>(ld, rows, pl.cig, {x_blk.data(), 1, x_ld}, {w_block, pl.rows, 1}, cols,
+                          rows, false, gemm_scratch);
           } else {
-            MutMap<T>(cols, rows, ld).noalias() = w_block.transpose() * x_blk;
+            gemm::gemm_packed_a<T>(rows, ld, pl.cig,
+                                   w_packed.get(g * chb.count + co0 / chb.per_block),
+                                   {x_blk.data(), x_ld, 1}, cols, ld, false, gemm_scratch);
           }
           for (int64_t j = 0; j < blk.items; ++j) {
             T* y_ng = y + ((blk.n0 + j) * pl.out_channels + g * pl.cog) * pl.out_hw;

@@ -19,6 +19,8 @@
 #include "core/conv_geometry.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "cpu/gemm.h"
+#include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
 #ifndef TGRAD_CPU_ISA_NS
@@ -350,6 +352,37 @@ ConstStridedMap<T> x_block(const Plan& pl, const T* x, int64_t g, const ColBlock
   }
   return ConstStridedMap<T>(buf, pl.cig, ld, Eigen::OuterStride<>(ld));
 }
+
+// The weight operands of a pass packed once per call for gemm::gemm_packed_a, instead of once per
+// GEMM: operand i in [0, count) is a(i), an m(i) x k(i) view of the weight, packed at
+// i * stride() (each at most m_max x k_max). Packed in parallel over (operand, run of the
+// reduction); each operand is packed the same way whatever the thread count.
+template <class T>
+class PackedWeights {
+ public:
+  template <class OperandOf>
+  PackedWeights(int64_t count, int64_t m_max, int64_t k_max, OperandOf operand_of, int threads)
+      : stride_(gemm::packed_whole_a_elems<T>(m_max, k_max)), packed_(count * stride_) {
+    const int64_t runs = gemm::reduction_runs(k_max);
+    parallel_for(threads, count * runs, [&](int64_t t) {
+      const int64_t i = t / runs, run = t % runs;
+      const auto [a, m, k] = operand_of(i);
+      if (run < gemm::reduction_runs(k)) gemm::pack_whole_a_run(a, m, k, run, get(i));
+    });
+  }
+  T* get(int64_t i) const { return packed_.data() + i * stride_; }
+
+ private:
+  int64_t stride_;
+  Workspace<T> packed_;
+};
+
+// A weight operand for PackedWeights: the view and its sizes.
+template <class T>
+struct Operand {
+  gemm::View<T> a;
+  int64_t m, k;
+};
 
 // out = parts[0] + parts[1] + ... + parts[count - 1], each part `numel` elements of `partial`,
 // summed in part order (the same for any thread count) over blocks of elements in parallel.

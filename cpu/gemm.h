@@ -1,0 +1,369 @@
+// The CPU backend's own GEMM: C (+)= A B for strided row/column views, single-threaded, in the
+// classic packed form (A cut into MR-row panels, B into NR-column panels, both copied into
+// scratch in the order the micro-kernel reads them; an MR x NR block of C kept in registers over
+// a run of the reduction). The conv passes call it from inside their own tasks, so it never
+// starts threads, and its summation order depends on the sizes only: bit-identical results for
+// any thread count (docs/design.md, "Determinism").
+//
+// Why not Eigen's product everywhere: Eigen 3.4's kernel keeps a 48 x 4 block of C (12 of
+// AVX-512's 32 registers) and packs the weight again for every GEMM; this one keeps 12 x 32
+// (24 registers) and lets a pass pack its weight once per call (pack_whole_a, gemm_packed_a). The
+// forward and weight-gradient passes use it; dgrad stays on Eigen, where this kernel measured
+// slower (docs/performance.md, "CPU backend against PyTorch").
+//
+// Included by each per-level copy of the kernels inside its namespace TGRAD_CPU_ISA_NS, like
+// conv_transpose_cols.h: the vector width follows the level's compiler flags (__AVX512F__,
+// __AVX__), through GCC/Clang vector types rather than intrinsics, so one source serves all three.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#ifndef TGRAD_CPU_ISA_NS
+#error "compiled once per level with TGRAD_CPU_ISA_NS set (cpu/CMakeLists.txt)"
+#endif
+
+namespace tgrad::cpu::TGRAD_CPU_ISA_NS::gemm {
+
+// The register tile: kRows (MR) rows of C by kVecsPerRow vectors (NR = kVecsPerRow * lanes). A
+// panel with fewer rows or columns left (the last of a product) runs a smaller tile of the same
+// packed layout (micro_kernel's template arguments), so a 32-row product does not compute 36.
+#if defined(__AVX512F__)
+inline constexpr int kVecBytes = 64;
+inline constexpr int kRows = 12;  // 12 rows x 2 vectors = 24 accumulators of 32 registers
+#elif defined(__AVX__)
+inline constexpr int kVecBytes = 32;
+inline constexpr int kRows = 6;  // 12 accumulators of 16 registers
+#else
+inline constexpr int kVecBytes = 16;
+inline constexpr int kRows = 6;
+#endif
+inline constexpr int kVecsPerRow = 2;
+
+// Cache blocking: a KC x NR panel of B (32 KiB for float on AVX-512) stays in L1 while the
+// micro-kernel sweeps the MC x KC block of A (96 KiB) held in L2; a KC x NC block of B is packed
+// once per (jc, pc) step.
+inline constexpr int64_t kKc = 256;
+inline constexpr int64_t kMc = 96;  // a multiple of every level's kRows
+inline constexpr int64_t kNc = 512;
+
+template <class T>
+inline constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(T));
+template <class T>
+inline constexpr int kCols = kVecsPerRow* kLanes<T>;  // NR
+static_assert(kMc % kRows == 0 && kNc % kCols<float> == 0 && kNc % kCols<double> == 0,
+              "a cache block holds whole register tiles");
+
+// A strided matrix view: element (i, j) at p[i * rs + j * cs].
+template <class T>
+struct View {
+  const T* p;
+  int64_t rs, cs;
+};
+
+inline int64_t round_up(int64_t v, int64_t to) {
+  return (v + to - 1) / to * to;
+}
+
+// Scratch elements gemm() needs for an m x n x k product: the packed block of A, then the packed
+// block of B. Never more than scratch_elems<T>().
+template <class T>
+int64_t packed_a_elems(int64_t m, int64_t k) {
+  return std::min(kMc, round_up(m, kRows)) * std::min(kKc, k);
+}
+template <class T>
+int64_t scratch_elems(int64_t m, int64_t n, int64_t k) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  return packed_a_elems<T>(m, k) + std::min(kKc, k) * std::min(kNc, round_up(n, kCols<T>));
+}
+// Enough for any sizes (kNc is a multiple of every level's NR).
+template <class T>
+constexpr int64_t scratch_elems() {
+  return kMc * kKc + kKc * kNc;
+}
+
+// c[i*ldc + j] (+)= sum over k of the packed panels (MR and NR apart per k), for the mr x nr
+// corner of an R x V-vector tile (R <= MR, V <= kVecsPerRow).
+template <class T, int R, int V>
+inline void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* c,
+                         int64_t ldc, bool accumulate, int mr, int nr) {
+  typedef T Vec __attribute__((vector_size(kVecBytes)));
+  constexpr int L = kLanes<T>, MR = kRows, NR = kCols<T>;
+  Vec acc[R][V];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < V; ++j)
+      acc[i][j] = Vec{};
+  for (int64_t k = 0; k < kc; ++k) {
+    Vec bv[V];
+    for (int j = 0; j < V; ++j)
+      std::memcpy(&bv[j], b + j * L, kVecBytes);
+    for (int i = 0; i < R; ++i) {
+      const T ai = a[i];
+      for (int j = 0; j < V; ++j)
+        acc[i][j] += ai * bv[j];
+    }
+    a += MR;
+    b += NR;
+  }
+  if (mr == R && nr == V * L) {
+    for (int i = 0; i < R; ++i) {
+      for (int j = 0; j < V; ++j) {
+        T* out = c + i * ldc + j * L;
+        Vec v = acc[i][j];
+        if (accumulate) {
+          Vec old;
+          std::memcpy(&old, out, kVecBytes);
+          v = old + v;
+        }
+        std::memcpy(out, &v, kVecBytes);
+      }
+    }
+    return;
+  }
+  T tile[R][V * L];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < V; ++j)
+      std::memcpy(&tile[i][j * L], &acc[i][j], kVecBytes);
+  for (int i = 0; i < mr; ++i) {
+    for (int j = 0; j < nr; ++j) {
+      T& out = c[i * ldc + j];
+      out = accumulate ? out + tile[i][j] : tile[i][j];
+    }
+  }
+}
+
+// The tile for an mr x nr corner: the smallest of MR/3, 2MR/3 (when MR divides by 3), MR rows and
+// 1 or 2 vectors that covers it.
+template <class T>
+inline void run_tile(int64_t kc, const T* a, const T* b, T* c, int64_t ldc, bool accumulate, int mr,
+                     int nr) {
+  constexpr int MR = kRows, L = kLanes<T>;
+  constexpr int R1 = MR % 3 == 0 ? MR / 3 : MR, R2 = MR % 3 == 0 ? 2 * MR / 3 : MR;
+  static_assert(kVecsPerRow == 2, "run_tile picks 1 or 2 vectors");
+  const bool one = nr <= L;
+  if (mr <= R1) {
+    one ? micro_kernel<T, R1, 1>(kc, a, b, c, ldc, accumulate, mr, nr)
+        : micro_kernel<T, R1, 2>(kc, a, b, c, ldc, accumulate, mr, nr);
+  } else if (mr <= R2) {
+    one ? micro_kernel<T, R2, 1>(kc, a, b, c, ldc, accumulate, mr, nr)
+        : micro_kernel<T, R2, 2>(kc, a, b, c, ldc, accumulate, mr, nr);
+  } else {
+    one ? micro_kernel<T, MR, 1>(kc, a, b, c, ldc, accumulate, mr, nr)
+        : micro_kernel<T, MR, 2>(kc, a, b, c, ldc, accumulate, mr, nr);
+  }
+}
+
+// An L x L block transposed in registers, L = kLanes<T>: log2(L) rounds, round B swapping the
+// off-diagonal B x B blocks of each 2B x 2B block (two-source shuffles with constant masks).
+template <class Vec, int L, int B, std::size_t... I>
+inline Vec swap_low(Vec x, Vec y, std::index_sequence<I...>) {
+  return __builtin_shufflevector(x, y, ((I & B) != 0 ? L + I - B : I)...);
+}
+template <class Vec, int L, int B, std::size_t... I>
+inline Vec swap_high(Vec x, Vec y, std::index_sequence<I...>) {
+  return __builtin_shufflevector(x, y, ((I & B) != 0 ? L + I : I + B)...);
+}
+template <class Vec, int L, int B = 1>
+inline void transpose_square(Vec* v) {
+  if constexpr (B < L) {
+    for (int i = 0; i < L; ++i) {
+      if ((i & B) != 0) continue;
+      const Vec lo = swap_low<Vec, L, B>(v[i], v[i + B], std::make_index_sequence<L>{});
+      const Vec hi = swap_high<Vec, L, B>(v[i], v[i + B], std::make_index_sequence<L>{});
+      v[i] = lo;
+      v[i + B] = hi;
+    }
+    transpose_square<Vec, L, B * 2>(v);
+  }
+}
+
+// dst[t * dst_ld + i] = src[i * src_ld + t] for t < L and i < width, from `count` <= width <= L
+// source rows of L contiguous elements; columns count..width-1 of dst get zeros. The transposed
+// packing of both operands goes through this: a strided scalar copy costs as much as the
+// arithmetic of a skinny product.
+template <class T>
+inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int64_t dst_ld,
+                           int width) {
+  typedef T Vec __attribute__((vector_size(kVecBytes)));
+  constexpr int L = kLanes<T>;
+  Vec v[L];
+  for (int i = 0; i < L; ++i) {
+    if (i < count) {
+      std::memcpy(&v[i], src + i * src_ld, kVecBytes);
+    } else {
+      v[i] = Vec{};
+    }
+  }
+  transpose_square<Vec, L>(v);
+  for (int t = 0; t < L; ++t)
+    std::memcpy(dst + t * dst_ld, &v[t], sizeof(T) * static_cast<size_t>(width));
+}
+
+// Rows [i0, i0 + mr) and reduction [k0, k0 + kc) of A as one MR-row panel: dst[k * MR + i], the
+// rows past mr zero.
+template <class T>
+inline void pack_a(const View<T>& a, int64_t i0, int mr, int64_t k0, int64_t kc, T* dst) {
+  constexpr int MR = kRows, L = kLanes<T>;
+  const T* src = a.p + i0 * a.rs + k0 * a.cs;
+  if (a.rs == 1) {  // a column of A is contiguous
+    for (int64_t k = 0; k < kc; ++k) {
+      const T* col = src + k * a.cs;
+      for (int i = 0; i < mr; ++i)
+        dst[k * MR + i] = col[i];
+      for (int i = mr; i < MR; ++i)
+        dst[k * MR + i] = T(0);
+    }
+    return;
+  }
+  int64_t k = 0;
+  if (a.cs == 1) {  // a row of A is contiguous: L x L tiles, L of the reduction at a time
+    for (; k + L <= kc; k += L) {
+      for (int g = 0; g < MR; g += L) {
+        const int width = std::min(L, MR - g);
+        transpose_tile(src + g * a.rs + k, a.rs, std::clamp(mr - g, 0, width), dst + k * MR + g, MR,
+                       width);
+      }
+    }
+  }
+  for (int i = 0; i < mr; ++i) {
+    const T* row = src + i * a.rs;
+    for (int64_t kk = k; kk < kc; ++kk)
+      dst[kk * MR + i] = row[kk * a.cs];
+  }
+  for (int i = mr; i < MR; ++i)
+    for (int64_t kk = k; kk < kc; ++kk)
+      dst[kk * MR + i] = T(0);
+}
+
+// Columns [j0, j0 + nr) and reduction [k0, k0 + kc) of B as one NR-column panel: dst[k * NR + j],
+// the columns past nr zero.
+template <class T>
+inline void pack_b(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int nr, T* dst) {
+  constexpr int NR = kCols<T>, L = kLanes<T>;
+  const T* src = b.p + k0 * b.rs + j0 * b.cs;
+  if (b.cs == 1) {  // a row of B is contiguous
+    for (int64_t k = 0; k < kc; ++k) {
+      const T* row = src + k * b.rs;
+      if (nr == NR) {
+        std::memcpy(dst + k * NR, row, sizeof(T) * NR);
+        continue;
+      }
+      for (int j = 0; j < nr; ++j)
+        dst[k * NR + j] = row[j];
+      for (int j = nr; j < NR; ++j)
+        dst[k * NR + j] = T(0);
+    }
+    return;
+  }
+  int64_t k = 0;
+  if (b.rs == 1) {  // a column of B is contiguous: L x L tiles, L of the reduction at a time
+    for (; k + L <= kc; k += L) {
+      for (int g = 0; g < NR; g += L) {
+        transpose_tile(src + g * b.cs + k, b.cs, std::clamp(nr - g, 0, L), dst + k * NR + g, NR, L);
+      }
+    }
+  }
+  for (int j = 0; j < nr; ++j) {
+    const T* col = src + j * b.cs;
+    for (int64_t kk = k; kk < kc; ++kk)
+      dst[kk * NR + j] = col[kk * b.rs];
+  }
+  for (int j = nr; j < NR; ++j)
+    for (int64_t kk = k; kk < kc; ++kk)
+      dst[kk * NR + j] = T(0);
+}
+
+// The whole of A (m x k) packed once, for products that reuse it with several B: for each run of
+// kKc of the reduction, starting at element pc * round_up(m, MR), its MR-row panels one after
+// another (panel ir at + ir * kc). packed_whole_a_elems(m, k) elements.
+template <class T>
+int64_t packed_whole_a_elems(int64_t m, int64_t k) {
+  return round_up(std::max<int64_t>(m, 0), kRows) * std::max<int64_t>(k, 0);
+}
+// The runs of the reduction a packed A has: ceil(k / kKc).
+inline int64_t reduction_runs(int64_t k) {
+  return (k + kKc - 1) / kKc;
+}
+// Run `run` of pack_whole_a (callers may pack the runs in parallel).
+template <class T>
+void pack_whole_a_run(const View<T>& a, int64_t m, int64_t k, int64_t run, T* dst) {
+  const int64_t m_pad = round_up(m, kRows), pc = run * kKc;
+  const int64_t kc = std::min(kKc, k - pc);
+  for (int64_t ir = 0; ir < m; ir += kRows)
+    pack_a(a, ir, static_cast<int>(std::min<int64_t>(kRows, m - ir)), pc, kc,
+           dst + pc * m_pad + ir * kc);
+}
+template <class T>
+void pack_whole_a(const View<T>& a, int64_t m, int64_t k, T* dst) {
+  for (int64_t run = 0; run < reduction_runs(k); ++run)
+    pack_whole_a_run(a, m, k, run, dst);
+}
+
+namespace detail {
+
+// gemm() below; `whole_a`, when not null, is A packed by pack_whole_a (then `a` is unused and
+// scratch holds only the packed B block, at its start).
+template <class T>
+void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, const View<T>& b,
+          T* c, int64_t ldc, bool accumulate, T* scratch) {
+  constexpr int MR = kRows, NR = kCols<T>;
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i)
+        std::fill_n(c + i * ldc, n, T(0));
+    return;
+  }
+  const int64_t m_pad = round_up(m, MR);
+  T* packed_a = scratch;
+  T* packed_b = whole_a != nullptr ? scratch : scratch + packed_a_elems<T>(m, k);
+  for (int64_t jc = 0; jc < n; jc += kNc) {
+    const int64_t nc = std::min(kNc, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kKc) {
+      const int64_t kc = std::min(kKc, k - pc);
+      const bool acc = accumulate || pc > 0;
+      for (int64_t jr = 0; jr < nc; jr += NR)
+        pack_b(b, pc, kc, jc + jr, static_cast<int>(std::min<int64_t>(NR, nc - jr)),
+               packed_b + jr * kc);
+      for (int64_t ic = 0; ic < m; ic += kMc) {
+        const int64_t mc = std::min(kMc, m - ic);
+        const T* a_block = whole_a != nullptr ? whole_a + pc * m_pad + ic * kc : packed_a;
+        if (whole_a == nullptr) {
+          for (int64_t ir = 0; ir < mc; ir += MR)
+            pack_a(a, ic + ir, static_cast<int>(std::min<int64_t>(MR, mc - ir)), pc, kc,
+                   packed_a + ir * kc);
+        }
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int nr = static_cast<int>(std::min<int64_t>(NR, nc - jr));
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            run_tile(kc, a_block + ir * kc, packed_b + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
+                     acc, static_cast<int>(std::min<int64_t>(MR, mc - ir)), nr);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+// C (m x n, rows ldc apart) = A B, or C += A B when `accumulate`; A is m x k, B is k x n.
+// `scratch` holds scratch_elems<T>(m, n, k) elements. Each element of C sums its k products in
+// order, in runs of kKc added to C one after another: the same order for the same sizes.
+template <class T>
+void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const View<T>& b, T* c, int64_t ldc,
+          bool accumulate, T* scratch) {
+  detail::gemm(m, n, k, a, static_cast<const T*>(nullptr), b, c, ldc, accumulate, scratch);
+}
+
+// The same with A packed beforehand by pack_whole_a(a, m, k, whole_a); the results are the same
+// bits. `scratch` holds scratch_elems<T>(m, n, k) elements (less would do).
+template <class T>
+void gemm_packed_a(int64_t m, int64_t n, int64_t k, const T* whole_a, const View<T>& b, T* c,
+                   int64_t ldc, bool accumulate, T* scratch) {
+  detail::gemm(m, n, k, View<T>{nullptr, 0, 0}, whole_a, b, c, ldc, accumulate, scratch);
+}
+
+}  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::gemm
