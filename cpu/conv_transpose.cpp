@@ -81,21 +81,36 @@ namespace {
 
 using namespace conv;  // NOLINT(google-build-using-namespace): this file's own helpers
 
-// Forward for few tasks on large images (batch 1): tasks over (n, g, chunk of positions) fill the
-// column buffers of all rows of a round of (n, g) images (the GEMMs), then tasks over (n, g,
-// output channel) scatter them into y (col2im), so that every thread has work, in two parallel
-// regions per round.
+// Forward for few tasks on large images (batch 1, or a few items): tasks
+// over (image, chunk of positions, block of rows) fill the column buffers of a round of (n, g)
+// images (the GEMMs, W_g^T packed once per call), then tasks over (n, g, output channel) scatter
+// them into y (col2im), in two parallel regions per round. A column's value does not depend on
+// how the GEMMs are cut (gemm::gemm sums each element's reduction in the same runs whatever the
+// block), so the cut may follow the thread count: rounds of about 2 MiB of buffer per thread (one
+// thread keeps its round in L2 between the GEMMs and col2im; more threads share fewer, larger
+// rounds), and chunks and row blocks enough for every thread.
 template <class T>
 void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
-  const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T), /*for_tasks=*/true);
+  // Fewer columns would leave the GEMM's register tile half empty.
+  constexpr int64_t kMinChunkCols = 64;
+  constexpr int64_t kRoundBytesPerThread = int64_t{2} << 20;
   const int64_t image_cols = pl.rows * pl.in_hw;
   const int64_t images = pl.batch * pl.groups;  // image i = (n, g) = (i / groups, i % groups)
-  // Images whose buffers together fit in L2 share a round (fewer parallel regions); a larger one
-  // has a round of its own, its buffer written by the GEMMs and read by col2im while still warm.
-  constexpr int64_t kRoundBytes = int64_t{2} << 20;
-  const int64_t per_round = std::clamp<int64_t>(
-      kRoundBytes / std::max<int64_t>(1, image_cols * static_cast<int64_t>(sizeof(T))), 1,
-      std::max<int64_t>(1, images));
+  const int64_t per_round =
+      std::clamp<int64_t>(kRoundBytesPerThread * threads /
+                              std::max<int64_t>(1, image_cols * static_cast<int64_t>(sizeof(T))),
+                          1, std::max<int64_t>(1, images));
+  // Chunks: at most what keeps a task's buffer in L2, and at least `threads` tasks per round
+  // where kMinChunkCols allows.
+  const int64_t budget = pl.target_cols(pl.rows, sizeof(T));
+  const int64_t per_thread = ceil_div(per_round * pl.in_hw, threads);
+  const int64_t chunk = std::clamp<int64_t>(std::min(budget, ceil_div(per_thread, 16) * 16),
+                                            std::min(kMinChunkCols, pl.in_hw), pl.in_hw);
+  const int64_t chunks = ceil_div(pl.in_hw, chunk);
+  // Row blocks, whole register tiles, when the chunks of a round are still fewer than threads.
+  const int64_t row_blocks = std::clamp<int64_t>(ceil_div(threads, per_round * chunks), 1,
+                                                 std::max<int64_t>(1, pl.rows / kMinBlockRows));
+  const int64_t block_rows = gemm::round_up(ceil_div(pl.rows, row_blocks), gemm::kRows);
   const Workspace<T> cols(image_cols * per_round);
   // W_g^T (rows x cig) of every group, operand g.
   const PackedWeights<T> w_packed(
@@ -107,17 +122,20 @@ void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T*
   for (int64_t first = 0; first < images; first += per_round) {
     const int64_t count = std::min(per_round, images - first);
     parallel_for(
-        threads, count * cb.chunks_per_item,
-        [&] { return Workspace<T>(gemm::scratch_elems<T>(pl.rows, cb.chunk, pl.cig)); },
+        threads, count * chunks * row_blocks,
+        [&] { return Workspace<T>(gemm::scratch_elems<T>(block_rows, chunk, pl.cig)); },
         [&](Workspace<T>& ws, int64_t t) {
-          const int64_t i = first + t / cb.chunks_per_item, g = i % pl.groups;
-          const int64_t p0 = t % cb.chunks_per_item * cb.chunk;
-          const int64_t len = std::min(cb.chunk, pl.in_hw - p0);
-          // cols (rows x len) = W_g^T x_chunk
+          const int64_t i = first + t / (chunks * row_blocks), g = i % pl.groups;
+          const int64_t p0 = t / row_blocks % chunks * chunk;
+          const int64_t len = std::min(chunk, pl.in_hw - p0);
+          const int64_t r0 = t % row_blocks * block_rows;
+          const int64_t rows = std::min(block_rows, pl.rows - r0);
+          if (rows <= 0) return;
+          // cols (rows r0.. x len) = W_g^T x_chunk
           const gemm::View<T> x_chunk{x + (i * pl.cig) * pl.in_hw + p0, pl.in_hw, 1};
-          gemm::gemm_packed_a(pl.rows, len, pl.cig, w_packed.get(g), x_chunk,
-                              cols.data() + (i - first) * image_cols + p0, pl.in_hw, false,
-                              ws.data());
+          gemm::gemm_packed_a(rows, len, pl.cig, w_packed.get(g), pl.rows, r0, x_chunk,
+                              cols.data() + (i - first) * image_cols + r0 * pl.in_hw + p0, pl.in_hw,
+                              false, ws.data());
         });
     parallel_for(threads, count * pl.cog, [&](int64_t t) {
       const int64_t i = first + t / pl.cog, g = i % pl.groups, co = t % pl.cog;

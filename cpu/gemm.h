@@ -303,11 +303,12 @@ void pack_whole_a(const View<T>& a, int64_t m, int64_t k, T* dst) {
 
 namespace detail {
 
-// gemm() below; `whole_a`, when not null, is A packed by pack_whole_a (then `a` is unused and
-// scratch holds only the packed B block, at its start).
+// gemm() below; `whole_a`, when not null, is A packed by pack_whole_a, of whole_m rows of which
+// this product takes rows [row0, row0 + m) (then `a` is unused and scratch holds only the packed B
+// block, at its start).
 template <class T>
-void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, const View<T>& b,
-          T* c, int64_t ldc, bool accumulate, T* scratch) {
+void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, int64_t whole_m,
+          int64_t row0, const View<T>& b, T* c, int64_t ldc, bool accumulate, T* scratch) {
   constexpr int MR = kRows, NR = kCols<T>;
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
@@ -316,7 +317,7 @@ void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, c
         std::fill_n(c + i * ldc, n, T(0));
     return;
   }
-  const int64_t m_pad = round_up(m, MR);
+  const int64_t m_pad = round_up(whole_m, MR);
   T* packed_a = scratch;
   T* packed_b = whole_a != nullptr ? scratch : scratch + packed_a_elems<T>(m, k);
   for (int64_t jc = 0; jc < n; jc += kNc) {
@@ -329,7 +330,7 @@ void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, c
                packed_b + jr * kc);
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic);
-        const T* a_block = whole_a != nullptr ? whole_a + pc * m_pad + ic * kc : packed_a;
+        const T* a_block = whole_a != nullptr ? whole_a + pc * m_pad + (row0 + ic) * kc : packed_a;
         if (whole_a == nullptr) {
           for (int64_t ir = 0; ir < mc; ir += MR)
             pack_a(a, ic + ir, static_cast<int>(std::min<int64_t>(MR, mc - ir)), pc, kc,
@@ -355,15 +356,23 @@ void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, c
 template <class T>
 void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const View<T>& b, T* c, int64_t ldc,
           bool accumulate, T* scratch) {
-  detail::gemm(m, n, k, a, static_cast<const T*>(nullptr), b, c, ldc, accumulate, scratch);
+  detail::gemm(m, n, k, a, static_cast<const T*>(nullptr), m, 0, b, c, ldc, accumulate, scratch);
 }
 
-// The same with A packed beforehand by pack_whole_a(a, m, k, whole_a); the results are the same
-// bits. `scratch` holds scratch_elems<T>(m, n, k) elements (less would do).
+// The same with A packed beforehand by pack_whole_a(a, whole_m, k, whole_a): the product of its
+// rows [row0, row0 + m), row0 a multiple of kRows (whole_m = m and row0 = 0: all of it). The
+// results are the same bits as gemm()'s on those rows. `scratch` holds scratch_elems<T>(m, n, k)
+// elements (less would do).
+template <class T>
+void gemm_packed_a(int64_t m, int64_t n, int64_t k, const T* whole_a, int64_t whole_m, int64_t row0,
+                   const View<T>& b, T* c, int64_t ldc, bool accumulate, T* scratch) {
+  detail::gemm(m, n, k, View<T>{nullptr, 0, 0}, whole_a, whole_m, row0, b, c, ldc, accumulate,
+               scratch);
+}
 template <class T>
 void gemm_packed_a(int64_t m, int64_t n, int64_t k, const T* whole_a, const View<T>& b, T* c,
                    int64_t ldc, bool accumulate, T* scratch) {
-  detail::gemm(m, n, k, View<T>{nullptr, 0, 0}, whole_a, b, c, ldc, accumulate, scratch);
+  gemm_packed_a(m, n, k, whole_a, m, 0, b, c, ldc, accumulate, scratch);
 }
 
 }  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::gemm

@@ -98,7 +98,7 @@ TEST(CpuIsa, EveryLevelIsBitIdenticalForAnyThreadCount) {
     cpu::set_capability(c);
     set_num_threads(1);
     const std::vector<Tensor> one = level_results();
-    for (int n : {2, 5}) {
+    for (int n : {2, 5, 16}) {
       set_num_threads(n);
       const std::vector<Tensor> many = level_results();
       for (size_t i = 0; i < one.size(); ++i)
