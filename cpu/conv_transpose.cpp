@@ -168,8 +168,9 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   const ChannelBlocks chb = channel_blocks(pl, outer);
   const int64_t max_rows = chb.per_block * pl.taps;
   // W^T of every (group, channel block), operand g * chb.count + block, for the blocks of more
-  // than kMaxTransposedCols columns (the others take W as the GEMM's second operand).
-  const bool any_wide = cb.max_cols() > kMaxTransposedCols;
+  // than kMaxTransposedCols columns (the others take W as the GEMM's second operand) that are
+  // not thin (below).
+  const bool any_wide = cb.max_cols() > kMaxTransposedCols && max_rows >= 2 * gemm::kRows;
   const PackedWeights<T> w_packed(
       any_wide ? pl.groups * chb.count : 0, max_rows, pl.cig,
       [&](int64_t i) {
@@ -210,7 +211,18 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
           // Few columns: the buffer transposed, (columns x rows), so that col2im reads each
           // position's rows together and the GEMM's long side is the weight's rows.
           const bool transposed = ld <= kMaxTransposedCols;
-          if (transposed) {
+          // Products thinner than two of the GEMM's register tiles (a batch of 1x1 latents, a
+          // 1-channel output) leave its tiles mostly empty: Eigen's, 4 wide on that side, wastes
+          // less there.
+          const bool thin = (transposed ? ld : rows) < 2 * gemm::kRows;
+          const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
+          if (thin && transposed) {
+            MutMap<T>(cols, ld, rows).noalias() =
+                x_blk.transpose() * w_g.middleCols(co0 * pl.taps, rows);
+          } else if (thin) {
+            MutMap<T>(cols, rows, ld).noalias() =
+                w_g.middleCols(co0 * pl.taps, rows).transpose() * x_blk;
+          } else if (transposed) {
             gemm::gemm<T>(ld, rows, pl.cig, {x_blk.data(), 1, x_ld}, {w_block, pl.rows, 1}, cols,
                           rows, false, gemm_scratch);
           } else {

@@ -1,16 +1,14 @@
 // ConvTranspose weight and bias gradients on the CPU (conv_transpose.cpp has the other passes):
 //   wgrad: dw_g[ci, r] = sum over the (n, p) columns of x_g[ci, (n, p)] cols[r, (n, p)], with
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
-// The products run on the backend's GEMM (cpu/gemm.h), on Eigen's for outputs narrower than its
-// register tile. Tasks own blocks of dw (a group, a block of output channels) and run their
-// reduction in one fixed order; only when that gives too few tasks is the reduction also cut into
-// slices, summed in slice order. Both cuts depend on the shape only, so results are
-// bit-identical for any thread count.
+// Tasks own blocks of dw (a group, a block of output channels) and run their reduction in one
+// fixed order; only when that gives too few tasks is the reduction also cut into slices, summed
+// in slice order. Both cuts depend on the shape only, so results are bit-identical for any
+// thread count.
 #include <Eigen/Core>
 #include <algorithm>
 
 #include "cpu/conv_transpose_cols.h"
-#include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
@@ -43,16 +41,9 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   const int64_t slices = std::max<int64_t>(
       1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory, ceil_div(kMinTasks, owners)}));
   const Workspace<T> partial(slices > 1 ? slices * w_numel : 0);
-  // Fewer rows than one register tile is wide (a 1-channel output, say): gemm::gemm would pack x,
-  // the large operand, for a product that fills less than half its tile, and Eigen's product
-  // (a tile 4 columns wide) is faster there: Conv-TasNet's decoder wgrad 0.9 ms against 1.2.
-  const bool narrow = max_rows < gemm::kCols<T>;
   parallel_for(
       threads, slices * owners,
-      [&] {
-        return Workspace<T>(pl.cig * max_rows + (max_rows + pl.cig) * cb.max_cols() +
-                            gemm::scratch_elems<T>(pl.cig, max_rows, cb.max_cols()));
-      },
+      [&] { return Workspace<T>(pl.cig * max_rows + (max_rows + pl.cig) * cb.max_cols()); },
       [&](Workspace<T>& ws, int64_t t) {
         const int64_t s = t / owners, g = (t / chb.count) % pl.groups;
         const int64_t co0 = (t % chb.count) * chb.per_block;
@@ -60,31 +51,19 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
         const int64_t rows = (co1 - co0) * pl.taps;
         // The sum runs in a buffer of its own: dw's rows are pl.rows apart, often a multiple of
         // 4 KiB, and a block of them would all fall in the same few cache sets.
-        T* acc = ws.data();  // (cig x rows)
+        MutMap<T> acc(ws.data(), pl.cig, rows);
+        acc.setZero();
         T* cols = ws.data() + pl.cig * max_rows;
         T* x_buf = cols + max_rows * cb.max_cols();
-        T* gemm_scratch = x_buf + pl.cig * cb.max_cols();
         const int64_t r_begin = reduce * s / slices, r_end = reduce * (s + 1) / slices;
-        if (r_begin == r_end) std::fill_n(acc, pl.cig * rows, T(0));
         for (int64_t r = r_begin; r < r_end; ++r) {
           const ColBlock blk = cb.block(pl, r / cb.chunks_per_item, r % cb.chunks_per_item);
-          const int64_t ld = blk.cols();
-          im2col_block(pl, dy, g, blk, co0, co1, cols, ld);
-          // acc (+)= x_blk (cig x ld) cols^T (ld x rows)
-          const ConstStridedMap<T> x_blk = x_block(pl, x, g, blk, x_buf);
-          if (narrow) {
-            MutMap<T> acc_map(acc, pl.cig, rows);
-            const ConstMap<T> c(cols, rows, ld);
-            if (r == r_begin) acc_map.setZero();
-            acc_map.noalias() += x_blk * c.transpose();
-          } else {
-            gemm::gemm<T>(pl.cig, rows, ld, {x_blk.data(), x_blk.outerStride(), 1}, {cols, 1, ld},
-                          acc, rows, r > r_begin, gemm_scratch);
-          }
+          im2col_block(pl, dy, g, blk, co0, co1, cols, blk.cols());
+          const ConstMap<T> c(cols, rows, blk.cols());
+          acc.noalias() += x_block(pl, x, g, blk, x_buf) * c.transpose();
         }
-        const ConstMap<T> acc_map(acc, pl.cig, rows);
         T* out = (slices > 1 ? partial.data() + s * w_numel : dw) + g * pl.cig * pl.rows;
-        StridedMap<T>(out + co0 * pl.taps, pl.cig, rows, Eigen::OuterStride<>(pl.rows)) = acc_map;
+        StridedMap<T>(out + co0 * pl.taps, pl.cig, rows, Eigen::OuterStride<>(pl.rows)) = acc;
       });
   if (slices > 1) sum_parts_in_order(partial.data(), slices, w_numel, dw, threads);
 }
