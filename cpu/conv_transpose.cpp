@@ -1,6 +1,6 @@
 // ConvTranspose on the CPU as GEMMs over blocks of columns (the (n, p) pairs of a group,
-// conv_transpose_cols.h), forward (the backend's GEMM, cpu/gemm.h, its weight packed once per
-// call) and dgrad (Eigen's); wgrad is in conv_transpose_wgrad.cpp.
+// conv_transpose_cols.h), forward (the backend's GEMM, cpu/gemm.h) and dgrad (Eigen's); wgrad is
+// in conv_transpose_wgrad.cpp.
 //   forward: cols = W_g^T x_g, then col2im: y[co, oh, ow] += cols[r, p] (y starts as bias or 0)
 //   dgrad:   cols = im2col(dy) (0 where (oh, ow) is outside y), dx_g = W_g cols
 // Every decomposition into tasks depends on the shape only, never on the thread count, so the
@@ -167,19 +167,6 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   }
   const ChannelBlocks chb = channel_blocks(pl, outer);
   const int64_t max_rows = chb.per_block * pl.taps;
-  // W^T of every (group, channel block), operand g * chb.count + block, for the blocks of more
-  // than kMaxTransposedCols columns (the others take W as the GEMM's second operand) that are
-  // not thin (below).
-  const bool any_wide = cb.max_cols() > kMaxTransposedCols && max_rows >= 2 * gemm::kRows;
-  const PackedWeights<T> w_packed(
-      any_wide ? pl.groups * chb.count : 0, max_rows, pl.cig,
-      [&](int64_t i) {
-        const int64_t g = i / chb.count, co0 = i % chb.count * chb.per_block;
-        const int64_t co1 = std::min(pl.cog, co0 + chb.per_block);
-        return Operand<T>{
-            {w + g * pl.cig * pl.rows + co0 * pl.taps, 1, pl.rows}, (co1 - co0) * pl.taps, pl.cig};
-      },
-      threads);
   const int64_t scratch = (max_rows + pl.cig) * cb.max_cols();
   const int64_t gemm_elems = std::max(gemm::scratch_elems<T>(max_rows, cb.max_cols(), pl.cig),
                                       gemm::scratch_elems<T>(cb.max_cols(), max_rows, pl.cig));
@@ -226,9 +213,8 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
             gemm::gemm<T>(ld, rows, pl.cig, {x_blk.data(), 1, x_ld}, {w_block, pl.rows, 1}, cols,
                           rows, false, gemm_scratch);
           } else {
-            gemm::gemm_packed_a<T>(rows, ld, pl.cig,
-                                   w_packed.get(g * chb.count + co0 / chb.per_block),
-                                   {x_blk.data(), x_ld, 1}, cols, ld, false, gemm_scratch);
+            gemm::gemm<T>(rows, ld, pl.cig, {w_block, 1, pl.rows}, {x_blk.data(), x_ld, 1}, cols,
+                          ld, false, gemm_scratch);
           }
           for (int64_t j = 0; j < blk.items; ++j) {
             T* y_ng = y + ((blk.n0 + j) * pl.out_channels + g * pl.cog) * pl.out_hw;
