@@ -8,10 +8,9 @@
 // Why not Eigen's product: Eigen 3.4's kernel keeps a 48 x 4 block of C (12 of AVX-512's 32
 // registers) and packs the weight again for every GEMM; this one keeps 12 x 32 (24 registers)
 // and lets a pass pack its weight once per call where many tasks share it (pack_whole_a,
-// gemm_packed_a). The forward pass uses it (its GEMMs are a weight times wide blocks of x); dgrad
-// and wgrad, whose transposed
-// operands it must repack on every call, measured no faster on it and stay on Eigen's
-// (docs/performance.md, "CPU backend against PyTorch").
+// gemm_packed_a). The forward pass uses it (its GEMMs are a weight times wide blocks of x);
+// dgrad and wgrad, whose transposed operands it must repack on every call, measured no faster
+// on it and stay on Eigen's (docs/performance.md, "CPU backend against PyTorch").
 //
 // Included by each per-level copy of the kernels inside its namespace TGRAD_CPU_ISA_NS, like
 // conv_transpose_cols.h: the vector width follows the level's compiler flags (__AVX512F__,
