@@ -202,78 +202,58 @@ inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int6
     std::memcpy(dst + t * dst_ld, &v[t], sizeof(T) * static_cast<size_t>(width));
 }
 
-// Rows [i0, i0 + mr) and reduction [k0, k0 + kc) of A as one MR-row panel: dst[k * MR + i], the
-// rows past mr zero.
-template <class T>
-inline void pack_a(const View<T>& a, int64_t i0, int mr, int64_t k0, int64_t kc, T* dst) {
-  constexpr int MR = kRows, L = kLanes<T>;
-  const T* src = a.p + i0 * a.rs + k0 * a.cs;
-  if (a.rs == 1) {  // a column of A is contiguous
+// One panel of W lanes (W = MR rows of A, or NR columns of B) over kc steps of the reduction:
+// dst[k * W + l] = src[l * lane_step + k * k_step] for the first `count` lanes, zero for the rest.
+// Lanes contiguous in memory are copied as they are; a reduction contiguous in memory goes
+// through L x L register transposes.
+template <class T, int W>
+inline void pack_panel(const T* src, int64_t lane_step, int64_t k_step, int count, int64_t kc,
+                       T* dst) {
+  constexpr int L = kLanes<T>;
+  if (lane_step == 1) {
     for (int64_t k = 0; k < kc; ++k) {
-      const T* col = src + k * a.cs;
-      for (int i = 0; i < mr; ++i)
-        dst[k * MR + i] = col[i];
-      for (int i = mr; i < MR; ++i)
-        dst[k * MR + i] = T(0);
-    }
-    return;
-  }
-  int64_t k = 0;
-  if (a.cs == 1) {  // a row of A is contiguous: L x L tiles, L of the reduction at a time
-    for (; k + L <= kc; k += L) {
-      for (int g = 0; g < MR; g += L) {
-        const int width = std::min(L, MR - g);
-        transpose_tile(src + g * a.rs + k, a.rs, std::clamp(mr - g, 0, width), dst + k * MR + g, MR,
-                       width);
-      }
-    }
-  }
-  for (int i = 0; i < mr; ++i) {
-    const T* row = src + i * a.rs;
-    for (int64_t kk = k; kk < kc; ++kk)
-      dst[kk * MR + i] = row[kk * a.cs];
-  }
-  for (int i = mr; i < MR; ++i)
-    for (int64_t kk = k; kk < kc; ++kk)
-      dst[kk * MR + i] = T(0);
-}
-
-// Columns [j0, j0 + nr) and reduction [k0, k0 + kc) of B as one NR-column panel: dst[k * NR + j],
-// the columns past nr zero.
-template <class T>
-inline void pack_b(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int nr, T* dst) {
-  constexpr int NR = kCols<T>, L = kLanes<T>;
-  const T* src = b.p + k0 * b.rs + j0 * b.cs;
-  if (b.cs == 1) {  // a row of B is contiguous
-    for (int64_t k = 0; k < kc; ++k) {
-      const T* row = src + k * b.rs;
-      if (nr == NR) {
-        std::memcpy(dst + k * NR, row, sizeof(T) * NR);
+      const T* lanes = src + k * k_step;
+      if (count == W) {
+        std::memcpy(dst + k * W, lanes, sizeof(T) * W);
         continue;
       }
-      for (int j = 0; j < nr; ++j)
-        dst[k * NR + j] = row[j];
-      for (int j = nr; j < NR; ++j)
-        dst[k * NR + j] = T(0);
+      for (int l = 0; l < count; ++l)
+        dst[k * W + l] = lanes[l];
+      for (int l = count; l < W; ++l)
+        dst[k * W + l] = T(0);
     }
     return;
   }
   int64_t k = 0;
-  if (b.rs == 1) {  // a column of B is contiguous: L x L tiles, L of the reduction at a time
+  if (k_step == 1) {
     for (; k + L <= kc; k += L) {
-      for (int g = 0; g < NR; g += L) {
-        transpose_tile(src + g * b.cs + k, b.cs, std::clamp(nr - g, 0, L), dst + k * NR + g, NR, L);
+      for (int g = 0; g < W; g += L) {
+        const int width = std::min(L, W - g);
+        transpose_tile(src + g * lane_step + k, lane_step, std::clamp(count - g, 0, width),
+                       dst + k * W + g, W, width);
       }
     }
   }
-  for (int j = 0; j < nr; ++j) {
-    const T* col = src + j * b.cs;
+  for (int l = 0; l < count; ++l) {
+    const T* lane = src + l * lane_step;
     for (int64_t kk = k; kk < kc; ++kk)
-      dst[kk * NR + j] = col[kk * b.rs];
+      dst[kk * W + l] = lane[kk * k_step];
   }
-  for (int j = nr; j < NR; ++j)
+  for (int l = count; l < W; ++l)
     for (int64_t kk = k; kk < kc; ++kk)
-      dst[kk * NR + j] = T(0);
+      dst[kk * W + l] = T(0);
+}
+
+// Rows [i0, i0 + mr) and reduction [k0, k0 + kc) of A as one MR-row panel.
+template <class T>
+inline void pack_a(const View<T>& a, int64_t i0, int mr, int64_t k0, int64_t kc, T* dst) {
+  pack_panel<T, kRows>(a.p + i0 * a.rs + k0 * a.cs, a.rs, a.cs, mr, kc, dst);
+}
+
+// Columns [j0, j0 + nr) and reduction [k0, k0 + kc) of B as one NR-column panel.
+template <class T>
+inline void pack_b(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int nr, T* dst) {
+  pack_panel<T, kCols<T>>(b.p + k0 * b.rs + j0 * b.cs, b.cs, b.rs, nr, kc, dst);
 }
 
 // The whole of A (m x k) packed once, for products that reuse it with several B: for each run of
