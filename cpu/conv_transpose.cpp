@@ -81,14 +81,14 @@ namespace {
 
 using namespace conv;  // NOLINT(google-build-using-namespace): this file's own helpers
 
-// Forward for few tasks on large images (batch 1, or a few items): tasks
-// over (image, chunk of positions, block of rows) fill the column buffers of a round of (n, g)
-// images (the GEMMs, W_g^T packed once per call), then tasks over (n, g, output channel) scatter
-// them into y (col2im), in two parallel regions per round. A column's value does not depend on
-// how the GEMMs are cut (gemm::gemm sums each element's reduction in the same runs whatever the
-// block), so the cut may follow the thread count: rounds of about 2 MiB of buffer per thread (one
-// thread keeps its round in L2 between the GEMMs and col2im; more threads share fewer, larger
-// rounds), and chunks and row blocks enough for every thread.
+// Forward for few tasks on large images (batch 1, or a few items): tasks over (image, chunk of
+// positions, block of rows) fill the column buffers of a round of (n, g) images (the GEMMs, W_g^T
+// packed once per call), then tasks over (n, g, output channel) scatter them into y (col2im), in
+// two parallel regions per round. A column's value does not depend on how the GEMMs are cut
+// (gemm::gemm sums each element's reduction in the same runs whatever the block), so the cut may
+// follow the thread count: rounds of about 2 MiB of buffer per thread, at most
+// kMaxWholeColsBytes (one thread keeps its round in L2 between the GEMMs and col2im; more
+// threads share fewer, larger rounds), and chunks and row blocks enough for every thread.
 template <class T>
 void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
   // Fewer columns would leave the GEMM's register tile half empty.
@@ -96,10 +96,10 @@ void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T*
   constexpr int64_t kRoundBytesPerThread = int64_t{2} << 20;
   const int64_t image_cols = pl.rows * pl.in_hw;
   const int64_t images = pl.batch * pl.groups;  // image i = (n, g) = (i / groups, i % groups)
-  const int64_t per_round =
-      std::clamp<int64_t>(kRoundBytesPerThread * threads /
-                              std::max<int64_t>(1, image_cols * static_cast<int64_t>(sizeof(T))),
-                          1, std::max<int64_t>(1, images));
+  const int64_t round_bytes = std::min(kRoundBytesPerThread * threads, kMaxWholeColsBytes);
+  const int64_t per_round = std::clamp<int64_t>(
+      round_bytes / std::max<int64_t>(1, image_cols * static_cast<int64_t>(sizeof(T))), 1,
+      std::max<int64_t>(1, images));
   // Chunks: at most what keeps a task's buffer in L2, and at least `threads` tasks per round
   // where kMinChunkCols allows.
   const int64_t budget = pl.target_cols(pl.rows, sizeof(T));

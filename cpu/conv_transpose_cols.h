@@ -55,7 +55,7 @@ inline constexpr int64_t kMinTasks = 16;
 inline constexpr int64_t kMaxBlockRows = 512;
 inline constexpr int64_t kMinBlockRows = 256;
 // forward_by_positions holds the column buffer of every position of an image at once, up to
-// this size.
+// this size, and a round of images' buffers up to this size too.
 inline constexpr int64_t kMaxWholeColsBytes = int64_t{64} << 20;
 
 __extension__ typedef __int128 int128;  // GCC and Clang; only for overflow-free index bounds
