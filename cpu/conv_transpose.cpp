@@ -3,8 +3,9 @@
 // in conv_transpose_wgrad.cpp.
 //   forward: cols = W_g^T x_g, then col2im: y[co, oh, ow] += cols[r, p] (y starts as bias or 0)
 //   dgrad:   cols = im2col(dy) (0 where (oh, ow) is outside y), dx_g = W_g cols
-// Every decomposition into tasks depends on the shape only, never on the thread count, so the
-// results are bit-identical for any thread count (docs/design.md, "Determinism").
+// Every decomposition into tasks depends on the shape only, never on the thread count, except
+// forward_by_positions' cut of its GEMMs, which cannot change a bit; so the results are
+// bit-identical for any thread count (docs/design.md, "Determinism").
 #include <Eigen/Core>
 #include <algorithm>
 
@@ -116,7 +117,7 @@ void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T*
   const PackedWeights<T> w_packed(
       pl.groups, pl.rows, pl.cig,
       [&](int64_t g) {
-        return Operand<T>{{w + g * pl.cig * pl.rows, 1, pl.rows}, pl.rows, pl.cig};
+        return gemm::View<T>{w + g * pl.cig * pl.rows, 1, pl.rows};
       },
       threads);
   for (int64_t first = 0; first < images; first += per_round) {
@@ -202,13 +203,11 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
           // 1-channel output) leave its tiles mostly empty: Eigen's, 4 wide on that side, wastes
           // less there.
           const bool thin = (transposed ? ld : rows) < 2 * gemm::kRows;
-          const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
+          const ConstStridedMap<T> w_map(w_block, pl.cig, rows, Eigen::OuterStride<>(pl.rows));
           if (thin && transposed) {
-            MutMap<T>(cols, ld, rows).noalias() =
-                x_blk.transpose() * w_g.middleCols(co0 * pl.taps, rows);
+            MutMap<T>(cols, ld, rows).noalias() = x_blk.transpose() * w_map;
           } else if (thin) {
-            MutMap<T>(cols, rows, ld).noalias() =
-                w_g.middleCols(co0 * pl.taps, rows).transpose() * x_blk;
+            MutMap<T>(cols, rows, ld).noalias() = w_map.transpose() * x_blk;
           } else if (transposed) {
             gemm::gemm<T>(ld, rows, pl.cig, {x_blk.data(), 1, x_ld}, {w_block, pl.rows, 1}, cols,
                           rows, false, gemm_scratch);

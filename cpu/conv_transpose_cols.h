@@ -159,8 +159,9 @@ struct ColBlocks {
 
 // `for_tasks`: also cut a long image or sequence into kMinTasks blocks where each keeps at least
 // kMinParallelCols columns: with few rows the L2 budget alone lets one block take 8000 columns, and
-// a batch-1 4000-long sequence would be one task. Forward's blocked path gains nothing from it (a
-// task owns output channels of whole items, whatever its blocks); forward_by_positions uses it.
+// a batch-1 4000-long sequence would be one task. Forward gains nothing from it (a task of its
+// blocked path owns output channels of whole items, whatever its blocks; forward_by_positions
+// cuts its own chunks); dgrad and wgrad use it.
 inline ColBlocks col_blocks(const Plan& pl, int64_t buffer_rows, int64_t elem_bytes,
                             bool for_tasks) {
   constexpr int64_t kMinParallelCols = 256;
@@ -353,21 +354,19 @@ ConstStridedMap<T> x_block(const Plan& pl, const T* x, int64_t g, const ColBlock
   return ConstStridedMap<T>(buf, pl.cig, ld, Eigen::OuterStride<>(ld));
 }
 
-// The weight operands of a pass packed once per call for gemm::gemm_packed_a, instead of once per
-// GEMM: operand i in [0, count) is a(i), an m(i) x k(i) view of the weight, packed at
-// i * stride() (each at most m_max x k_max). Packed in parallel over (operand, run of the
-// reduction); each operand is packed the same way whatever the thread count.
+// Weight operands packed once per call for gemm::gemm_packed_a, shared by every task of a pass:
+// operand i in [0, count) is view_of(i), an m x k view of the weight, packed at i * stride.
+// Packed in parallel over (operand, run of the reduction); each operand is packed the same way
+// whatever the thread count.
 template <class T>
 class PackedWeights {
  public:
-  template <class OperandOf>
-  PackedWeights(int64_t count, int64_t m_max, int64_t k_max, OperandOf operand_of, int threads)
-      : stride_(gemm::packed_whole_a_elems<T>(m_max, k_max)), packed_(count * stride_) {
-    const int64_t runs = gemm::reduction_runs(k_max);
+  template <class ViewOf>
+  PackedWeights(int64_t count, int64_t m, int64_t k, ViewOf view_of, int threads)
+      : stride_(gemm::packed_whole_a_elems<T>(m, k)), packed_(count * stride_) {
+    const int64_t runs = gemm::reduction_runs(k);
     parallel_for(threads, count * runs, [&](int64_t t) {
-      const int64_t i = t / runs, run = t % runs;
-      const auto [a, m, k] = operand_of(i);
-      if (run < gemm::reduction_runs(k)) gemm::pack_whole_a_run(a, m, k, run, get(i));
+      gemm::pack_whole_a_run<T>(view_of(t / runs), m, k, t % runs, get(t / runs));
     });
   }
   T* get(int64_t i) const { return packed_.data() + i * stride_; }
@@ -375,13 +374,6 @@ class PackedWeights {
  private:
   int64_t stride_;
   Workspace<T> packed_;
-};
-
-// A weight operand for PackedWeights: the view and its sizes.
-template <class T>
-struct Operand {
-  gemm::View<T> a;
-  int64_t m, k;
 };
 
 // out = parts[0] + parts[1] + ... + parts[count - 1], each part `numel` elements of `partial`,

@@ -69,7 +69,7 @@ inline int64_t round_up(int64_t v, int64_t to) {
 }
 
 // Scratch elements gemm() needs for an m x n x k product: the packed block of A, then the packed
-// block of B. Never more than scratch_elems<T>().
+// block of B.
 template <class T>
 int64_t packed_a_elems(int64_t m, int64_t k) {
   return std::min(kMc, round_up(m, kRows)) * std::min(kKc, k);
@@ -78,11 +78,6 @@ template <class T>
 int64_t scratch_elems(int64_t m, int64_t n, int64_t k) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   return packed_a_elems<T>(m, k) + std::min(kKc, k) * std::min(kNc, round_up(n, kCols<T>));
-}
-// Enough for any sizes (kNc is a multiple of every level's NR).
-template <class T>
-constexpr int64_t scratch_elems() {
-  return kMc * kKc + kKc * kNc;
 }
 
 // c[i*ldc + j] (+)= sum over k of the packed panels (MR and NR apart per k), for the mr x nr
@@ -341,19 +336,13 @@ void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const View<T>& b, T
 }
 
 // The same with A packed beforehand by pack_whole_a(a, whole_m, k, whole_a): the product of its
-// rows [row0, row0 + m), row0 a multiple of kRows (whole_m = m and row0 = 0: all of it). The
-// results are the same bits as gemm()'s on those rows. `scratch` holds scratch_elems<T>(m, n, k)
-// elements (less would do).
+// rows [row0, row0 + m), row0 a multiple of kRows. The results are the same bits as gemm()'s on
+// those rows. `scratch` holds scratch_elems<T>(m, n, k) elements (less would do).
 template <class T>
 void gemm_packed_a(int64_t m, int64_t n, int64_t k, const T* whole_a, int64_t whole_m, int64_t row0,
                    const View<T>& b, T* c, int64_t ldc, bool accumulate, T* scratch) {
   detail::gemm(m, n, k, View<T>{nullptr, 0, 0}, whole_a, whole_m, row0, b, c, ldc, accumulate,
                scratch);
-}
-template <class T>
-void gemm_packed_a(int64_t m, int64_t n, int64_t k, const T* whole_a, const View<T>& b, T* c,
-                   int64_t ldc, bool accumulate, T* scratch) {
-  gemm_packed_a(m, n, k, whole_a, m, 0, b, c, ldc, accumulate, scratch);
 }
 
 }  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::gemm

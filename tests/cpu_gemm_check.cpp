@@ -88,9 +88,6 @@ std::string gemm_case(int64_t m, int64_t n, int64_t k, bool a_col_major, bool b_
   return "";
 }
 
-// Every case at both precisions: sizes below, at and past one register tile, one cache block of
-// each dimension (kMc, kNc, kKc) and a reduction of zero; each with both layouts of A and B, and
-// with and without accumulation. Prints each failed case.
 // gemm_packed_a on rows [row0, row0 + m) of an A packed whole (whole_m rows) gives the same bits
 // as gemm() on those rows of the unpacked A. Returns "" or what went wrong.
 template <class T>
@@ -119,6 +116,10 @@ std::string packed_rows_case(int64_t whole_m, int64_t row0, int64_t m, int64_t n
   return "";
 }
 
+// Every case at both precisions: sizes below, at and past one register tile, one cache block of
+// each dimension (kMc, kNc, kKc) and a reduction of zero; each with both layouts of A and B, and
+// with and without accumulation. Then row blocks of an A packed whole.
+// Prints each failed case.
 int run_checks() {
   struct Size {
     int64_t m, n, k;
