@@ -245,10 +245,10 @@ void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t 
             const int64_t iw_begin = std::max(pl.w.lo[kw], p0 - row_p);
             const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
             const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-            T* y_row = y_c + oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw
-            const T* c = c_row + row_p - p0;                            // + iw
+            const int64_t y_row = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw, as above
+            const T* c = c_row + row_p - p0;                                 // + iw
             for (int64_t iw = iw_begin; iw < iw_end; ++iw)
-              y_row[iw * sw] += c[iw];
+              y_c[y_row + iw * sw] += c[iw];
           }
         }
       }
@@ -313,9 +313,11 @@ void im2col(const Plan& pl, const T* dy_ng, int64_t co0, int64_t co1, int64_t p0
               c[iw] = T(0);
             if (iw_begin < iw_end) {
               const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-              const T* dy_row = dy_c + oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw
+              // The offset summed as an integer first: the row's start alone can lie outside
+              // dy (a large padding), and forming that pointer is undefined.
+              const int64_t row = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw
               for (int64_t iw = iw_begin; iw < iw_end; ++iw)
-                c[iw] = dy_row[iw * sw];
+                c[iw] = dy_c[row + iw * sw];
             }
             for (int64_t iw = iw_end; iw < seg_end; ++iw)
               c[iw] = T(0);
