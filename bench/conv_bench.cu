@@ -696,7 +696,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", opt.seed, "seed of the random inputs");
   app.add_option(
       "--kernel", opt.kernel,
-      "force tgrad's conv kernel: a name (wgmma, mma.sync, batch-igemm, fma) or fwd=..,dgrad=..,"
+      "force tgrad's conv kernel: a name (wgmma, mma.sync, batch-igemm, depthwise, direct, gemm, "
+      "fma) or fwd=..,dgrad=..,"
       "wgrad=.. (set_conv_kernel); cells it cannot run report the planner's reason");
   CLI11_PARSE(app, argc, argv);
   if (opt.check && repeats->count() == 0) opt.repeats = 5;

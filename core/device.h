@@ -21,8 +21,12 @@ bool cuda_is_available();
 int cuda_device_count();
 namespace cuda {
 // LibTorch's spellings: tgrad::cuda::is_available(), tgrad::cuda::device_count().
-inline bool is_available() { return cuda_is_available(); }
-inline int device_count() { return cuda_device_count(); }
+inline bool is_available() {
+  return cuda_is_available();
+}
+inline int device_count() {
+  return cuda_device_count();
+}
 }  // namespace cuda
 // The caching allocator's statistics and cache release, as torch.cuda.memory_allocated() etc.
 int64_t cuda_memory_allocated(int device = 0);
@@ -60,7 +64,7 @@ Precision float32_precision();
 // and its configuration, and why each candidate above it was declined (TGRAD_CONV_TRACE=1 in the
 // environment turns it on at start). set_conv_kernel forces a kernel, for tests and benchmarks:
 // "" lets the planner choose (default), a name ("wgmma", "mma.sync", "batch-igemm", "depthwise",
-// "gemm", "fma")
+// "direct", "gemm", "fma")
 // applies to every pass that has it, "fwd=wgmma,dgrad=mma.sync,wgrad=fma" (any subset) names it
 // per pass; unknown
 // names throw tgrad::Error, and a call the forced kernel cannot run throws tgrad::Error naming

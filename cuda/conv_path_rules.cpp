@@ -1,6 +1,8 @@
 // The rules of the planner's GEMM-path and depthwise rows (conv_path_rules.h).
 #include "cuda/conv_path_rules.h"
 
+#include <algorithm>
+
 namespace tgrad::cuda {
 
 namespace {
@@ -21,8 +23,7 @@ std::string gemm_path_declined(ConvPass pass, const ConvGeometry& g, Precision /
   const int64_t per_sample = gemm_workspace_per_sample(g) * elem;
   if (per_sample > kGemmWorkspaceBytes) {
     return "GEMM path: one sample needs " + std::to_string(per_sample) +
-           " bytes of columns, over the workspace budget of " +
-           std::to_string(kGemmWorkspaceBytes);
+           " bytes of columns, over the workspace budget of " + std::to_string(kGemmWorkspaceBytes);
   }
   // cuBLAS's 32-bit sizes: the longest row is L (<= budget / elem), the rest are channel counts.
   const int64_t cogk = g.out_channels_per_group() * g.kernel[0] * g.kernel[1];
@@ -48,6 +49,120 @@ std::string depthwise_path_declined(ConvPass pass, const ConvGeometry& g, DType 
   // (channel, chunk): C * chunks <= C + kTargetBlocks blocks.
   if (g.in_channels > 1 << 30) return "depthwise path: more than 2^30 channels";
   if (!fits_plane32(g)) return "depthwise path: a spatial size or plane past the 32-bit kernels";
+  return {};
+}
+
+}  // namespace tgrad::cuda
+
+namespace tgrad::cuda {
+
+namespace {
+
+int64_t div_up(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// 16-byte shared-memory loads that bring one tap's register block of weights.
+int64_t block_loads(int64_t reg, int64_t elem) {
+  return std::max<int64_t>(1, reg * elem / 16);
+}
+
+// The register block of forward (over Cog) and dgrad (over Cig): the fewest instructions per
+// position and tap, counting one activation load, the weight loads and the FMAs of each block,
+// so a block past the channel count pays for its padding.
+int direct_reg(int64_t channels, int64_t elem) {
+  int best = 0;
+  int64_t best_cost = 0;
+  for (int reg : {8, 4, 2, 1}) {
+    const int64_t cost = div_up(channels, reg) * (1 + block_loads(reg, elem) + reg);
+    if (best == 0 || cost < best_cost) best = reg, best_cost = cost;
+  }
+  return best;
+}
+
+// wgrad's register block: per position, each (channel block, column block) loads reg activations
+// and, per column, its dy value (about nine instructions with the bounds and the address) and reg
+// FMAs.
+int direct_wgrad_reg(int64_t cig, int64_t cog_taps) {
+  int best = 0;
+  int64_t best_cost = 0;
+  for (int reg : {8, 4, 2, 1}) {
+    const int64_t cols = kDirectWgradCols(reg);
+    const int64_t cost = div_up(cig, reg) * div_up(cog_taps, cols) * (reg + cols * (9 + reg));
+    if (best == 0 || cost < best_cost) best = reg, best_cost = cost;
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string direct_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype,
+                                 DirectPlan* out) {
+  if (dtype != DType::float32 && dtype != DType::float64) {
+    return "direct: dtype " + std::string(dtype_name(dtype)) + " is not float32 or float64";
+  }
+  if (g.groups <= 0 || g.in_channels % g.groups != 0 || g.out_channels % g.groups != 0) {
+    return "direct: bad groups in " + g.str();
+  }
+  if (!fits_plane32(g)) return "direct: a spatial size or plane past the 32-bit kernels";
+  const int64_t elem = dtype == DType::float64 ? 8 : 4;
+  const int64_t taps = g.kernel[0] * g.kernel[1];
+  if (taps > (int64_t{1} << 20)) return "direct: more than 2^20 taps";
+  const int64_t cig = g.in_channels_per_group(), cog = g.out_channels_per_group();
+  const int64_t in_plane = g.in_size[0] * g.in_size[1];
+  DirectPlan plan;
+  if (pass == ConvPass::wgrad) {
+    plan.reg = direct_wgrad_reg(cig, cog * taps);
+    plan.cols = kDirectWgradCols(plan.reg);
+    const int64_t combos = g.groups * div_up(cig, plan.reg) * div_up(cog * taps, plan.cols);
+    const int64_t r_total = g.batch * in_plane;
+    // Chunks: at least enough to keep each thread's float32 chain under kDirectWgradMaxChunk /
+    // 128 terms, then more (down to kDirectWgradMinChunk positions) until the grid has about
+    // kDirectWgradTargetBlocks blocks.
+    const int64_t lo = std::max<int64_t>(1, div_up(r_total, kDirectWgradMaxChunk));
+    const int64_t hi = std::max(lo, div_up(r_total, kDirectWgradMinChunk));
+    plan.chunks = std::clamp(div_up(kDirectWgradTargetBlocks, combos), lo, hi);
+    plan.chunk_len = std::max<int64_t>(1, div_up(r_total, plan.chunks));
+    plan.chunks = std::max<int64_t>(1, div_up(r_total, plan.chunk_len));
+    plan.grid_x = combos * plan.chunks;
+    plan.grid_y = 1;
+    if (plan.grid_x > kIntMax) return "direct: more than 2^31-1 wgrad blocks";
+    const int64_t partials = plan.chunks > 1 ? plan.chunks * g.w_numel() * elem : 0;
+    if (partials > kGemmWorkspaceBytes) {
+      return "direct: wgrad partials of " + std::to_string(partials) +
+             " bytes, over the workspace budget of " + std::to_string(kGemmWorkspaceBytes);
+    }
+  } else {
+    const bool fwd = pass == ConvPass::forward;
+    // The register block runs over the output channels (forward) or the input channels (dgrad);
+    // the weights are staged over the other.
+    plan.reg = direct_reg(fwd ? cog : cig, elem);
+    const int64_t summed = fwd ? cig : cog;
+    const int64_t per_channel = taps * plan.reg * elem;
+    plan.stage = std::min(summed, kDirectSmemBytes / per_channel);
+    if (fwd) plan.stage = std::min(plan.stage, kDirectFwdChunk);
+    if (plan.stage < 1) {
+      return "direct: one channel's weights (" + std::to_string(per_channel) +
+             " bytes) exceed the shared-memory stage of " + std::to_string(kDirectSmemBytes);
+    }
+    plan.smem_bytes = plan.stage * per_channel;
+    plan.grid_y = g.groups * div_up(fwd ? cog : cig, plan.reg);
+    if (plan.grid_y > 65535) return "direct: more than 65535 channel blocks (the grid's y)";
+    if (fwd) {
+      const int64_t phases = g.stride[0] * g.stride[1];
+      if (phases > 65536) return "direct: more than 65536 stride phases";
+      // Eight runs of 32 positions a block at least (over the phases), at most 16 warps.
+      plan.groups32 = static_cast<int>(std::max<int64_t>(1, div_up(8, phases)));
+      plan.warps = static_cast<int>(std::min<int64_t>(phases * plan.groups32, 16));
+      const int64_t q =
+          g.batch * div_up(g.out_size[0], g.stride[0]) * div_up(g.out_size[1], g.stride[1]);
+      plan.grid_x = div_up(q, int64_t{32} * plan.groups32);
+    } else {
+      plan.grid_x = div_up(g.batch * in_plane, 256);
+    }
+    if (plan.grid_x > kIntMax) return "direct: more than 2^31-1 blocks (the grid's x)";
+  }
+  if (out != nullptr) *out = plan;
   return {};
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/conv_geometry.h"
 #include "core/dtype.h"
+#include "cuda/conv_direct.h"
 #include "cuda/conv_plan.h"
 
 namespace tgrad::cuda {
@@ -46,5 +47,11 @@ std::string gemm_path_declined(ConvPass pass, const ConvGeometry& g, Precision p
 
 // Empty when the depthwise kernels can run `pass` of g in `dtype`; else why not.
 std::string depthwise_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype);
+
+// Empty when the direct kernels (conv_transpose_direct.cu) can run `pass` of g in `dtype`, with
+// their configuration in *plan (when not null); else why not. Whether they are worth running is
+// the planner's question (conv_plan.cpp), not this one.
+std::string direct_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype,
+                                 DirectPlan* plan);
 
 }  // namespace tgrad::cuda

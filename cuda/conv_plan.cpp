@@ -4,6 +4,7 @@
 #include "cuda/conv_plan.h"
 
 #include <algorithm>
+#include <numeric>
 #include <sstream>
 
 #include "core/error.h"
@@ -24,6 +25,41 @@ std::string tensor_core_reason(const PlanInput& in) {
   if (in.g.groups != 1)
     return "groups=" + std::to_string(in.g.groups) + ": the tensor-core kernels need groups 1";
   return "";
+}
+
+// Few channels per group: at most kNarrowChannels input or output channels in a group (RGB or
+// mono outputs and their gradients), or a grouped call whose groups are small (C_in/groups x
+// C_out/groups up to kNarrowGroupProduct). There the GEMMs of the other rows are mostly padding
+// (M or K of a few channels) or, for groups, one small GEMM per group over a column buffer, and
+// the pass is bound by memory: the direct kernels, which read each operand about once, take it.
+// The forward also needs short sums: each output of the direct forward is one thread's chain of
+// C_in/groups x (taps per stride phase) FMAs, and past kDirectFwdMaxSum products the GEMM path's
+// tensor cores were faster even with mostly empty tiles (Conv-TasNet's 512 x 2, pix2pix's
+// 128 x 4; measured in docs/performance.md, "The direct kernels").
+constexpr int64_t kNarrowChannels = 8;
+constexpr int64_t kNarrowGroupProduct = 1024;
+constexpr int64_t kDirectFwdMaxSum = 256;
+
+bool narrow_call(ConvPass pass, const ConvGeometry& g) {
+  const int64_t cig = g.in_channels_per_group(), cog = g.out_channels_per_group();
+  const bool narrow =
+      std::min(cig, cog) <= kNarrowChannels || (g.groups > 1 && cig * cog <= kNarrowGroupProduct);
+  if (!narrow || pass != ConvPass::forward) return narrow;
+  // A phase's taps step by stride / gcd(dilation, stride) along each axis.
+  int64_t taps_per_phase = 1;
+  for (size_t a = 0; a < 2; ++a)
+    taps_per_phase *= ceil_div(g.kernel[a], g.stride[a] / std::gcd(g.dilation[a], g.stride[a]));
+  return cig * taps_per_phase <= kDirectFwdMaxSum;
+}
+
+// Empty when the rows above the direct kernels keep the call; else why they give way to them:
+// a narrow call the direct kernels can run, while the speed preferences are on.
+std::string direct_first(const PlanInput& in) {
+  if (!in.prefer || !narrow_call(in.pass, in.g)) return "";
+  if (!direct_path_declined(in.pass, in.g, in.dtype, nullptr).empty()) return "";
+  return "C_in/groups=" + std::to_string(in.g.in_channels_per_group()) +
+         ", C_out/groups=" + std::to_string(in.g.out_channels_per_group()) +
+         ": few channels per group, the direct kernels";
 }
 
 // The implicit GEMM of forward (src = x, M = C_out, channels = C_in, taps gathered per phase
@@ -137,6 +173,7 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
     return "compute capability " + std::to_string(in.caps.sm_major) + "." +
            std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
   if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernel";
+  if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
   if (batch_igemm_first(in, true).empty())
     return "batch-igemm's tiles span rows and samples (short rows or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
@@ -199,6 +236,7 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   // This kernel's tiles cover one output row of one sample, batch-igemm's span rows and samples:
   // it gives way on every 2-D call and on short 1-D calls (batch_igemm_first; measured in
   // docs/performance.md, runs 34 and 38).
+  if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
   if (batch_igemm_first(in, false).empty())
     return "batch-igemm's tiles span rows and samples (2-D, or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
@@ -309,6 +347,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan) {
     return "tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) + " needs " +
            std::to_string(plan.smem_bytes) + " bytes of shared memory, the device allows " +
            std::to_string(in.caps.smem_per_block_optin);
+  if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
   // Speed preferences, where the GEMM path (next row) can take the call. Each was measured on
   // the decoder suite, the kernel and the GEMM path forced in one run (H100, run 34 in
   // docs/performance.md), and is a property of the problem, not of a listed layer:
@@ -360,6 +399,7 @@ std::string rule_batch_igemm(const PlanInput& in, ConvPlan& plan) {
 std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
+  if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
   const ConvGeometry& g = in.g;
   // Each step reduces kWgradSegment consecutive positions of one input row into 32 x 32 warp
   // tiles of (C_in, C_out): short rows and narrow channel counts leave them mostly empty.
@@ -384,6 +424,21 @@ std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
 
 std::string rule_depthwise(const PlanInput& in, ConvPlan& /*plan*/) {
   return depthwise_path_declined(in.pass, in.g, in.dtype);
+}
+
+// The direct kernels run narrow calls (narrow_call), and any call they can when forced; the
+// others are left to the GEMM path, whose GEMMs fill their tiles there.
+std::string rule_direct(const PlanInput& in, ConvPlan& plan) {
+  if (std::string no = direct_path_declined(in.pass, in.g, in.dtype, &plan.direct); !no.empty())
+    return no;
+  if (!in.forced && !narrow_call(in.pass, in.g))
+    return "C_in/groups=" + std::to_string(in.g.in_channels_per_group()) +
+           ", C_out/groups=" + std::to_string(in.g.out_channels_per_group()) +
+           (in.pass == ConvPass::forward
+                ? " with " + std::to_string(in.g.kernel[0] * in.g.kernel[1]) + " taps"
+                : std::string()) +
+           ": not few channels per group, or (forward) sums too long for one thread";
+  return "";
 }
 
 std::string rule_gemm(const PlanInput& in, ConvPlan& /*plan*/) {
@@ -444,16 +499,19 @@ const std::vector<Candidate>& conv_candidates() {
       {kKernelMmaSync, ConvPass::forward, rule_mma_sync},
       {kKernelBatchIgemm, ConvPass::forward, rule_batch_igemm},
       {kKernelDepthwise, ConvPass::forward, rule_depthwise},
+      {kKernelDirect, ConvPass::forward, rule_direct},
       {kKernelGemm, ConvPass::forward, rule_gemm},
       {kKernelFma, ConvPass::forward, rule_fma},
       {kKernelWgmma, ConvPass::dgrad, rule_wgmma},
       {kKernelMmaSync, ConvPass::dgrad, rule_mma_sync},
       {kKernelBatchIgemm, ConvPass::dgrad, rule_batch_igemm},
       {kKernelDepthwise, ConvPass::dgrad, rule_depthwise},
+      {kKernelDirect, ConvPass::dgrad, rule_direct},
       {kKernelGemm, ConvPass::dgrad, rule_gemm},
       {kKernelFma, ConvPass::dgrad, rule_fma},
       {kKernelMmaSync, ConvPass::wgrad, rule_wgrad_mma_sync},
       {kKernelDepthwise, ConvPass::wgrad, rule_depthwise},
+      {kKernelDirect, ConvPass::wgrad, rule_direct},
       {kKernelGemm, ConvPass::wgrad, rule_gemm},
       {kKernelFma, ConvPass::wgrad, rule_fma},
   };
@@ -463,7 +521,7 @@ const std::vector<Candidate>& conv_candidates() {
 ConvPlan plan_conv(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
                    const std::string& forced, bool prefer) {
   // A forced kernel runs wherever it can: preferences do not decline it.
-  const PlanInput in{pass, g, dtype, caps, prefer && forced.empty(), std::nullopt};
+  const PlanInput in{pass, g, dtype, caps, prefer && forced.empty(), !forced.empty(), std::nullopt};
   ConvPlan plan;
   plan.pass = pass;
   // str() names the precision when it is "high"; float32's default is named here too.
@@ -531,6 +589,18 @@ std::string ConvPlan::describe() const {
     os << " [" << s.warps_m * kWgradWarpM << "x" << s.warps_n * kWgradWarpN << "x" << s.taps_per_cta
        << " taps, " << wgrad.threads << " threads, raw stages " << s.raw_stages << ", smem "
        << wgrad.smem_bytes << " B, splits " << s.splits << "]";
+  } else if (kernel == kKernelDirect) {
+    const DirectPlan& d = direct;
+    if (pass == ConvPass::wgrad) {
+      os << " [" << d.reg << " channels x " << d.cols << " columns a thread, " << d.chunks
+         << " chunks of " << d.chunk_len << ", grid " << d.grid_x << "]";
+    } else {
+      os << " [" << d.reg << (pass == ConvPass::forward ? " output" : " input")
+         << " channels a thread, " << d.stage << " channels a stage, smem " << d.smem_bytes
+         << " B, grid " << d.grid_x << "x" << d.grid_y;
+      if (pass == ConvPass::forward) os << ", " << d.warps << " warps";
+      os << "]";
+    }
   } else if (kernel == kKernelFma && pass == ConvPass::wgrad) {
     os << " [" << fma_chunks << " chunks of " << fma_chunk_len << "]";
   }

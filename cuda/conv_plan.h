@@ -14,6 +14,7 @@
 #include "core/conv_geometry.h"
 #include "core/dtype.h"
 #include "cuda/conv_batch_igemm.h"
+#include "cuda/conv_direct.h"
 #include "cuda/conv_tiles.h"
 
 namespace tgrad::cuda {
@@ -46,8 +47,10 @@ inline constexpr const char* kKernelMmaSync = "mma.sync";  // every pass: TF32 t
 // fwd, dgrad: TF32 tensor cores, GEMM N over batch x positions per stride phase, no column buffer
 inline constexpr const char* kKernelBatchIgemm = "batch-igemm";
 inline constexpr const char* kKernelDepthwise = "depthwise";  // every pass: depthwise direct
-inline constexpr const char* kKernelGemm = "gemm";            // every pass: columns + cuBLAS GEMMs
-inline constexpr const char* kKernelFma = "fma";              // every pass: the general kernels
+// every pass: float32/float64 FMA with a register block, few channels per group
+inline constexpr const char* kKernelDirect = "direct";
+inline constexpr const char* kKernelGemm = "gemm";  // every pass: columns + cuBLAS GEMMs
+inline constexpr const char* kKernelFma = "fma";    // every pass: the general kernels
 
 struct Declined {
   std::string kernel;
@@ -67,6 +70,8 @@ struct ConvPlan {
   BatchIgemmPlan batch{};
   // mma.sync (wgrad): the split-K GEMM's plan and instance.
   WgradLaunch wgrad{};
+  // direct (every pass): register block, stages, grid, wgrad chunks.
+  DirectPlan direct{};
   // fma (wgrad): positions per chunk and chunks (their partials are summed in order).
   int64_t fma_chunks = 0, fma_chunk_len = 0;
   // The candidates above `kernel` in priority order, each with why it does not run this call.
@@ -89,6 +94,9 @@ struct PlanInput {
   // Whether rows may decline for speed alone (tiles mostly empty) rather than inability. Off for
   // a forced kernel, and in the tests of the tensor-core kernels on small edge-case shapes.
   bool prefer = true;
+  // Whether a kernel was forced (set_conv_kernel): the direct row then runs calls it would
+  // otherwise leave to the GEMM path.
+  bool forced = false;
   // batch-igemm's verdict (empty: it takes the call) and plan, worked out once per plan_conv
   // call: the rows above it ask whether to give way to it, then its own row reads it.
   mutable std::optional<std::pair<std::string, BatchIgemmPlan>> batch_igemm;

@@ -37,41 +37,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMinChunk = 4096;  // positions per stage-1 block at least
 constexpr int64_t kTargetBlocks = 2048;
 
-// The taps of one axis that output index o gathers from (forward): taps k0 + j*k_step for j < n,
-// reading input index i0 - j*i_step. The taps whose offset o + pad - k*dil divides by the stride
-// step by k_step = stride / gcd(dil, stride), and those landing inside the input form a run of
-// consecutive k, so together they are one arithmetic run.
-struct TapRun {
-  int k0, n, i0;
-};
-__device__ inline TapRun gather_run(int o, int taps, int pad, int dil, int stride, int in) {
-  TapRun r{0, 0, 0};
-  for_each_gather_tap(o, taps, pad, dil, stride, in, [&](int k, int i) {
-    if (r.n++ == 0) {
-      r.k0 = k;
-      r.i0 = i;
-    }
-  });
-  return r;
-}
-
-// The step of a tap run and of its input index (see TapRun), per axis.
-struct RunSteps {
-  int k_h, i_h, k_w, i_w;
-};
-inline int gcd_int(int a, int b) {
-  while (b != 0) {
-    const int t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-inline RunSteps run_steps(const Plane32& q) {
-  const int kh = q.sH / gcd_int(q.dH, q.sH), kw = q.sW / gcd_int(q.dW, q.sW);
-  return {kh, kh * q.dH / q.sH, kw, kw * q.dW / q.sW};
-}
-
 // Forward: thread (ow, oh) works out the taps that reach its output position once, then walks
 // the (n, c) planes z, z + gridDim.z, ...: the index arithmetic, which bounds these memory-bound
 // kernels, is paid once per position rather than once per element. Taps are summed in (kh, kw)

@@ -13,6 +13,7 @@
 #include "cuda/conv_params.h"
 #include "cuda/conv_transpose_batch_igemm.cuh"
 #include "cuda/conv_transpose_depthwise.h"
+#include "cuda/conv_transpose_direct.h"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
@@ -98,10 +99,13 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
       plan_conv_call(ConvPass::forward, g, y.dtype(), conv_device_caps(device));
   const ConvPlan& plan = *planned;  // shared with the plan cache, not copied
   // One branch per kernel the planner may name for this pass (conv_candidates()).
-  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
+  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
+      plan.kernel == kKernelGemm) {
     const ConvOperands operands{x, w, b, y};
     if (plan.kernel == kKernelDepthwise)
       conv_depthwise_run(alloc, ConvPass::forward, g, operands);
+    else if (plan.kernel == kKernelDirect)
+      conv_direct_run(alloc, ConvPass::forward, plan.direct, g, operands);
     else
       conv_gemm_run(alloc, ConvPass::forward, g, operands);
     return;

@@ -15,6 +15,7 @@
 #include "cuda/conv_params.h"
 #include "cuda/conv_plan.h"
 #include "cuda/conv_transpose_depthwise.h"
+#include "cuda/conv_transpose_direct.h"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -449,10 +450,13 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   const std::shared_ptr<const ConvPlan> planned =
       plan_conv_call(ConvPass::wgrad, g, dw.dtype(), conv_device_caps(device));
   const ConvPlan& plan = *planned;  // shared with the plan cache, not copied
-  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelGemm) {
+  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
+      plan.kernel == kKernelGemm) {
     const ConvOperands operands{x, dy, nullptr, dw};
     if (plan.kernel == kKernelDepthwise)
       conv_depthwise_run(alloc, ConvPass::wgrad, g, operands);
+    else if (plan.kernel == kKernelDirect)
+      conv_direct_run(alloc, ConvPass::wgrad, plan.direct, g, operands);
     else
       conv_gemm_run(alloc, ConvPass::wgrad, g, operands);
     return;

@@ -14,9 +14,11 @@ bool wgmma_supported(int device);
 // started.
 int64_t conv_wgmma_launches();
 
-// Runs of the GEMM path (conv_transpose_gemm.cu) and of the depthwise kernels
-// (conv_transpose_depthwise.cu), one per pass, since the process started.
+// Runs of the GEMM path (conv_transpose_gemm.cu), of the depthwise kernels
+// (conv_transpose_depthwise.cu) and of the direct kernels (conv_transpose_direct.cu), one per
+// pass, since the process started.
 int64_t conv_gemm_launches();
 int64_t conv_depthwise_launches();
+int64_t conv_direct_launches();
 
 }  // namespace tgrad::cuda

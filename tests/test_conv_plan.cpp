@@ -5,9 +5,11 @@
 // and the plan that ran.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <string>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/random.h"
+#include "cuda/conv_path_rules.h"
 #include "cuda/conv_plan.h"
 #include "tests/test_util.h"
 
@@ -81,6 +84,22 @@ void expect_consistent(const ConvPlan& plan, ConvPass pass, const std::string& c
   }
 }
 
+// The direct kernels' share of the planner, written out independently of it: few channels per
+// group (at most 8 in or out, or groups of at most 1024 channel pairs), and for the forward at
+// most 256 products a output (C_in/groups x taps per stride phase).
+bool expect_direct(ConvPass pass, const ConvLayerSpec& l) {
+  const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
+  if (!(std::min(cig, cog) <= 8 || (l.groups > 1 && cig * cog <= 1024))) return false;
+  if (pass != ConvPass::forward) return true;
+  int64_t taps_per_phase = 1;
+  for (int a = 0; a < l.dims; ++a) {
+    const auto u = static_cast<size_t>(a);
+    const int64_t step = l.stride[u] / std::gcd(l.stride[u], l.dilation[u]);
+    taps_per_phase *= (l.kernel[u] + step - 1) / step;
+  }
+  return cig * taps_per_phase <= 256;
+}
+
 TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
   std::vector<ConvLayerSpec> layers = bench::decoder_layers();
   for (const ConvLayerSpec& s : s_workloads())
@@ -97,20 +116,23 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
           const ConvPlan plan = plan_conv(pass, g, dtype, caps);
           expect_consistent(plan, pass, config);
           // The tensor cores take float32 with groups 1 only; depthwise layers take the
-          // depthwise kernels (wgrad up to 32 taps); the other calls the tensor cores decline
-          // take the GEMM path unless one sample's columns pass its workspace (S4, S5 in
-          // float64), and only then the general kernels.
+          // depthwise kernels (wgrad up to 32 taps); narrow calls (few channels per group) the
+          // direct kernels, at either dtype; the other calls the tensor cores decline take the
+          // GEMM path unless one sample's columns pass its workspace (S4, S5 in float64), and
+          // only then the general kernels.
           const bool depthwise = g.groups == g.in_channels && g.groups == g.out_channels;
-          if (dtype == DType::float64 || g.groups > 1) {
+          const bool dw_row =
+              depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
+          if (!dw_row && expect_direct(pass, l)) {
+            EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
+          } else if (dtype == DType::float64 || g.groups > 1) {
             EXPECT_NE(plan.kernel, "wgmma") << config;
             EXPECT_NE(plan.kernel, "mma.sync") << config;
             const bool over_budget =
                 plan.describe().find("over the workspace budget") != std::string::npos;
-            EXPECT_EQ(plan.kernel,
-                      depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32)
-                          ? "depthwise"
-                          : (over_budget ? "fma" : "gemm"))
-                << config;
+            EXPECT_EQ(plan.kernel, dw_row ? "depthwise" : (over_budget ? "fma" : "gemm")) << config;
+          } else {
+            EXPECT_NE(plan.kernel, "direct") << config << ": " << plan.describe();
           }
         }
       }
@@ -170,10 +192,13 @@ std::string reason_of(const ConvPlan& plan, const std::string& kernel) {
 }
 
 TEST(ConvPlan, GroupsDeclineTheTensorCoreKernelsNamingGroups) {
-  const ConvGeometry g = small_2d(64, 64, 2, Precision::high);
+  // Groups of 64 x 64 channels: too wide for the direct kernels, so the GEMM path.
+  const ConvGeometry g = small_2d(128, 128, 2, Precision::high);
   for (ConvPass pass : kPasses) {
     const ConvPlan plan = plan_conv(pass, g, DType::float32, DeviceCaps::h100());
-    EXPECT_EQ(plan.kernel, "gemm");
+    EXPECT_EQ(plan.kernel, "gemm") << plan.describe();
+    EXPECT_NE(reason_of(plan, "direct").find("not few channels per group"), std::string::npos)
+        << plan.describe();
     if (pass != ConvPass::wgrad) {
       EXPECT_NE(reason_of(plan, "wgmma").find("groups=2"), std::string::npos) << plan.describe();
     }
@@ -271,7 +296,8 @@ TEST(ConvPlan, ForcedKernelRunsOrThrowsNamingItAndTheReason) {
   const ConvPlan forced =
       plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), "fma");
   EXPECT_EQ(forced.kernel, "fma");
-  ASSERT_EQ(forced.declined.size(), 5u);  // wgmma, mma.sync, batch-igemm, depthwise, gemm
+  // wgmma, mma.sync, batch-igemm, depthwise, direct, gemm
+  ASSERT_EQ(forced.declined.size(), 6u);
   EXPECT_NE(forced.declined[0].reason.find("forced"), std::string::npos);
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
             "mma.sync");
@@ -407,8 +433,8 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
   ConvTransposeArgs args;
   args.fn = "test";
   args.spatial_dims = 2;
-  args.x_shape = {1, 8, 4, 4};
-  args.w_shape = {8, 2, 3, 3};  // groups 4: 2 channels in and out per group, not depthwise
+  args.x_shape = {1, 256, 4, 4};
+  args.w_shape = {256, 64, 3, 3};  // groups 4 of 64 x 64 channels: not depthwise, not narrow
   args.groups = 4;
   const ConvGeometry grouped = make_conv_transpose_geometry(args);
   const ConvPlan plan = plan_conv(ConvPass::forward, grouped, DType::float32, DeviceCaps::h100());
@@ -421,9 +447,10 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
     }
   }
   EXPECT_TRUE(saw_depthwise) << plan.describe();
-  // One sample whose columns pass the GEMM path's 256 MiB: C_out * taps * positions floats.
-  args.x_shape = {1, 1, 512, 512};
-  args.w_shape = {1, 64, 16, 16};
+  // One sample whose columns pass the GEMM path's 256 MiB: C_out * taps * positions floats
+  // (16 input channels: too many for the direct kernels).
+  args.x_shape = {1, 16, 512, 512};
+  args.w_shape = {16, 64, 16, 16};
   args.groups = 1;
   const ConvGeometry huge = make_conv_transpose_geometry(args);
   const ConvPlan big = plan_conv(ConvPass::forward, huge, DType::float64, DeviceCaps::h100());
@@ -487,7 +514,9 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
 // was ahead: M <= 256 with enough CTAs, before the row kernels on 2-D rows under 512 (DCGAN,
 // U-Net, CycleGAN, DeconvNet deconv1) and on 1-D calls of at most 2^17 positions (HiFi-GAN,
 // EnCodec x8 forward; dgrad at "highest" only); EnCodec's long layers keep wgmma / mma.sync,
-// wide M the GEMM path; grouped and float64 calls never reach it.
+// wide M the GEMM path; grouped and float64 calls never reach it. Few channels per group (RGB and
+// mono outputs, grouped layers) run the direct kernels, except forwards whose sums are long
+// (pix2pix's 128 x 4, Conv-TasNet's 512 x 2 products a output): the GEMM path (run 46).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   struct Row {
     const char* id;
@@ -498,14 +527,14 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"dcgan_g2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
       {"dcgan_g3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"dcgan_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"dcgan_g5", "gemm", "gemm", "gemm", "gemm"},
+      {"dcgan_g5", "direct", "direct", "direct", "direct"},
       {"unet_up1", "gemm", "gemm", "gemm", "gemm"},
       {"unet_up2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
       {"unet_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"unet_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"cyclegan_up1", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"cyclegan_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"pix2pix_out", "gemm", "mma.sync", "gemm", "mma.sync"},
+      {"pix2pix_out", "gemm", "direct", "gemm", "direct"},
       {"hifigan_v1_up1", "batch-igemm", "gemm", "gemm", "gemm"},
       {"hifigan_v1_up2", "batch-igemm", "batch-igemm", "batch-igemm", "gemm"},
       {"hifigan_v1_up3", "batch-igemm", "batch-igemm", "batch-igemm", "mma.sync"},
@@ -517,10 +546,10 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"encodec_up5", "wgmma", "batch-igemm", "wgmma", "mma.sync"},
       {"encodec_up4", "wgmma", "mma.sync", "wgmma", "mma.sync"},
       {"encodec_up2", "mma.sync", "mma.sync", "mma.sync", "mma.sync"},
-      {"convtasnet_dec", "gemm", "mma.sync", "gemm", "gemm"},
+      {"convtasnet_dec", "gemm", "direct", "gemm", "direct"},
       {"grouped_g2", "gemm", "gemm", "gemm", "gemm"},
-      {"grouped_g4", "gemm", "gemm", "gemm", "gemm"},
-      {"grouped_g8", "gemm", "gemm", "gemm", "gemm"},
+      {"grouped_g4", "direct", "direct", "direct", "direct"},
+      {"grouped_g8", "direct", "direct", "direct", "direct"},
       {"fcn_up2_dw", "depthwise", "depthwise", "depthwise", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise", "depthwise", "depthwise"},
       {"deconvnet_5", "gemm", "gemm", "gemm", "gemm"},
@@ -540,6 +569,95 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       EXPECT_EQ(dgrad.kernel, high ? row.dgrad_high : row.dgrad_highest) << dgrad.describe();
     }
   }
+}
+
+// wgrad of the narrow suite layers: the direct kernels, but depthwise layers keep theirs.
+TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
+  for (const ConvLayerSpec& l : bench::decoder_layers()) {
+    const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
+    const bool depthwise = cig == 1 && cog == 1;
+    for (Precision precision : {Precision::highest, Precision::high}) {
+      const ConvPlan plan =
+          plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32, DeviceCaps::h100());
+      if (depthwise) {
+        EXPECT_EQ(plan.kernel, "depthwise") << plan.describe();
+      } else if (expect_direct(ConvPass::wgrad, l)) {
+        EXPECT_EQ(plan.kernel, "direct") << plan.describe();
+        EXPECT_EQ(plan.label(), "wgrad (direct)");
+      } else {
+        EXPECT_NE(plan.kernel, "direct") << plan.describe();
+      }
+    }
+  }
+}
+
+// The direct row: the rows above give way to it on narrow calls, naming the channels; it
+// declines wide calls unless forced; its configuration follows the channel counts.
+TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
+  const DeviceCaps h100 = DeviceCaps::h100();
+  // RGB output, k4 s2: dgrad and wgrad go direct (the forward too: 64 x 4 products a output).
+  const ConvLayerSpec rgb = bench::layer2d("t", "t", 16, 64, 3, 32, 4, 2, 1);
+  for (ConvPass pass : kPasses) {
+    const ConvPlan plan = plan_conv(pass, geometry(rgb, Precision::high), DType::float32, h100);
+    EXPECT_EQ(plan.kernel, "direct") << plan.describe();
+    EXPECT_NE(reason_of(plan, "mma.sync").find("C_in/groups=64, C_out/groups=3: few channels"),
+              std::string::npos)
+        << plan.describe();
+    EXPECT_GT(plan.direct.grid_x, 0) << plan.describe();
+  }
+  const ConvPlan fwd =
+      plan_conv(ConvPass::forward, geometry(rgb, Precision::high), DType::float32, h100);
+  EXPECT_EQ(fwd.direct.reg, 4) << fwd.describe();     // three channels in a block of four
+  EXPECT_EQ(fwd.direct.stage, 32) << fwd.describe();  // 64 channels in stages of 32
+  EXPECT_EQ(fwd.direct.warps, 8) << fwd.describe();   // 4 phases x 2 runs of 32 positions
+  EXPECT_NE(fwd.describe().find("4 output channels a thread"), std::string::npos) << fwd.describe();
+  const ConvPlan dgrad =
+      plan_conv(ConvPass::dgrad, geometry(rgb, Precision::high), DType::float32, h100);
+  EXPECT_EQ(dgrad.direct.reg, 8) << dgrad.describe();
+  EXPECT_EQ(dgrad.direct.grid_y, 8) << dgrad.describe();  // 64 input channels / 8
+  const ConvPlan wgrad =
+      plan_conv(ConvPass::wgrad, geometry(rgb, Precision::high), DType::float32, h100);
+  EXPECT_EQ(wgrad.direct.reg, 8) << wgrad.describe();
+  EXPECT_EQ(wgrad.direct.cols, 8) << wgrad.describe();
+  // Chunks cover the 16 x 32 x 32 positions, none longer than the float32 chain allows.
+  EXPECT_GE(wgrad.direct.chunks * wgrad.direct.chunk_len, 16 * 32 * 32) << wgrad.describe();
+  EXPECT_LE(wgrad.direct.chunk_len, cuda::kDirectWgradMaxChunk) << wgrad.describe();
+  EXPECT_EQ(wgrad.direct.grid_x, (64 / 8) * (3 * 16 / 8) * wgrad.direct.chunks) << wgrad.describe();
+
+  // Mono output with 512 input channels, k16 s8: the forward sums 512 x 2 products a output,
+  // too long for one thread, so the GEMM path; dgrad and wgrad go direct.
+  const ConvLayerSpec mono = bench::layer1d("t", "t", 4, 512, 1, 500, 16, 8, 0);
+  const ConvPlan long_sum =
+      plan_conv(ConvPass::forward, geometry(mono, Precision::highest), DType::float32, h100);
+  EXPECT_EQ(long_sum.kernel, "gemm") << long_sum.describe();
+  EXPECT_NE(reason_of(long_sum, "direct").find("sums too long"), std::string::npos)
+      << long_sum.describe();
+  EXPECT_EQ(
+      plan_conv(ConvPass::dgrad, geometry(mono, Precision::highest), DType::float32, h100).kernel,
+      "direct");
+  // Forced, the direct kernels run that forward and wide calls too; float64 as well.
+  EXPECT_EQ(plan_conv(ConvPass::forward, geometry(mono, Precision::highest), DType::float32, h100,
+                      "direct")
+                .kernel,
+            "direct");
+  const ConvGeometry wide = small_2d(64, 64, 1, Precision::high);
+  EXPECT_EQ(plan_conv(ConvPass::wgrad, wide, DType::float64, h100, "direct").kernel, "direct");
+  // Unforced, a wide float64 call passes the direct row for the GEMM path.
+  const ConvPlan wide64 = plan_conv(ConvPass::wgrad, wide, DType::float64, h100);
+  EXPECT_EQ(wide64.kernel, "gemm") << wide64.describe();
+  EXPECT_NE(reason_of(wide64, "direct").find("not few channels per group"), std::string::npos)
+      << wide64.describe();
+  // One input channel's weights past the shared-memory stage: 64 x 64 taps x 8 channels x 4 B.
+  const ConvLayerSpec huge_taps = bench::layer2d("t", "t", 1, 4, 8, 8, 64, 1, 0);
+  const std::string e = testing::error_of([&] {
+    plan_conv(ConvPass::forward, geometry(huge_taps, Precision::highest), DType::float32, h100,
+              "direct");
+  });
+  EXPECT_NE(e.find("exceed the shared-memory stage"), std::string::npos) << e;
+  // int64 tensors reach no conv kernel.
+  EXPECT_NE(cuda::direct_path_declined(ConvPass::forward, wide, DType::int64, nullptr)
+                .find("int64 is not float32 or float64"),
+            std::string::npos);
 }
 
 // ---- plan_conv_call's cache ------------------------------------------------------------------
@@ -657,9 +775,9 @@ TEST(ConvPlanCache, AForcedKernelThatCannotRunTheCallThrowsOnEveryCall) {
         << "call " << call << ": " << e;
     EXPECT_NE(e.find("groups=4"), std::string::npos) << "call " << call << ": " << e;
   }
-  // The same call without the override plans.
+  // The same call without the override plans (groups of 16 x 16 channels: the direct kernels).
   set_conv_kernel("");
-  EXPECT_EQ(call_kernel(ConvPass::forward, grouped, DType::float32, DeviceCaps::h100()), "gemm");
+  EXPECT_EQ(call_kernel(ConvPass::forward, grouped, DType::float32, DeviceCaps::h100()), "direct");
 }
 
 TEST(ConvPlanCache, TheTracePrintsOneLinePerCallHitOrMiss) {
