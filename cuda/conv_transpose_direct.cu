@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -75,6 +76,23 @@ __device__ inline void load_block(const T* p, T (&out)[K]) {
     for (int i = 0; i < K; ++i)
       out[i] = p[i];
   }
+}
+
+// n / d for n < 2^32 by a multiply and a shift (d >= 1, fixed per launch): the position walk of
+// wgrad divides once per position, and a 64-bit division there cost as much as the FMAs.
+struct FastDiv {
+  uint32_t d, m, s;
+};
+FastDiv fast_div(uint32_t d) {
+  uint32_t s = 0;
+  while ((uint64_t{1} << s) < d)
+    ++s;
+  const uint64_t m = ((uint64_t{1} << 32) * ((uint64_t{1} << s) - d)) / d + 1;
+  return {d, static_cast<uint32_t>(m), s};
+}
+__device__ inline uint32_t div_by(uint32_t n, const FastDiv& f) {
+  const uint32_t t = __umulhi(n, f.m);
+  return static_cast<uint32_t>((uint64_t{t} + n) >> f.s);
 }
 
 // ---- forward ---------------------------------------------------------------------------------
@@ -152,7 +170,9 @@ __global__ void __launch_bounds__(512)
           const int iw = tw.i0 - c * st.i_w, kw = tw.k0 + c * st.k_w;
           const T* xp = xn + ci0 * in_plane + ih * q.Wi + iw;
           const T* wp = ws + (kh * q.kW + kw) * kReg;
-#pragma unroll 4
+          // Eight channels' loads in flight: with one or two output channels a thread, the
+          // forward waited on them (ncu: long-scoreboard stalls).
+#pragma unroll 8
           for (int ci = 0; ci < cn; ++ci) {
             const T xv = *xp;
             xp += in_plane;
@@ -183,17 +203,33 @@ __global__ void __launch_bounds__(512)
 template <class T, int kReg>
 __global__ void __launch_bounds__(kThreads)
     direct_dgrad_kernel(const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
-                        Plane32 q, DirectDims d) {
+                        Plane32 q, DirectDims d, FastDiv div_plane, FastDiv div_w) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* ws = reinterpret_cast<T*>(smem_raw);
   const int taps = q.kH * q.kW;
   const int64_t g = blockIdx.y / d.blocks, ci0 = (blockIdx.y % d.blocks) * kReg;
   const int64_t in_plane = int64_t{q.Hi} * q.Wi, out_plane = int64_t{q.Ho} * q.Wo;
   const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const bool valid = r < d.N * in_plane;
-  const int64_t n = valid ? r / in_plane : 0;
-  const int pos = valid ? static_cast<int>(r - n * in_plane) : 0;
-  const int ih = pos / q.Wi, iw = pos - ih * q.Wi;
+  const int64_t r_total = d.N * in_plane;
+  const bool valid = r < r_total;
+  int64_t n = 0;
+  int pos = 0;
+  if (valid && r_total <= int64_t{UINT32_MAX}) {  // multiply and shift, not a 64-bit division
+    const auto nl = div_by(static_cast<uint32_t>(r), div_plane);
+    n = nl;
+    pos = static_cast<int>(static_cast<uint32_t>(r) - nl * static_cast<uint32_t>(in_plane));
+  } else if (valid) {
+    n = r / in_plane;
+    pos = static_cast<int>(r - n * in_plane);
+  }
+  const int ih = static_cast<int>(div_by(static_cast<uint32_t>(pos), div_w));
+  const int iw = pos - ih * q.Wi;
+  // The taps that land in dy: kh in [kh0, kh1), kw in [kw0, kw1), so the loops test no bounds.
+  const int bh = ih * q.sH - q.pH, bw = iw * q.sW - q.pW;
+  const int kh0 = bh >= 0 ? 0 : (-bh + q.dH - 1) / q.dH;
+  const int kh1 = q.Ho - bh <= 0 ? 0 : min(q.kH, (q.Ho - bh + q.dH - 1) / q.dH);
+  const int kw0 = bw >= 0 ? 0 : (-bw + q.dW - 1) / q.dW;
+  const int kw1 = q.Wo - bw <= 0 ? 0 : min(q.kW, (q.Wo - bw + q.dW - 1) / q.dW);
   const int64_t stages = ceil_div(d.Cog, d.stage);
   // ws[(co * taps + tap) * kReg + u] = w[g*Cig + ci0 + u, co0 + co, tap], zero past Cig.
   const auto stage = [&](int64_t co0, int cn) {
@@ -208,7 +244,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int u = 0; u < kReg; ++u)
     acc[u] = T(0);
-  const T* dyn = dy + (n * d.Co + g * d.Cog) * out_plane;
+  // dy of the first tap of each row: (n, g*Cog + co, bh + kh*dH, bw), as an offset (the column
+  // may be left of the row; only in-range taps are read).
+  const int64_t dy_n = (n * d.Co + g * d.Cog) * out_plane + int64_t{bh} * q.Wo + bw;
   for (int64_t s = 0; s < stages; ++s) {
     const int64_t co0 = s * d.stage;
     const int cn = static_cast<int>(min_i64(d.stage, d.Cog - co0));
@@ -216,20 +254,18 @@ __global__ void __launch_bounds__(kThreads)
     stage(co0, cn);
     __syncthreads();
     if (!valid) continue;
-    for (int kh = 0; kh < q.kH; ++kh) {
-      const int oh = ih * q.sH - q.pH + kh * q.dH;
-      if (oh < 0 || oh >= q.Ho) continue;
-      for (int kw = 0; kw < q.kW; ++kw) {
-        const int ow = iw * q.sW - q.pW + kw * q.dW;
-        if (ow < 0 || ow >= q.Wo) continue;
-        const T* dp = dyn + co0 * out_plane + oh * q.Wo + ow;
-        const T* wp = ws + (kh * q.kW + kw) * kReg;
+    for (int co = 0; co < cn; ++co) {
+      const T* wc = ws + co * taps * kReg;
+      const int64_t dy_c = dy_n + (co0 + co) * out_plane;
+      for (int kh = kh0; kh < kh1; ++kh) {
+        // The row's first tap in dy and its weights; the taps step by dW in dy.
+        const T* drow = dy + (dy_c + int64_t{kh} * q.dH * q.Wo + int64_t{kw0} * q.dW);
+        const T* wrow = wc + (kh * q.kW + kw0) * kReg;
 #pragma unroll 4
-        for (int co = 0; co < cn; ++co) {
-          const T dv = *dp;
-          dp += out_plane;
+        for (int kw = 0; kw < kw1 - kw0; ++kw) {
+          const T dv = drow[kw * q.dW];
           T wv[kReg];
-          load_block<T, kReg>(wp + co * taps * kReg, wv);
+          load_block<T, kReg>(wrow + kw * kReg, wv);
 #pragma unroll
           for (int u = 0; u < kReg; ++u)
             acc[u] = fma(dv, wv[u], acc[u]);
@@ -245,23 +281,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- wgrad -----------------------------------------------------------------------------------
-
-// n / d for n < 2^32 by a multiply and a shift (d >= 1, fixed per launch): the position walk of
-// wgrad divides once per position, and a 64-bit division there cost as much as the FMAs.
-struct FastDiv {
-  uint32_t d, m, s;
-};
-FastDiv fast_div(uint32_t d) {
-  uint32_t s = 0;
-  while ((uint64_t{1} << s) < d)
-    ++s;
-  const uint64_t m = ((uint64_t{1} << 32) * ((uint64_t{1} << s) - d)) / d + 1;
-  return {d, static_cast<uint32_t>(m), s};
-}
-__device__ inline uint32_t div_by(uint32_t n, const FastDiv& f) {
-  const uint32_t t = __umulhi(n, f.m);
-  return static_cast<uint32_t>((uint64_t{t} + n) >> f.s);
-}
 
 // One (co, tap) column of a wgrad block: its row and column offsets in dy, and the offset of its
 // output channel's plane plus both, from a position's (ih*sH - pH, iw*sW - pW) corner.
@@ -424,7 +443,8 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const DirectPlan& plan, c
       d.blocks = ceil_div(p.Cig, plan.reg);
       with_reg(plan.reg, [&](auto reg) {
         direct_dgrad_kernel<T, decltype(reg)::value><<<grid, kThreads, smem>>>(
-            t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.out.data_ptr<T>(), q, d);
+            t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.out.data_ptr<T>(), q, d,
+            fast_div(static_cast<uint32_t>(p.Hi * p.Wi)), fast_div(static_cast<uint32_t>(p.Wi)));
         TGRAD_CUDA_CHECK_LAUNCH("direct_dgrad_kernel");
       });
       break;
