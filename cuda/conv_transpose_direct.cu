@@ -170,9 +170,7 @@ __global__ void __launch_bounds__(512)
           const int iw = tw.i0 - c * st.i_w, kw = tw.k0 + c * st.k_w;
           const T* xp = xn + ci0 * in_plane + ih * q.Wi + iw;
           const T* wp = ws + (kh * q.kW + kw) * kReg;
-          // Eight channels' loads in flight: with one or two output channels a thread, the
-          // forward waited on them (ncu: long-scoreboard stalls).
-#pragma unroll 8
+#pragma unroll 4
           for (int ci = 0; ci < cn; ++ci) {
             const T xv = *xp;
             xp += in_plane;
@@ -254,18 +252,37 @@ __global__ void __launch_bounds__(kThreads)
     stage(co0, cn);
     __syncthreads();
     if (!valid) continue;
-    for (int co = 0; co < cn; ++co) {
-      const T* wc = ws + co * taps * kReg;
-      const int64_t dy_c = dy_n + (co0 + co) * out_plane;
+    if (cn == 1) {
+      // One output channel (mono outputs): the taps are the only loop, innermost.
+      const int64_t dy_c = dy_n + co0 * out_plane;
       for (int kh = kh0; kh < kh1; ++kh) {
         // The row's first tap in dy and its weights; the taps step by dW in dy.
         const T* drow = dy + (dy_c + int64_t{kh} * q.dH * q.Wo + int64_t{kw0} * q.dW);
-        const T* wrow = wc + (kh * q.kW + kw0) * kReg;
+        const T* wrow = ws + (kh * q.kW + kw0) * kReg;
 #pragma unroll 4
         for (int kw = 0; kw < kw1 - kw0; ++kw) {
           const T dv = drow[kw * q.dW];
           T wv[kReg];
           load_block<T, kReg>(wrow + kw * kReg, wv);
+#pragma unroll
+          for (int u = 0; u < kReg; ++u)
+            acc[u] = fma(dv, wv[u], acc[u]);
+        }
+      }
+      continue;
+    }
+    // Several output channels: taps outer, the stage's channels inner (measured faster for
+    // RGB and grouped layers than the taps innermost, run 48).
+    for (int kh = kh0; kh < kh1; ++kh) {
+      for (int kw = kw0; kw < kw1; ++kw) {
+        const T* dp = dy + (dy_n + co0 * out_plane + int64_t{kh} * q.dH * q.Wo + kw * q.dW);
+        const T* wp = ws + (kh * q.kW + kw) * kReg;
+#pragma unroll 4
+        for (int co = 0; co < cn; ++co) {
+          const T dv = *dp;
+          dp += out_plane;
+          T wv[kReg];
+          load_block<T, kReg>(wp + co * taps * kReg, wv);
 #pragma unroll
           for (int u = 0; u < kReg; ++u)
             acc[u] = fma(dv, wv[u], acc[u]);

@@ -161,7 +161,11 @@ std::vector<ConvLayerSpec> edge_layers() {
   v.push_back(rgb);
   // Mono output, k16 s8 with padding: eight phases of two taps, the first positions cut.
   v.push_back(layer1d("mono_k16_s8_p4", "edge", 2, 96, 1, 37, 16, 8, 4));
-  // 200 input channels, 8 output channels, k16: the forward's weights take three stages.
+  // Mono output with dilation 2 and output padding: dgrad's single-channel loop steps by dW.
+  ConvLayerSpec mono_dil = layer1d("mono_k5_s3_d2", "edge", 2, 12, 1, 29, 5, 3, 2, 1);
+  mono_dil.dilation = {2, 2};
+  v.push_back(mono_dil);
+  // 200 input channels, 8 output channels, k16: the forward's weights take seven stages.
   v.push_back(layer1d("fwd_stages", "edge", 2, 200, 8, 23, 16, 8, 0));
   // 8 input channels, 200 output channels, k16: dgrad's weights take three stages.
   v.push_back(layer1d("dgrad_stages", "edge", 2, 8, 200, 21, 16, 8, 0));
@@ -235,7 +239,10 @@ TEST(CudaDirect, Float64MatchesTheCpu) {
 // Two runs of the same inputs give the same bits (fixed-order sums, no atomics).
 TEST(CudaDirect, RunsAreBitIdentical) {
   TGRAD_SKIP_WITHOUT_CUDA();
-  const ConvLayerSpec l = edge_layers()[2];  // fwd_stages: several stages and wgrad chunks
+  ConvLayerSpec l;  // fwd_stages: several stages and wgrad chunks
+  for (const ConvLayerSpec& e : edge_layers())
+    if (e.id == "fwd_stages") l = e;
+  ASSERT_EQ(l.id, "fwd_stages");
   const Inputs in = make_inputs(l, 4, kFloat32);
   RestoreSettings restore;
   set_conv_kernel(cuda::kKernelDirect);
