@@ -36,15 +36,26 @@ std::string tensor_core_reason(const PlanInput& in) {
 // C_in/groups x (taps per stride phase) FMAs, and past kDirectFwdMaxSum products the GEMM path's
 // tensor cores were faster even with mostly empty tiles (Conv-TasNet's 512 x 2, pix2pix's
 // 128 x 4; measured in docs/performance.md, "The direct kernels").
+// A float32 wgrad at "high" with groups 1 also needs few (co, tap) columns: past
+// kDirectWgradHighMaxCols the GEMM path's TF32 GEMM, whose N is those columns, was faster (DCGAN's
+// and pix2pix's RGB outputs, 3 x 16 columns: 0.130 / 0.187 ms against 0.152 / 0.276 ms direct;
+// Conv-TasNet's 1 x 16 columns the other way, 0.172 against 0.094 ms; runs 38 and 49).
 constexpr int64_t kNarrowChannels = 8;
 constexpr int64_t kNarrowGroupProduct = 1024;
 constexpr int64_t kDirectFwdMaxSum = 256;
+constexpr int64_t kDirectWgradHighMaxCols = 16;
 
-bool narrow_call(ConvPass pass, const ConvGeometry& g) {
+bool narrow_call(ConvPass pass, const ConvGeometry& g, DType dtype) {
   const int64_t cig = g.in_channels_per_group(), cog = g.out_channels_per_group();
   const bool narrow =
       std::min(cig, cog) <= kNarrowChannels || (g.groups > 1 && cig * cog <= kNarrowGroupProduct);
-  if (!narrow || pass != ConvPass::forward) return narrow;
+  if (!narrow) return false;
+  if (pass == ConvPass::wgrad) {
+    const bool tf32_gemm = dtype == DType::float32 && g.precision == Precision::high;
+    return !(tf32_gemm && g.groups == 1 &&
+             cog * g.kernel[0] * g.kernel[1] > kDirectWgradHighMaxCols);
+  }
+  if (pass != ConvPass::forward) return true;
   // A phase's taps step by stride / gcd(dilation, stride) along each axis.
   int64_t taps_per_phase = 1;
   for (size_t a = 0; a < 2; ++a)
@@ -55,7 +66,7 @@ bool narrow_call(ConvPass pass, const ConvGeometry& g) {
 // Empty when the rows above the direct kernels keep the call; else why they give way to them:
 // a narrow call the direct kernels can run, while the speed preferences are on.
 std::string direct_first(const PlanInput& in) {
-  if (!in.prefer || !narrow_call(in.pass, in.g)) return "";
+  if (!in.prefer || !narrow_call(in.pass, in.g, in.dtype)) return "";
   if (!direct_path_declined(in.pass, in.g, in.dtype, nullptr).empty()) return "";
   return "C_in/groups=" + std::to_string(in.g.in_channels_per_group()) +
          ", C_out/groups=" + std::to_string(in.g.out_channels_per_group()) +
@@ -431,13 +442,14 @@ std::string rule_depthwise(const PlanInput& in, ConvPlan& /*plan*/) {
 std::string rule_direct(const PlanInput& in, ConvPlan& plan) {
   if (std::string no = direct_path_declined(in.pass, in.g, in.dtype, &plan.direct); !no.empty())
     return no;
-  if (!in.forced && !narrow_call(in.pass, in.g))
+  if (!in.forced && !narrow_call(in.pass, in.g, in.dtype))
     return "C_in/groups=" + std::to_string(in.g.in_channels_per_group()) +
            ", C_out/groups=" + std::to_string(in.g.out_channels_per_group()) +
            (in.pass == ConvPass::forward
                 ? " with " + std::to_string(in.g.kernel[0] * in.g.kernel[1]) + " taps"
                 : std::string()) +
-           ": not few channels per group, or (forward) sums too long for one thread";
+           ": not few channels per group, or (forward) sums too long for one thread, or (wgrad at "
+           "\"high\") columns enough for the GEMM path's TF32";
   return "";
 }
 

@@ -85,11 +85,15 @@ void expect_consistent(const ConvPlan& plan, ConvPass pass, const std::string& c
 }
 
 // The direct kernels' share of the planner, written out independently of it: few channels per
-// group (at most 8 in or out, or groups of at most 1024 channel pairs), and for the forward at
-// most 256 products a output (C_in/groups x taps per stride phase).
-bool expect_direct(ConvPass pass, const ConvLayerSpec& l) {
+// group (at most 8 in or out, or groups of at most 1024 channel pairs); for the forward at most
+// 256 products a output (C_in/groups x taps per stride phase); for a float32 wgrad at "high"
+// with groups 1 at most 16 (co, tap) columns.
+bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision precision) {
   const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
   if (!(std::min(cig, cog) <= 8 || (l.groups > 1 && cig * cog <= 1024))) return false;
+  if (pass == ConvPass::wgrad)
+    return !(dtype == DType::float32 && precision == Precision::high && l.groups == 1 &&
+             cog * l.kernel[0] * l.kernel[1] > 16);
   if (pass != ConvPass::forward) return true;
   int64_t taps_per_phase = 1;
   for (int a = 0; a < l.dims; ++a) {
@@ -123,7 +127,7 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
           const bool depthwise = g.groups == g.in_channels && g.groups == g.out_channels;
           const bool dw_row =
               depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
-          if (!dw_row && expect_direct(pass, l)) {
+          if (!dw_row && expect_direct(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
           } else if (dtype == DType::float64 || g.groups > 1) {
             EXPECT_NE(plan.kernel, "wgmma") << config;
@@ -581,7 +585,7 @@ TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
           plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32, DeviceCaps::h100());
       if (depthwise) {
         EXPECT_EQ(plan.kernel, "depthwise") << plan.describe();
-      } else if (expect_direct(ConvPass::wgrad, l)) {
+      } else if (expect_direct(ConvPass::wgrad, l, DType::float32, precision)) {
         EXPECT_EQ(plan.kernel, "direct") << plan.describe();
         EXPECT_EQ(plan.label(), "wgrad (direct)");
       } else {
@@ -598,7 +602,7 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
   // RGB output, k4 s2: dgrad and wgrad go direct (the forward too: 64 x 4 products a output).
   const ConvLayerSpec rgb = bench::layer2d("t", "t", 16, 64, 3, 32, 4, 2, 1);
   for (ConvPass pass : kPasses) {
-    const ConvPlan plan = plan_conv(pass, geometry(rgb, Precision::high), DType::float32, h100);
+    const ConvPlan plan = plan_conv(pass, geometry(rgb, Precision::highest), DType::float32, h100);
     EXPECT_EQ(plan.kernel, "direct") << plan.describe();
     EXPECT_NE(reason_of(plan, "mma.sync").find("C_in/groups=64, C_out/groups=3: few channels"),
               std::string::npos)
@@ -606,17 +610,17 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
     EXPECT_GT(plan.direct.grid_x, 0) << plan.describe();
   }
   const ConvPlan fwd =
-      plan_conv(ConvPass::forward, geometry(rgb, Precision::high), DType::float32, h100);
+      plan_conv(ConvPass::forward, geometry(rgb, Precision::highest), DType::float32, h100);
   EXPECT_EQ(fwd.direct.reg, 4) << fwd.describe();     // three channels in a block of four
   EXPECT_EQ(fwd.direct.stage, 32) << fwd.describe();  // 64 channels in stages of 32
   EXPECT_EQ(fwd.direct.warps, 8) << fwd.describe();   // 4 phases x 2 runs of 32 positions
   EXPECT_NE(fwd.describe().find("4 output channels a thread"), std::string::npos) << fwd.describe();
   const ConvPlan dgrad =
-      plan_conv(ConvPass::dgrad, geometry(rgb, Precision::high), DType::float32, h100);
+      plan_conv(ConvPass::dgrad, geometry(rgb, Precision::highest), DType::float32, h100);
   EXPECT_EQ(dgrad.direct.reg, 8) << dgrad.describe();
   EXPECT_EQ(dgrad.direct.grid_y, 8) << dgrad.describe();  // 64 input channels / 8
   const ConvPlan wgrad =
-      plan_conv(ConvPass::wgrad, geometry(rgb, Precision::high), DType::float32, h100);
+      plan_conv(ConvPass::wgrad, geometry(rgb, Precision::highest), DType::float32, h100);
   EXPECT_EQ(wgrad.direct.reg, 8) << wgrad.describe();
   EXPECT_EQ(wgrad.direct.cols, 8) << wgrad.describe();
   // Chunks cover the 16 x 32 x 32 positions, none longer than the float32 chain allows.
