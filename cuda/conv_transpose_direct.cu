@@ -306,19 +306,32 @@ struct WgradColumn {
   long long off;
 };
 
+// Column c, read from shared memory at every position (one broadcast load): left to the compiler,
+// the columns stayed in registers across the position loop, 32-64 registers a thread that held
+// the kernel to three blocks an SM, and ncu found the warps short of work to hide their loads.
+__device__ inline WgradColumn load_column(const WgradColumn* p) {
+  int4 v;
+  const auto a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(a));
+  const auto off = (static_cast<unsigned long long>(static_cast<unsigned>(v.w)) << 32) |
+                   static_cast<unsigned>(v.z);
+  return {v.x, v.y, static_cast<long long>(off)};
+}
+
 // Block x = ((g * ci_blocks + ci_block) * col_blocks + col_block) + combos * chunk: the blocks
 // that run together share a chunk of positions, so its x and dy come from DRAM about once. Each
 // thread sums the chunk's positions r, r + 128, ...; the block reduces each accumulator in a
 // fixed tree (shuffles, then the warps in order) and writes out = dw (chunks == 1) or the chunk's
-// partials, [chunk][Ci * Cog * taps]. 128 threads with three blocks an SM leave 170 registers a
-// thread: the 64 accumulators and the columns' offsets (kept in registers across the positions)
-// fit unspilled.
+// partials, [chunk][Ci * Cog * taps]. 128 threads with four blocks an SM leave 128 registers a
+// thread, for the 64 accumulators.
 template <class T, int kReg, int kCols>
-__global__ void __launch_bounds__(kWgradThreads, 3)
+__global__ void __launch_bounds__(kWgradThreads, 4)
     direct_wgrad_kernel(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ out,
                         Plane32 q, DirectDims d, int64_t col_blocks, int64_t chunk_len,
                         FastDiv div_plane, FastDiv div_w) {
-  __shared__ WgradColumn columns[kCols];
+  __shared__ __align__(16) WgradColumn columns[kCols];
   __shared__ T warp_sums[kReg * kCols][kWarpsWgrad];
   const int taps = q.kH * q.kW;
   const int64_t cog_taps = d.Cog * taps;
@@ -369,7 +382,7 @@ __global__ void __launch_bounds__(kWgradThreads, 3)
     const int64_t base = n * d.Co * out_plane + int64_t{bh} * q.Wo + bw;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
-      const WgradColumn col = columns[c];
+      const WgradColumn col = load_column(&columns[c]);
       const int oh = bh + col.dh, ow = bw + col.dw;
       if (oh >= 0 && oh < q.Ho && ow >= 0 && ow < q.Wo) {
         const T dv = dyg[base + col.off];
