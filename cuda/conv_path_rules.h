@@ -45,6 +45,14 @@ inline constexpr int64_t kDepthwiseMaxTaps = 32;
 std::string gemm_path_declined(ConvPass pass, const ConvGeometry& g, Precision precision,
                                DType dtype);
 
+// How many slices the GEMM path's wgrad cuts K (the L = batch chunk x positions columns) into:
+// when dW is small next to L, its GEMMs have too few tiles to fill the GPU, so each slice of K
+// gets its own partial dW (summed in slice order). It depends on the shape, dtype and precision
+// only, so the bits do not depend on the GPU; splits x dW elements stays under twice the
+// target (the partials' workspace). 1 for more than kGemmWgradMaxSplitGroups groups.
+int64_t gemm_wgrad_splits(const ConvGeometry& g, DType dtype, int64_t L);
+inline constexpr int64_t kGemmWgradMaxSplitGroups = 16;  // one batched GEMM per group
+
 // Empty when the depthwise kernels can run `pass` of g in `dtype`; else why not.
 std::string depthwise_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype);
 

@@ -407,6 +407,34 @@ std::string rule_batch_igemm(const PlanInput& in, ConvPlan& plan) {
 
 // ---- wgrad's split-K tensor-core GEMM ---------------------------------------------------------
 
+// The GEMM path ahead of the split-K kernel where it measured faster at both precisions (every
+// suite layer's wgrad forced to each, docs/performance.md, "Run 51"):
+// - C_in >= kWgradGemmMinCin: each float of the GEMM path's column buffer feeds 2 * C_in FLOPs of
+//   cuBLAS's GEMM, which runs several times the split-K kernel's rate; from 256 input channels
+//   that outweighs writing and reading the buffer (U-Net 512 -> 256 and 256 -> 128, CycleGAN
+//   256 -> 128: 1.3x-2.8x faster). At 128 it went either way, at 64 the kernel won.
+// - fewer than kWgradMinSegsPerSplit segments a split: each CTA streams one to three segments,
+//   so its copies never overlap its multiplies and its partial tile weighs as much as its inputs
+//   (HiFi-GAN's x2 and x4 layers, 1-3 segments: 1.3x-1.8x faster on the GEMM path). The calls
+//   the kernel kept stream 6 or more (CycleGAN 128 -> 64, U-Net 128 -> 64, EnCodec x2,
+//   DeconvNet deconv1, S1-S5), and there it was faster, up to 4x.
+// Empty when the split-K kernel keeps the call.
+constexpr int64_t kWgradGemmMinCin = 256;
+constexpr int64_t kWgradMinSegsPerSplit = 4;
+
+std::string wgrad_gemm_first(const PlanInput& in, const WgradPlan& s) {
+  if (!in.prefer) return "";
+  if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
+  if (in.g.in_channels >= kWgradGemmMinCin)
+    return "C_in=" + std::to_string(in.g.in_channels) +
+           " >= 256: the GEMM path's cuBLAS GEMM earns back its column buffer";
+  if (s.segs_per_split < kWgradMinSegsPerSplit)
+    return std::to_string(s.segs_per_split) + " segment(s) of " + std::to_string(kWgradSegment) +
+           " positions a split (below " + std::to_string(kWgradMinSegsPerSplit) +
+           "): too short to pipeline, the GEMM path";
+  return "";
+}
+
 std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
@@ -428,7 +456,7 @@ std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
                               in.caps.wgrad_regs_x3tf32,    in.caps.wgrad_regs_x3tf32_7warps};
   if (const char* no = wgrad_plan_tiles(shape, g.precision == Precision::highest, dev, plan.wgrad))
     return no;
-  return "";
+  return wgrad_gemm_first(in, plan.wgrad.plan);
 }
 
 // ---- Depthwise direct kernels and the GEMM path (conv_path_rules.h) ---------------------------

@@ -155,22 +155,6 @@ void with_index_type(int64_t total, F&& f) {
   }
 }
 
-// wgrad splits K (the chunk's L columns) into slices when dW is small next to L, so the GEMMs
-// have enough tiles to fill the GPU; the slices' partial dW are summed in slice order by
-// sum_splits_kernel. The split depends on the shape only (bits do not depend on the GPU), and
-// splits * dW elements stays under 2 * kSplitTarget (the partials' workspace).
-constexpr int64_t kMinSplitK = 4096;       // columns per slice at least
-constexpr int64_t kSplitTarget = 1 << 20;  // dW elements times splits to aim at
-constexpr int64_t kMaxSplits = 64;
-constexpr int64_t kMaxSplitGroups = 16;  // one batched GEMM per group: few groups only
-
-int64_t wgrad_splits(const ConvParams& p, int64_t L) {
-  if (p.G > kMaxSplitGroups) return 1;
-  const int64_t elements = p.Ci * p.Cog * p.kH * p.kW;
-  return std::clamp<int64_t>(std::min(L / kMinSplitK, ceil_div(kSplitTarget, elements)), 1,
-                             kMaxSplits);
-}
-
 template <class T>
 void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, const ConvParams& p,
                const ConvOperands& t) {
@@ -187,7 +171,8 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
   T* packed = cols + nb_max * p.Co * taps * positions;
   const int64_t dw_elements = p.Ci * cogk;
   std::shared_ptr<void> split_storage;
-  const int64_t max_splits = pass == ConvPass::wgrad ? wgrad_splits(p, nb_max * positions) : 1;
+  const int64_t max_splits =
+      pass == ConvPass::wgrad ? gemm_wgrad_splits(g, dtype_of<T>(), nb_max * positions) : 1;
   if (max_splits > 1) {
     split_storage = alloc.allocate(max_splits * dw_elements * int64_t{sizeof(T)}, device);
   }
@@ -242,7 +227,7 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
         // The first chunk overwrites dW, the later ones add to it in batch order.
         const bool accumulate = n0 > 0;
         T* dw = t.out.data_ptr<T>();
-        const int64_t splits = wgrad_splits(p, L);
+        const int64_t splits = gemm_wgrad_splits(g, dtype_of<T>(), L);
         if (splits == 1) {
           gemm<T>(handle, g.precision, false, true, p.Cig, cogk, L, packed, L, p.Cig * L, cols, L,
                   cogk * L, accumulate ? T(1) : T(0), dw, cogk, p.Cig * cogk, p.G);

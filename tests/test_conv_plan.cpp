@@ -575,6 +575,115 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   }
 }
 
+// The wgrad kernel of every suite layer at both precisions with H100 caps, as the forced A/B of
+// run 51 measured them (docs/performance.md): the split-K kernel keeps the layers it was faster
+// on (C_in <= 128 with 6 or more segments a split: U-Net 128 -> 64, CycleGAN 128 -> 64, EnCodec
+// x2, DeconvNet deconv1); 256 input channels or more, and short splits (HiFi-GAN x2 / x4), go to
+// the GEMM path; narrow layers to the direct kernels (at "high" the RGB outputs keep the GEMM
+// path's TF32), depthwise layers to theirs.
+TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
+  struct Row {
+    const char *id, *highest, *high;
+  };
+  const Row rows[] = {
+      {"dcgan_g1", "gemm", "gemm"},           {"dcgan_g2", "gemm", "gemm"},
+      {"dcgan_g3", "gemm", "gemm"},           {"dcgan_g4", "gemm", "gemm"},
+      {"dcgan_g5", "direct", "gemm"},         {"unet_up1", "gemm", "gemm"},
+      {"unet_up2", "gemm", "gemm"},           {"unet_up3", "gemm", "gemm"},
+      {"unet_up4", "mma.sync", "mma.sync"},   {"cyclegan_up1", "gemm", "gemm"},
+      {"cyclegan_up2", "mma.sync", "mma.sync"}, {"pix2pix_out", "direct", "gemm"},
+      {"hifigan_v1_up1", "gemm", "gemm"},     {"hifigan_v1_up2", "gemm", "gemm"},
+      {"hifigan_v1_up3", "gemm", "gemm"},     {"hifigan_v1_up4", "gemm", "gemm"},
+      {"hifigan_v3_up1", "gemm", "gemm"},     {"hifigan_v3_up2", "gemm", "gemm"},
+      {"hifigan_v3_up3", "gemm", "gemm"},     {"encodec_up8", "gemm", "gemm"},
+      {"encodec_up5", "gemm", "gemm"},        {"encodec_up4", "gemm", "gemm"},
+      {"encodec_up2", "mma.sync", "mma.sync"}, {"convtasnet_dec", "direct", "direct"},
+      {"grouped_g2", "gemm", "gemm"},         {"grouped_g4", "direct", "direct"},
+      {"grouped_g8", "direct", "direct"},     {"fcn_up2_dw", "depthwise", "depthwise"},
+      {"depthwise_256", "depthwise", "depthwise"}, {"deconvnet_5", "gemm", "gemm"},
+      {"deconvnet_1", "mma.sync", "mma.sync"},
+  };
+  const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
+  ASSERT_EQ(layers.size(), std::size(rows));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    ASSERT_EQ(layers[i].id, rows[i].id);
+    for (Precision precision : {Precision::highest, Precision::high}) {
+      const ConvPlan plan = plan_conv(ConvPass::wgrad, geometry(layers[i], precision),
+                                      DType::float32, DeviceCaps::h100());
+      EXPECT_EQ(plan.kernel, precision == Precision::high ? rows[i].high : rows[i].highest)
+          << plan.describe();
+    }
+  }
+}
+
+// The split-K kernel gives way to the GEMM path for two measured reasons, each named in the
+// plan: 256 input channels or more, and splits of fewer than 4 segments. Preferences, not
+// inabilities: forced, or with preferences off, the split-K kernel runs both.
+TEST(ConvPlan, WgradGivesWideInputsAndShortSplitsToTheGemmPath) {
+  const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 512, 256, 52, 2, 2, 0);
+  const ConvLayerSpec narrower = bench::layer2d("t", "t", 8, 128, 256, 52, 2, 2, 0);
+  const ConvLayerSpec short_rows = bench::layer1d("t", "t", 16, 64, 32, 4096, 4, 2, 1);
+  const ConvLayerSpec long_rows = bench::layer1d("t", "t", 64, 64, 32, 12000, 4, 2, 0);
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    const auto plan = [&](const ConvLayerSpec& l, const std::string& forced = "",
+                          bool prefer = true) {
+      return plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32,
+                       DeviceCaps::h100(), forced, prefer);
+    };
+    const ConvPlan a = plan(wide);
+    EXPECT_EQ(a.kernel, "gemm") << a.describe();
+    EXPECT_NE(reason_of(a, "mma.sync").find("C_in=512 >= 256"), std::string::npos)
+        << a.describe();
+    // The same layer with 128 input channels keeps the split-K kernel.
+    EXPECT_EQ(plan(narrower).kernel, "mma.sync") << plan(narrower).describe();
+    const ConvPlan b = plan(short_rows);
+    EXPECT_EQ(b.kernel, "gemm") << b.describe();
+    EXPECT_NE(reason_of(b, "mma.sync").find("1 segment(s) of 64 positions a split (below 4)"),
+              std::string::npos)
+        << b.describe();
+    // Four times the positions a sample, four times the samples: 12 segments a split.
+    const ConvPlan c = plan(long_rows);
+    EXPECT_EQ(c.kernel, "mma.sync") << c.describe();
+    EXPECT_GE(c.wgrad.plan.segs_per_split, 4) << c.describe();
+    for (const ConvLayerSpec* l : {&wide, &short_rows}) {
+      EXPECT_EQ(plan(*l, "mma.sync").kernel, "mma.sync");
+      EXPECT_EQ(plan(*l, "", /*prefer=*/false).kernel, "mma.sync");
+    }
+  }
+}
+
+// The GEMM path's wgrad slices K finer at "highest" float32 for weights of at most 2^20
+// elements (down to 1024 columns a slice, aiming at 2^23 elements x slices), and keeps the
+// default (4096 columns, 2^20) elsewhere; more than 16 groups never slice.
+TEST(ConvPlan, GemmWgradSlicesFinerForSmallWeightsAtHighest) {
+  using cuda::gemm_wgrad_splits;
+  // HiFi-GAN x2: 64 x 32 x 4 = 8192 elements, L = 16 x 4096 columns.
+  ConvGeometry small = geometry(bench::layer1d("t", "t", 16, 64, 32, 4096, 4, 2, 1),
+                                Precision::highest);
+  const int64_t L = 16 * 4096;
+  EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, L), 64);   // min(65536 / 1024, 2^23 / 8192)
+  EXPECT_EQ(gemm_wgrad_splits(small, DType::float64, L), 16);   // min(65536 / 4096, 2^20 / 8192)
+  EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, 2048), 2);  // 2048 / 1024 columns
+  EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, 512), 1);
+  small.precision = Precision::high;
+  EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, L), 16);
+  // 128 slices at most: 64 x 32 x 1 elements over 2^20 columns would want 1024.
+  ConvGeometry tiny = geometry(bench::layer1d("t", "t", 256, 64, 32, 4096, 1, 1, 0),
+                               Precision::highest);
+  EXPECT_EQ(gemm_wgrad_splits(tiny, DType::float32, int64_t{1} << 20), 128);
+  // DeconvNet deconv5: 512 x 512 x 9 elements, past 2^20: the default at both precisions.
+  ConvGeometry wide = geometry(bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1),
+                               Precision::highest);
+  EXPECT_EQ(gemm_wgrad_splits(wide, DType::float32, 64 * 196), 1);  // min(3, 1)
+  // Exactly 2^20 elements (256 x 256 x 16) still slices finely; more than 16 groups never.
+  ConvGeometry edge = geometry(bench::layer2d("t", "t", 8, 256, 256, 32, 4, 2, 1),
+                               Precision::highest);
+  EXPECT_EQ(gemm_wgrad_splits(edge, DType::float32, 8 * 1024), 8);  // min(8, 2^23 / 2^20)
+  ConvLayerSpec many = bench::layer2d("t", "t", 8, 64, 64, 32, 4, 2, 1);
+  many.groups = 32;
+  EXPECT_EQ(gemm_wgrad_splits(geometry(many, Precision::highest), DType::float32, 1 << 20), 1);
+}
+
 // wgrad of the narrow suite layers: the direct kernels, but depthwise layers keep theirs.
 TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
   for (const ConvLayerSpec& l : bench::decoder_layers()) {
