@@ -230,6 +230,7 @@ struct Options {
   int64_t check_batch = 2;
   std::string json_path;
   std::string kernel;  // set_conv_kernel spec: force a kernel ("" lets the planner choose)
+  bool benchmark_mode = false;  // set_conv_benchmark: tgrad times its candidates per cell
   double peak_flops_highest = 50e12;
   double peak_flops_high = 380e12;
   double peak_bw = 4.3e12;
@@ -512,7 +513,8 @@ nlohmann::json to_json(const Options& opt, const nlohmann::json& env,
                   {"peak_bw", opt.peak_bw},
                   {"deterministic_cudnn", opt.deterministic_cudnn},
                   {"seed", opt.seed},
-                  {"forced_kernel", opt.kernel}};
+                  {"forced_kernel", opt.kernel},
+                  {"benchmark_mode", opt.benchmark_mode}};
   j["results"] = nlohmann::json::array();
   for (const Row& r : rows) {
     nlohmann::json o = {{"workload", r.workload}, {"pass", r.pass},   {"precision", r.precision},
@@ -565,6 +567,8 @@ int run(const Options& opt) {
     return 2;
   }
   tgrad::set_conv_kernel(opt.kernel);  // an unknown name throws here, before any work
+  // The first call of a cell (a warm-up run) times tgrad's candidates, as cuDNN's search does.
+  tgrad::set_conv_benchmark(opt.benchmark_mode);
   BENCH_CUDA_CHECK(cudaSetDevice(0));
   cudaDeviceProp prop{};
   BENCH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -699,6 +703,10 @@ int main(int argc, char** argv) {
       "force tgrad's conv kernel: a name (wgmma, mma.sync, batch-igemm, depthwise, direct, gemm, "
       "fma) or fwd=..,dgrad=..,"
       "wgrad=.. (set_conv_kernel); cells it cannot run report the planner's reason");
+  app.add_flag("--benchmark-mode", opt.benchmark_mode,
+               "tgrad's benchmark mode (set_conv_benchmark): each cell runs the fastest of the "
+               "kernels that can take it, timed on first use, as cuDNN's search picks its "
+               "algorithm");
   CLI11_PARSE(app, argc, argv);
   if (opt.check && repeats->count() == 0) opt.repeats = 5;
   try {

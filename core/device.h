@@ -74,4 +74,14 @@ bool get_conv_trace();
 void set_conv_kernel(const std::string& spec);
 std::string get_conv_kernel();
 
+// Benchmark mode, as torch.backends.cudnn.benchmark (off by default; TGRAD_CONV_BENCHMARK=1 in
+// the environment turns it on at start): the first CUDA conv_transpose call of each (pass,
+// geometry, dtype and precision, device model) runs every kernel that can take it on the call's
+// own tensors, times them, and keeps the fastest for the later calls of the same inputs (the
+// trace line then lists each candidate's time). Every kernel is deterministic, so a geometry's
+// results stay bit-identical from call to call; which kernel wins may differ between runs of a
+// program, as with cuDNN's search. A kernel forced with set_conv_kernel takes precedence.
+void set_conv_benchmark(bool enabled);
+bool get_conv_benchmark();
+
 }  // namespace tgrad

@@ -1,4 +1,5 @@
-// conv_device_caps (conv_caps.h): the attributes the planner reads, queried once per device.
+// conv_device_caps (conv_caps.h): the attributes the planner reads, queried once per device; and
+// time_conv_plan, benchmark mode's timer.
 #include "cuda/conv_caps.h"
 
 #include <cuda_runtime.h>
@@ -33,6 +34,36 @@ const DeviceCaps& conv_device_caps(int device) {
   c.wgmma_compiled = true;
   wgrad_tc_registers(c);
   return cache.emplace(device, c).first->second;
+}
+
+namespace {
+
+// A CUDA event, destroyed with its owner.
+class Event {
+ public:
+  Event() { TGRAD_CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+double time_conv_plan(const ConvRunner& run, const ConvPlan& plan) {
+  run(plan);
+  const Event start, stop;
+  TGRAD_CUDA_CHECK(cudaEventRecord(start.get(), nullptr));
+  for (int i = 0; i < kConvBenchmarkRuns; ++i)
+    run(plan);
+  TGRAD_CUDA_CHECK(cudaEventRecord(stop.get(), nullptr));
+  TGRAD_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+  float ms = 0.0f;
+  TGRAD_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  return static_cast<double>(ms) / kConvBenchmarkRuns;
 }
 
 }  // namespace tgrad::cuda

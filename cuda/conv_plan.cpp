@@ -648,6 +648,12 @@ std::string ConvPlan::describe() const {
   if (declined.empty()) os << " none";
   for (size_t i = 0; i < declined.size(); ++i)
     os << (i ? "; " : " ") << declined[i].kernel << " (" << declined[i].reason << ")";
+  if (!timed.empty()) {
+    os << "; benchmarked, fastest kept:";
+    os.precision(3);
+    for (size_t i = 0; i < timed.size(); ++i)
+      os << (i ? ", " : " ") << timed[i].first << " " << std::fixed << timed[i].second << " ms";
+  }
   return os.str();
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,9 @@ struct ConvPlan {
   std::vector<Declined> declined;
   // What the trace prints: pass, geometry, dtype/precision, kernel and configuration, declined.
   std::string geometry;  // ConvGeometry::str() and the dtype/precision
+  // Benchmark mode (run_conv_call): each timed candidate with its time, in table order, when
+  // this plan is the fastest of them; empty otherwise.
+  std::vector<std::pair<std::string, double>> timed;
   std::string describe() const;
   // The kernel with its mode, as docs/performance.md's "kernel" column writes it: "wgmma, fill",
   // "wgmma, 2 taps in flight, row fold", "mma.sync", "wgrad (mma.sync)", "fma", ...
@@ -131,6 +135,22 @@ bool conv_preferences();
 std::shared_ptr<const ConvPlan> plan_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype,
                                                const DeviceCaps& caps);
 
+// Runs one call of a launcher: `run` executes a plan on the call's tensors (it may throw
+// tgrad::Error). Without benchmark mode, or with a kernel forced for the pass, it runs
+// plan_conv_call's plan. In benchmark mode it runs the plan this process found fastest for the
+// same inputs (PlanKey), and on the first such call first times every plan that can run the call
+// (the planner's, then each other kernel forced; `time` returns milliseconds of one run, and a
+// candidate other than the planner's that throws is skipped), keeps the fastest (ties go to the
+// earlier one, the planner's first), and then runs it, so the outputs hold its results.
+// last_conv_plan and the trace see the plan that ran.
+using ConvRunner = std::function<void(const ConvPlan&)>;
+using ConvTimer = std::function<double(const ConvRunner&, const ConvPlan&)>;
+void run_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
+                   const ConvRunner& run, const ConvTimer& time);
+
+// Plans kept by benchmark mode now: for tests.
+size_t conv_plans_benchmarked();
+
 // The cache holds at most this many plans; a new one past it empties the cache first, so a
 // program sweeping many geometries cannot grow it without bound.
 inline constexpr size_t kMaxCachedConvPlans = 4096;
@@ -144,5 +164,6 @@ ConvPlan last_conv_plan(ConvPass pass);
 // The settings behind set_conv_trace / set_conv_kernel (core/device.h), environment included.
 bool conv_trace_enabled();
 std::string conv_kernel_forced(ConvPass pass);
+bool conv_benchmark_enabled();
 
 }  // namespace tgrad::cuda

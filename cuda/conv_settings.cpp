@@ -1,6 +1,8 @@
-// The conv trace and kernel override (set_conv_trace / set_conv_kernel of core/device.h, and
-// TGRAD_CONV_TRACE / TGRAD_CONV_KERNEL, read once), plan_conv_call, which applies them around
-// plan_conv and caches its plans, and the last plan of each pass. Plain C++, in every build.
+// The conv trace, kernel override and benchmark mode (set_conv_trace / set_conv_kernel /
+// set_conv_benchmark of core/device.h, and TGRAD_CONV_TRACE / TGRAD_CONV_KERNEL /
+// TGRAD_CONV_BENCHMARK, read once), plan_conv_call, which applies them around plan_conv and
+// caches its plans, run_conv_call (benchmark mode's timed choice), and the last plan of each
+// pass. Plain C++, in every build.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -63,11 +65,14 @@ struct PlanKeyHash {
 
 struct ConvSettings {
   bool trace = false;
+  bool benchmark = false;
   std::string spec;                   // as set, for get_conv_kernel
   std::array<std::string, 3> forced;  // per ConvPass; empty: the planner chooses
   std::string env_error;              // a bad TGRAD_CONV_KERNEL, reported at every conv call
   std::array<std::shared_ptr<const ConvPlan>, 3> last;  // null until a call of the pass
   std::unordered_map<PlanKey, std::shared_ptr<const ConvPlan>, PlanKeyHash> plans;
+  // Benchmark mode's choices, keyed like plans (forced always empty: forcing bypasses the mode).
+  std::unordered_map<PlanKey, std::shared_ptr<const ConvPlan>, PlanKeyHash> benchmarked;
 };
 
 bool kernel_of_pass(const std::string& name, ConvPass pass) {
@@ -123,6 +128,8 @@ ConvSettings& settings() {
     ConvSettings init;
     const char* trace = std::getenv("TGRAD_CONV_TRACE");
     init.trace = trace != nullptr && std::string(trace) == "1";
+    const char* benchmark = std::getenv("TGRAD_CONV_BENCHMARK");
+    init.benchmark = benchmark != nullptr && std::string(benchmark) == "1";
     const char* kernel = std::getenv("TGRAD_CONV_KERNEL");
     if (kernel != nullptr) {
       try {
@@ -142,6 +149,11 @@ ConvSettings& settings() {
 bool conv_trace_enabled() {
   std::lock_guard<std::mutex> lock(mutex());
   return settings().trace;
+}
+
+bool conv_benchmark_enabled() {
+  std::lock_guard<std::mutex> lock(mutex());
+  return settings().benchmark;
 }
 
 std::string conv_kernel_forced(ConvPass pass) {
@@ -198,6 +210,76 @@ std::shared_ptr<const ConvPlan> plan_conv_call(ConvPass pass, const ConvGeometry
   return record(s, std::move(plan));
 }
 
+void run_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
+                   const ConvRunner& run, const ConvTimer& time) {
+  PlanKey key{pass, g, dtype, caps, {}, g_preferences.load()};
+  bool benchmark = false;
+  std::shared_ptr<const ConvPlan> hit;
+  {
+    std::lock_guard<std::mutex> lock(mutex());
+    ConvSettings& s = settings();
+    TGRAD_CHECK(s.env_error.empty(), s.env_error);
+    benchmark = s.benchmark && s.forced[static_cast<size_t>(pass)].empty();
+    if (benchmark) {
+      if (const auto it = s.benchmarked.find(key); it != s.benchmarked.end())
+        hit = record(s, it->second);
+    }
+  }
+  if (hit) {
+    run(*hit);  // outside the lock: other threads' calls do not wait for this one's kernels
+    return;
+  }
+  if (!benchmark) {
+    run(*plan_conv_call(pass, g, dtype, caps));
+    return;
+  }
+  // The planner's plan first, so that a tie keeps it, then every other kernel of the pass that
+  // can run the call when forced. Timed outside the lock: the runs take milliseconds.
+  std::vector<ConvPlan> plans{plan_conv(pass, g, dtype, caps, "", key.prefer)};
+  for (const Candidate& c : conv_candidates()) {
+    if (c.pass != pass || plans.front().kernel == c.kernel) continue;
+    try {
+      plans.push_back(plan_conv(pass, g, dtype, caps, c.kernel));
+    } catch (const Error&) {
+      // This kernel cannot run the call.
+    }
+  }
+  std::vector<std::pair<std::string, double>> timed;
+  size_t best = 0;
+  double best_ms = 0.0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    double ms = 0.0;
+    if (i == 0) {
+      ms = time(run, plans[i]);  // the planner's own plan must run: its error is the call's
+    } else {
+      try {
+        ms = time(run, plans[i]);
+      } catch (const Error&) {
+        continue;  // e.g. its workspace did not fit next to the caller's tensors
+      }
+    }
+    timed.emplace_back(plans[i].label(), ms);
+    if (i == 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  auto chosen = std::make_shared<ConvPlan>(std::move(plans[best]));
+  chosen->timed = std::move(timed);
+  std::shared_ptr<const ConvPlan> plan;
+  {
+    decltype(ConvSettings::benchmarked) dropped;  // freed after the lock, as in plan_conv_call
+    std::lock_guard<std::mutex> lock(mutex());
+    ConvSettings& s = settings();
+    if (s.benchmarked.size() >= kMaxCachedConvPlans) dropped.swap(s.benchmarked);
+    // A thread that benchmarked the same key meanwhile keeps its choice: one plan per key.
+    plan = record(s, s.benchmarked.emplace(std::move(key), std::move(chosen)).first->second);
+  }
+  run(*plan);
+}
+
+size_t conv_plans_benchmarked() {
+  std::lock_guard<std::mutex> lock(mutex());
+  return settings().benchmarked.size();
+}
+
 size_t conv_plans_cached() {
   std::lock_guard<std::mutex> lock(mutex());
   return settings().plans.size();
@@ -221,6 +303,15 @@ void set_conv_trace(bool enabled) {
 
 bool get_conv_trace() {
   return cuda::conv_trace_enabled();
+}
+
+void set_conv_benchmark(bool enabled) {
+  std::lock_guard<std::mutex> lock(cuda::mutex());
+  cuda::settings().benchmark = enabled;
+}
+
+bool get_conv_benchmark() {
+  return cuda::conv_benchmark_enabled();
 }
 
 void set_conv_kernel(const std::string& spec) {

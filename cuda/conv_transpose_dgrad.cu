@@ -80,43 +80,43 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   if (total == 0) return;
   DeviceGuard guard(dx.device());
   const int device = dx.device().index();
-  const std::shared_ptr<const ConvPlan> planned =
-      plan_conv_call(ConvPass::dgrad, g, dx.dtype(), conv_device_caps(device));
-  const ConvPlan& plan = *planned;  // shared with the plan cache, not copied
   // One branch per kernel the planner may name for this pass (conv_candidates()).
-  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
-      plan.kernel == kKernelGemm) {
-    const ConvOperands operands{dy, w, nullptr, dx};
-    if (plan.kernel == kKernelDepthwise)
-      conv_depthwise_run(alloc, ConvPass::dgrad, g, operands);
-    else if (plan.kernel == kKernelDirect)
-      conv_direct_run(alloc, ConvPass::dgrad, plan.direct, g, operands);
-    else
-      conv_gemm_run(alloc, ConvPass::dgrad, g, operands);
-    return;
-  }
-  if (plan.kernel == kKernelBatchIgemm) {
-    conv_batch_igemm(alloc, ConvPass::dgrad, plan.batch, g, dy.data_ptr<float>(),
-                     w.data_ptr<float>(), nullptr, dx.data_ptr<float>(), device);
-    return;
-  }
-  if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {
-    // The implicit GEMM (wgmma or mma.sync): src = dy, M = C_in, channels = C_out.
-    IgemmProblem q = plan.igemm;
-    q.src = dy.data_ptr<float>();
-    q.bias = nullptr;
-    q.out = dx.data_ptr<float>();
-    conv_igemm(alloc, plan, q, w.data_ptr<float>(), device);
-    return;
-  }
-  TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_dgrad: no launcher for kernel '",
-              plan.kernel, "'");
-  dispatch_float(dx.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    conv_transpose_dgrad_kernel<T>
-        <<<grid_for(total), kThreads>>>(dy.data_ptr<T>(), w.data_ptr<T>(), dx.data_ptr<T>(), p);
-    TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_dgrad_kernel");
-  });
+  const auto run = [&](const ConvPlan& plan) {
+    if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
+        plan.kernel == kKernelGemm) {
+      const ConvOperands operands{dy, w, nullptr, dx};
+      if (plan.kernel == kKernelDepthwise)
+        conv_depthwise_run(alloc, ConvPass::dgrad, g, operands);
+      else if (plan.kernel == kKernelDirect)
+        conv_direct_run(alloc, ConvPass::dgrad, plan.direct, g, operands);
+      else
+        conv_gemm_run(alloc, ConvPass::dgrad, g, operands);
+      return;
+    }
+    if (plan.kernel == kKernelBatchIgemm) {
+      conv_batch_igemm(alloc, ConvPass::dgrad, plan.batch, g, dy.data_ptr<float>(),
+                       w.data_ptr<float>(), nullptr, dx.data_ptr<float>(), device);
+      return;
+    }
+    if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {
+      // The implicit GEMM (wgmma or mma.sync): src = dy, M = C_in, channels = C_out.
+      IgemmProblem q = plan.igemm;
+      q.src = dy.data_ptr<float>();
+      q.bias = nullptr;
+      q.out = dx.data_ptr<float>();
+      conv_igemm(alloc, plan, q, w.data_ptr<float>(), device);
+      return;
+    }
+    TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_dgrad: no launcher for kernel '",
+                plan.kernel, "'");
+    dispatch_float(dx.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      conv_transpose_dgrad_kernel<T>
+          <<<grid_for(total), kThreads>>>(dy.data_ptr<T>(), w.data_ptr<T>(), dx.data_ptr<T>(), p);
+      TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_dgrad_kernel");
+    });
+  };
+  run_conv_call(ConvPass::dgrad, g, dx.dtype(), conv_device_caps(device), run, time_conv_plan);
 }
 
 }  // namespace tgrad::cuda

@@ -95,44 +95,44 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
   if (total == 0) return;
   DeviceGuard guard(y.device());
   const int device = y.device().index();
-  const std::shared_ptr<const ConvPlan> planned =
-      plan_conv_call(ConvPass::forward, g, y.dtype(), conv_device_caps(device));
-  const ConvPlan& plan = *planned;  // shared with the plan cache, not copied
   // One branch per kernel the planner may name for this pass (conv_candidates()).
-  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
-      plan.kernel == kKernelGemm) {
-    const ConvOperands operands{x, w, b, y};
-    if (plan.kernel == kKernelDepthwise)
-      conv_depthwise_run(alloc, ConvPass::forward, g, operands);
-    else if (plan.kernel == kKernelDirect)
-      conv_direct_run(alloc, ConvPass::forward, plan.direct, g, operands);
-    else
-      conv_gemm_run(alloc, ConvPass::forward, g, operands);
-    return;
-  }
-  if (plan.kernel == kKernelBatchIgemm) {
-    conv_batch_igemm(alloc, ConvPass::forward, plan.batch, g, x.data_ptr<float>(),
-                     w.data_ptr<float>(), b ? b->data_ptr<float>() : nullptr, y.data_ptr<float>(),
-                     device);
-    return;
-  }
-  if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {
-    // The implicit GEMM (wgmma or mma.sync): src = x, M = C_out, channels = C_in.
-    IgemmProblem q = plan.igemm;
-    q.src = x.data_ptr<float>();
-    q.bias = b ? b->data_ptr<float>() : nullptr;
-    q.out = y.data_ptr<float>();
-    conv_igemm(alloc, plan, q, w.data_ptr<float>(), device);
-    return;
-  }
-  TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_forward: no launcher for kernel '",
-              plan.kernel, "'");
-  dispatch_float(y.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    conv_transpose_fwd_kernel<T><<<grid_for(total), kThreads>>>(
-        x.data_ptr<T>(), w.data_ptr<T>(), b ? b->data_ptr<T>() : nullptr, y.data_ptr<T>(), p);
-    TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_fwd_kernel");
-  });
+  const auto run = [&](const ConvPlan& plan) {
+    if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
+        plan.kernel == kKernelGemm) {
+      const ConvOperands operands{x, w, b, y};
+      if (plan.kernel == kKernelDepthwise)
+        conv_depthwise_run(alloc, ConvPass::forward, g, operands);
+      else if (plan.kernel == kKernelDirect)
+        conv_direct_run(alloc, ConvPass::forward, plan.direct, g, operands);
+      else
+        conv_gemm_run(alloc, ConvPass::forward, g, operands);
+      return;
+    }
+    if (plan.kernel == kKernelBatchIgemm) {
+      conv_batch_igemm(alloc, ConvPass::forward, plan.batch, g, x.data_ptr<float>(),
+                       w.data_ptr<float>(), b ? b->data_ptr<float>() : nullptr,
+                       y.data_ptr<float>(), device);
+      return;
+    }
+    if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {
+      // The implicit GEMM (wgmma or mma.sync): src = x, M = C_out, channels = C_in.
+      IgemmProblem q = plan.igemm;
+      q.src = x.data_ptr<float>();
+      q.bias = b ? b->data_ptr<float>() : nullptr;
+      q.out = y.data_ptr<float>();
+      conv_igemm(alloc, plan, q, w.data_ptr<float>(), device);
+      return;
+    }
+    TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_forward: no launcher for kernel '",
+                plan.kernel, "'");
+    dispatch_float(y.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      conv_transpose_fwd_kernel<T><<<grid_for(total), kThreads>>>(
+          x.data_ptr<T>(), w.data_ptr<T>(), b ? b->data_ptr<T>() : nullptr, y.data_ptr<T>(), p);
+      TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_fwd_kernel");
+    });
+  };
+  run_conv_call(ConvPass::forward, g, y.dtype(), conv_device_caps(device), run, time_conv_plan);
 }
 
 }  // namespace tgrad::cuda

@@ -447,49 +447,49 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
     return;
   }
   const int device = dw.device().index();
-  const std::shared_ptr<const ConvPlan> planned =
-      plan_conv_call(ConvPass::wgrad, g, dw.dtype(), conv_device_caps(device));
-  const ConvPlan& plan = *planned;  // shared with the plan cache, not copied
-  if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
-      plan.kernel == kKernelGemm) {
-    const ConvOperands operands{x, dy, nullptr, dw};
-    if (plan.kernel == kKernelDepthwise)
-      conv_depthwise_run(alloc, ConvPass::wgrad, g, operands);
-    else if (plan.kernel == kKernelDirect)
-      conv_direct_run(alloc, ConvPass::wgrad, plan.direct, g, operands);
-    else
-      conv_gemm_run(alloc, ConvPass::wgrad, g, operands);
-    return;
-  }
-  if (plan.kernel == kKernelMmaSync) {
-    wgrad_tc_launch(alloc, plan.wgrad, p, x, dy, dw);
-    return;
-  }
-  TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_wgrad: no launcher for kernel '",
-              plan.kernel, "'");
-  const int64_t tiles = p.Ci * ceil_div(p.Cog, kTileCo) * p.kH * p.kW;
-  const int64_t chunks = plan.fma_chunks, chunk_len = plan.fma_chunk_len;
-  const unsigned blocks = static_cast<unsigned>(min_i64(tiles * chunks, kMaxBlocks));
-
-  dispatch_float(dw.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if (chunks == 1) {
-      conv_transpose_wgrad_kernel<T, T><<<blocks, kThreads>>>(
-          x.data_ptr<T>(), dy.data_ptr<T>(), dw.data_ptr<T>(), p, chunks, chunk_len);
-      TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_wgrad_kernel");
+  // One branch per kernel the planner may name for this pass (conv_candidates()).
+  const auto run = [&](const ConvPlan& plan) {
+    if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
+        plan.kernel == kKernelGemm) {
+      const ConvOperands operands{x, dy, nullptr, dw};
+      if (plan.kernel == kKernelDepthwise)
+        conv_depthwise_run(alloc, ConvPass::wgrad, g, operands);
+      else if (plan.kernel == kKernelDirect)
+        conv_direct_run(alloc, ConvPass::wgrad, plan.direct, g, operands);
+      else
+        conv_gemm_run(alloc, ConvPass::wgrad, g, operands);
       return;
     }
-    // The partials live until this scope ends; the stream orders their reuse after stage 2.
-    std::shared_ptr<void> storage =
-        alloc.allocate(elements * chunks * int64_t{sizeof(double)}, dw.device().index());
-    double* partials = static_cast<double*>(storage.get());
-    conv_transpose_wgrad_kernel<T, double>
-        <<<blocks, kThreads>>>(x.data_ptr<T>(), dy.data_ptr<T>(), partials, p, chunks, chunk_len);
-    TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_wgrad_kernel");
-    sum_chunks_kernel<T>
-        <<<grid_for(elements), kThreads>>>(partials, dw.data_ptr<T>(), elements, chunks);
-    TGRAD_CUDA_CHECK_LAUNCH("sum_chunks_kernel");
-  });
+    if (plan.kernel == kKernelMmaSync) {
+      wgrad_tc_launch(alloc, plan.wgrad, p, x, dy, dw);
+      return;
+    }
+    TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_wgrad: no launcher for kernel '",
+                plan.kernel, "'");
+    const int64_t tiles = p.Ci * ceil_div(p.Cog, kTileCo) * p.kH * p.kW;
+    const int64_t chunks = plan.fma_chunks, chunk_len = plan.fma_chunk_len;
+    const unsigned blocks = static_cast<unsigned>(min_i64(tiles * chunks, kMaxBlocks));
+    dispatch_float(dw.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if (chunks == 1) {
+        conv_transpose_wgrad_kernel<T, T><<<blocks, kThreads>>>(
+            x.data_ptr<T>(), dy.data_ptr<T>(), dw.data_ptr<T>(), p, chunks, chunk_len);
+        TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_wgrad_kernel");
+        return;
+      }
+      // The partials live until this scope ends; the stream orders their reuse after stage 2.
+      std::shared_ptr<void> storage =
+          alloc.allocate(elements * chunks * int64_t{sizeof(double)}, dw.device().index());
+      double* partials = static_cast<double*>(storage.get());
+      conv_transpose_wgrad_kernel<T, double><<<blocks, kThreads>>>(
+          x.data_ptr<T>(), dy.data_ptr<T>(), partials, p, chunks, chunk_len);
+      TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_wgrad_kernel");
+      sum_chunks_kernel<T>
+          <<<grid_for(elements), kThreads>>>(partials, dw.data_ptr<T>(), elements, chunks);
+      TGRAD_CUDA_CHECK_LAUNCH("sum_chunks_kernel");
+    });
+  };
+  run_conv_call(ConvPass::wgrad, g, dw.dtype(), conv_device_caps(device), run, time_conv_plan);
 }
 
 void conv_transpose_bias_grad(CachingAllocator& alloc, const ConvGeometry& g, const Tensor& dy,

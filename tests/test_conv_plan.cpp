@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -430,6 +431,192 @@ TEST(ConvPlanCuda, ForcedKernelsRunAndAgree) {
       [&] { conv_transpose2d(xg, wg, Tensor(), ConvTranspose2dFuncOptions().groups(4)); });
   EXPECT_NE(e.find("'wgmma'"), std::string::npos) << e;
   EXPECT_NE(e.find("groups=4"), std::string::npos) << e;
+}
+
+// Benchmark mode on the CPU, with a fake runner and timer (run_conv_call is plain C++): every
+// kernel that can run the call is timed once, the fastest is kept for the later calls of the same
+// inputs and runs last, a tie keeps the planner's plan, a candidate that throws is skipped, and
+// a forced kernel or the mode off bypasses the timing. Each test uses geometries of its own:
+// the mode's plans are process-wide.
+struct BenchmarkMode {
+  BenchmarkMode() { set_conv_benchmark(true); }
+  ~BenchmarkMode() {
+    set_conv_benchmark(false);
+    set_conv_kernel("");
+  }
+};
+
+struct FakeCalls {
+  std::vector<std::string> ran;  // every run, timed or not
+  int timed = 0;
+  std::function<double(const std::string&)> ms = [](const std::string&) { return 1.0; };
+  cuda::ConvRunner runner() {
+    return [this](const ConvPlan& p) { ran.push_back(p.kernel); };
+  }
+  cuda::ConvTimer timer() {
+    return [this](const cuda::ConvRunner& run, const ConvPlan& p) {
+      ++timed;
+      run(p);
+      return ms(p.kernel);
+    };
+  }
+};
+
+// The kernels that can run `pass` of g when forced: the planner's first, then the table's order.
+std::vector<std::string> runnable(ConvPass pass, const ConvGeometry& g) {
+  const std::string planned = plan_conv(pass, g, DType::float32, DeviceCaps::h100()).kernel;
+  std::vector<std::string> names{planned};
+  for (const std::string& k : candidates(pass)) {
+    if (k == planned) continue;
+    try {
+      plan_conv(pass, g, DType::float32, DeviceCaps::h100(), k);
+      names.push_back(k);
+    } catch (const Error&) {
+    }
+  }
+  return names;
+}
+
+TEST(ConvPlanBenchmark, TimesEachRunnableKernelOnceAndKeepsTheFastest) {
+  const BenchmarkMode on;
+  EXPECT_TRUE(get_conv_benchmark());
+  const ConvGeometry g =
+      geometry(bench::layer2d("t", "t", 7, 512, 256, 52, 2, 2, 0), Precision::high);
+  const std::vector<std::string> names = runnable(ConvPass::wgrad, g);
+  ASSERT_GE(names.size(), 3u);  // gemm (the planner's), mma.sync, direct forced, fma
+  EXPECT_EQ(names.front(), "gemm");
+  FakeCalls calls;
+  calls.ms = [](const std::string& k) { return k == "mma.sync" ? 0.25 : k == "fma" ? 0.5 : 1.0; };
+  const size_t kept = cuda::conv_plans_benchmarked();
+  cuda::run_conv_call(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100(), calls.runner(),
+                      calls.timer());
+  EXPECT_EQ(calls.timed, static_cast<int>(names.size()));
+  ASSERT_EQ(calls.ran.size(), names.size() + 1);
+  for (size_t i = 0; i < names.size(); ++i)
+    EXPECT_EQ(calls.ran[i], names[i]);
+  EXPECT_EQ(calls.ran.back(), "mma.sync");  // the outputs hold the fastest kernel's results
+  const ConvPlan last = cuda::last_conv_plan(ConvPass::wgrad);
+  EXPECT_EQ(last.kernel, "mma.sync");
+  ASSERT_EQ(last.timed.size(), names.size());
+  EXPECT_EQ(last.timed.front().first, "wgrad (gemm)");
+  EXPECT_DOUBLE_EQ(last.timed.front().second, 1.0);
+  EXPECT_NE(last.describe().find("benchmarked, fastest kept: wgrad (gemm) 1.000 ms"),
+            std::string::npos)
+      << last.describe();
+  EXPECT_EQ(cuda::conv_plans_benchmarked(), kept + 1);
+  // The same inputs again: no timing, the kept plan.
+  cuda::run_conv_call(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100(), calls.runner(),
+                      calls.timer());
+  EXPECT_EQ(calls.timed, static_cast<int>(names.size()));
+  EXPECT_EQ(calls.ran.back(), "mma.sync");
+  EXPECT_EQ(cuda::conv_plans_benchmarked(), kept + 1);
+  // Another precision is another key: timed again.
+  ConvGeometry highest = g;
+  highest.precision = Precision::highest;
+  cuda::run_conv_call(ConvPass::wgrad, highest, DType::float32, DeviceCaps::h100(),
+                      calls.runner(), calls.timer());
+  EXPECT_GT(calls.timed, static_cast<int>(names.size()));
+}
+
+TEST(ConvPlanBenchmark, TiesKeepThePlannersPlanAndThrowingCandidatesAreSkipped) {
+  const BenchmarkMode on;
+  const ConvGeometry g =
+      geometry(bench::layer2d("t", "t", 5, 128, 64, 40, 4, 2, 1), Precision::highest);
+  const std::vector<std::string> names = runnable(ConvPass::forward, g);
+  ASSERT_GE(names.size(), 2u);
+  FakeCalls ties;  // every kernel 1.0 ms
+  cuda::run_conv_call(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), ties.runner(),
+                      ties.timer());
+  EXPECT_EQ(cuda::last_conv_plan(ConvPass::forward).kernel, names.front());
+  EXPECT_EQ(ties.ran.back(), names.front());
+
+  // The second runnable kernel would win, but its runs throw: it is left out of the timings.
+  ConvGeometry g2 = g;
+  g2.batch = 6;
+  FakeCalls failing;
+  const std::string broken = names[1];
+  failing.ms = [](const std::string&) { return 1.0; };
+  cuda::ConvTimer time = [&](const cuda::ConvRunner& run, const ConvPlan& p) -> double {
+    ++failing.timed;
+    if (p.kernel == broken) TGRAD_FAIL("workspace did not fit");
+    run(p);
+    return 2.0;
+  };
+  cuda::run_conv_call(ConvPass::forward, g2, DType::float32, DeviceCaps::h100(), failing.runner(),
+                      time);
+  const ConvPlan last = cuda::last_conv_plan(ConvPass::forward);
+  EXPECT_EQ(last.kernel, names.front());
+  EXPECT_EQ(last.timed.size(), names.size() - 1);
+  for (const auto& t : last.timed)
+    EXPECT_EQ(t.first.find(broken), std::string::npos) << t.first;
+  // The planner's own plan throwing is the call's error.
+  ConvGeometry g3 = g;
+  g3.batch = 9;
+  const std::string planned = names.front();
+  cuda::ConvTimer fails = [&](const cuda::ConvRunner&, const ConvPlan& p) -> double {
+    if (p.kernel == planned) TGRAD_FAIL("out of memory");
+    return 1.0;
+  };
+  FakeCalls none;
+  const std::string e = testing::error_of([&] {
+    cuda::run_conv_call(ConvPass::forward, g3, DType::float32, DeviceCaps::h100(), none.runner(),
+                        fails);
+  });
+  EXPECT_NE(e.find("out of memory"), std::string::npos) << e;
+  EXPECT_TRUE(none.ran.empty());
+}
+
+TEST(ConvPlanBenchmark, AForcedKernelOrTheModeOffSkipsTheTiming) {
+  const ConvGeometry g =
+      geometry(bench::layer1d("t", "t", 11, 64, 32, 1000, 4, 2, 1), Precision::high);
+  {
+    const BenchmarkMode on;
+    set_conv_kernel("wgrad=fma");
+    FakeCalls calls;
+    cuda::run_conv_call(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100(), calls.runner(),
+                        calls.timer());
+    EXPECT_EQ(calls.timed, 0);
+    EXPECT_EQ(calls.ran, std::vector<std::string>{"fma"});
+  }
+  EXPECT_FALSE(get_conv_benchmark());
+  FakeCalls calls;
+  cuda::run_conv_call(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100(), calls.runner(),
+                      calls.timer());
+  EXPECT_EQ(calls.timed, 0);
+  ASSERT_EQ(calls.ran.size(), 1u);
+  EXPECT_EQ(calls.ran[0], plan_conv(ConvPass::wgrad, g, DType::float32, DeviceCaps::h100()).kernel);
+  EXPECT_TRUE(cuda::last_conv_plan(ConvPass::wgrad).timed.empty());
+}
+
+// On a GPU: benchmark mode times real kernels, keeps one per geometry, and its results are the
+// bits of that kernel run forced, call after call.
+TEST(ConvPlanCuda, BenchmarkModeRunsTheFastestKernelAndKeepsItsBits) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  const BenchmarkMode on;
+  manual_seed(11);
+  const TensorOptions opt = TensorOptions().device(Device(kCUDA));
+  const Tensor x = randn({3, 96, 20, 20}, opt), w = randn({96, 48, 4, 4}, opt) * 0.05;
+  const Tensor dy = randn({3, 48, 40, 40}, opt);
+  const auto passes = [&] {
+    const Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
+    const Tensor y = conv_transpose2d(xr, wr, Tensor(), ConvTranspose2dFuncOptions().stride(2).padding(1));
+    sum(y * dy).backward();
+    return std::vector<std::vector<float>>{y.detach().to(Device(kCPU)).to_vector<float>(),
+                                           xr.grad().to(Device(kCPU)).to_vector<float>(),
+                                           wr.grad().to(Device(kCPU)).to_vector<float>()};
+  };
+  const std::vector<std::vector<float>> first = passes();
+  std::string spec;
+  for (ConvPass pass : kPasses) {
+    const ConvPlan plan = cuda::last_conv_plan(pass);
+    EXPECT_GE(plan.timed.size(), 2u) << plan.describe();  // fma runs every call, at least
+    spec += std::string(spec.empty() ? "" : ",") + cuda::conv_pass_name(pass) + "=" + plan.kernel;
+  }
+  EXPECT_EQ(passes(), first);  // the kept plans again
+  for (ConvPass pass : kPasses)
+    EXPECT_FALSE(cuda::last_conv_plan(pass).timed.empty());
+  set_conv_kernel(spec);  // the winners forced: the same bits
+  EXPECT_EQ(passes(), first) << spec;
 }
 
 // The rows of the depthwise kernels and the GEMM path decline with their reasons.
