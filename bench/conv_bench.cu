@@ -229,7 +229,7 @@ struct Options {
   bool check = false;
   int64_t check_batch = 2;
   std::string json_path;
-  std::string kernel;  // set_conv_kernel spec: force a kernel ("" lets the planner choose)
+  std::string kernel;           // set_conv_kernel spec: force a kernel ("" lets the planner choose)
   bool benchmark_mode = false;  // set_conv_benchmark: tgrad times its candidates per cell
   double peak_flops_highest = 50e12;
   double peak_flops_high = 380e12;

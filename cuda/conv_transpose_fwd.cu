@@ -110,8 +110,8 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
     }
     if (plan.kernel == kKernelBatchIgemm) {
       conv_batch_igemm(alloc, ConvPass::forward, plan.batch, g, x.data_ptr<float>(),
-                       w.data_ptr<float>(), b ? b->data_ptr<float>() : nullptr,
-                       y.data_ptr<float>(), device);
+                       w.data_ptr<float>(), b ? b->data_ptr<float>() : nullptr, y.data_ptr<float>(),
+                       device);
       return;
     }
     if (plan.kernel == kKernelWgmma || plan.kernel == kKernelMmaSync) {

@@ -481,8 +481,8 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
       std::shared_ptr<void> storage =
           alloc.allocate(elements * chunks * int64_t{sizeof(double)}, dw.device().index());
       double* partials = static_cast<double*>(storage.get());
-      conv_transpose_wgrad_kernel<T, double><<<blocks, kThreads>>>(
-          x.data_ptr<T>(), dy.data_ptr<T>(), partials, p, chunks, chunk_len);
+      conv_transpose_wgrad_kernel<T, double>
+          <<<blocks, kThreads>>>(x.data_ptr<T>(), dy.data_ptr<T>(), partials, p, chunks, chunk_len);
       TGRAD_CUDA_CHECK_LAUNCH("conv_transpose_wgrad_kernel");
       sum_chunks_kernel<T>
           <<<grid_for(elements), kThreads>>>(partials, dw.data_ptr<T>(), elements, chunks);

@@ -513,8 +513,8 @@ TEST(ConvPlanBenchmark, TimesEachRunnableKernelOnceAndKeepsTheFastest) {
   // Another precision is another key: timed again.
   ConvGeometry highest = g;
   highest.precision = Precision::highest;
-  cuda::run_conv_call(ConvPass::wgrad, highest, DType::float32, DeviceCaps::h100(),
-                      calls.runner(), calls.timer());
+  cuda::run_conv_call(ConvPass::wgrad, highest, DType::float32, DeviceCaps::h100(), calls.runner(),
+                      calls.timer());
   EXPECT_GT(calls.timed, static_cast<int>(names.size()));
 }
 
@@ -599,7 +599,8 @@ TEST(ConvPlanCuda, BenchmarkModeRunsTheFastestKernelAndKeepsItsBits) {
   const Tensor dy = randn({3, 48, 40, 40}, opt);
   const auto passes = [&] {
     const Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
-    const Tensor y = conv_transpose2d(xr, wr, Tensor(), ConvTranspose2dFuncOptions().stride(2).padding(1));
+    const Tensor y =
+        conv_transpose2d(xr, wr, Tensor(), ConvTranspose2dFuncOptions().stride(2).padding(1));
     sum(y * dy).backward();
     return std::vector<std::vector<float>>{y.detach().to(Device(kCPU)).to_vector<float>(),
                                            xr.grad().to(Device(kCPU)).to_vector<float>(),
@@ -773,21 +774,36 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
     const char *id, *highest, *high;
   };
   const Row rows[] = {
-      {"dcgan_g1", "gemm", "gemm"},           {"dcgan_g2", "gemm", "gemm"},
-      {"dcgan_g3", "gemm", "gemm"},           {"dcgan_g4", "gemm", "gemm"},
-      {"dcgan_g5", "direct", "gemm"},         {"unet_up1", "gemm", "gemm"},
-      {"unet_up2", "gemm", "gemm"},           {"unet_up3", "gemm", "gemm"},
-      {"unet_up4", "mma.sync", "mma.sync"},   {"cyclegan_up1", "gemm", "gemm"},
-      {"cyclegan_up2", "mma.sync", "mma.sync"}, {"pix2pix_out", "direct", "gemm"},
-      {"hifigan_v1_up1", "gemm", "gemm"},     {"hifigan_v1_up2", "gemm", "gemm"},
-      {"hifigan_v1_up3", "gemm", "gemm"},     {"hifigan_v1_up4", "gemm", "gemm"},
-      {"hifigan_v3_up1", "gemm", "gemm"},     {"hifigan_v3_up2", "gemm", "gemm"},
-      {"hifigan_v3_up3", "gemm", "gemm"},     {"encodec_up8", "gemm", "gemm"},
-      {"encodec_up5", "gemm", "gemm"},        {"encodec_up4", "gemm", "gemm"},
-      {"encodec_up2", "mma.sync", "mma.sync"}, {"convtasnet_dec", "direct", "direct"},
-      {"grouped_g2", "gemm", "gemm"},         {"grouped_g4", "direct", "direct"},
-      {"grouped_g8", "direct", "direct"},     {"fcn_up2_dw", "depthwise", "depthwise"},
-      {"depthwise_256", "depthwise", "depthwise"}, {"deconvnet_5", "gemm", "gemm"},
+      {"dcgan_g1", "gemm", "gemm"},
+      {"dcgan_g2", "gemm", "gemm"},
+      {"dcgan_g3", "gemm", "gemm"},
+      {"dcgan_g4", "gemm", "gemm"},
+      {"dcgan_g5", "direct", "gemm"},
+      {"unet_up1", "gemm", "gemm"},
+      {"unet_up2", "gemm", "gemm"},
+      {"unet_up3", "gemm", "gemm"},
+      {"unet_up4", "mma.sync", "mma.sync"},
+      {"cyclegan_up1", "gemm", "gemm"},
+      {"cyclegan_up2", "mma.sync", "mma.sync"},
+      {"pix2pix_out", "direct", "gemm"},
+      {"hifigan_v1_up1", "gemm", "gemm"},
+      {"hifigan_v1_up2", "gemm", "gemm"},
+      {"hifigan_v1_up3", "gemm", "gemm"},
+      {"hifigan_v1_up4", "gemm", "gemm"},
+      {"hifigan_v3_up1", "gemm", "gemm"},
+      {"hifigan_v3_up2", "gemm", "gemm"},
+      {"hifigan_v3_up3", "gemm", "gemm"},
+      {"encodec_up8", "gemm", "gemm"},
+      {"encodec_up5", "gemm", "gemm"},
+      {"encodec_up4", "gemm", "gemm"},
+      {"encodec_up2", "mma.sync", "mma.sync"},
+      {"convtasnet_dec", "direct", "direct"},
+      {"grouped_g2", "gemm", "gemm"},
+      {"grouped_g4", "direct", "direct"},
+      {"grouped_g8", "direct", "direct"},
+      {"fcn_up2_dw", "depthwise", "depthwise"},
+      {"depthwise_256", "depthwise", "depthwise"},
+      {"deconvnet_5", "gemm", "gemm"},
       {"deconvnet_1", "mma.sync", "mma.sync"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
@@ -814,13 +830,12 @@ TEST(ConvPlan, WgradGivesWideInputsAndShortSplitsToTheGemmPath) {
   for (Precision precision : {Precision::highest, Precision::high}) {
     const auto plan = [&](const ConvLayerSpec& l, const std::string& forced = "",
                           bool prefer = true) {
-      return plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32,
-                       DeviceCaps::h100(), forced, prefer);
+      return plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32, DeviceCaps::h100(),
+                       forced, prefer);
     };
     const ConvPlan a = plan(wide);
     EXPECT_EQ(a.kernel, "gemm") << a.describe();
-    EXPECT_NE(reason_of(a, "mma.sync").find("C_in=512 >= 256"), std::string::npos)
-        << a.describe();
+    EXPECT_NE(reason_of(a, "mma.sync").find("C_in=512 >= 256"), std::string::npos) << a.describe();
     // The same layer with 128 input channels keeps the split-K kernel.
     EXPECT_EQ(plan(narrower).kernel, "mma.sync") << plan(narrower).describe();
     const ConvPlan b = plan(short_rows);
@@ -845,26 +860,26 @@ TEST(ConvPlan, WgradGivesWideInputsAndShortSplitsToTheGemmPath) {
 TEST(ConvPlan, GemmWgradSlicesFinerForSmallWeightsAtHighest) {
   using cuda::gemm_wgrad_splits;
   // HiFi-GAN x2: 64 x 32 x 4 = 8192 elements, L = 16 x 4096 columns.
-  ConvGeometry small = geometry(bench::layer1d("t", "t", 16, 64, 32, 4096, 4, 2, 1),
-                                Precision::highest);
+  ConvGeometry small =
+      geometry(bench::layer1d("t", "t", 16, 64, 32, 4096, 4, 2, 1), Precision::highest);
   const int64_t L = 16 * 4096;
-  EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, L), 64);   // min(65536 / 1024, 2^23 / 8192)
-  EXPECT_EQ(gemm_wgrad_splits(small, DType::float64, L), 16);   // min(65536 / 4096, 2^20 / 8192)
+  EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, L), 64);    // min(65536 / 1024, 2^23 / 8192)
+  EXPECT_EQ(gemm_wgrad_splits(small, DType::float64, L), 16);    // min(65536 / 4096, 2^20 / 8192)
   EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, 2048), 2);  // 2048 / 1024 columns
   EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, 512), 1);
   small.precision = Precision::high;
   EXPECT_EQ(gemm_wgrad_splits(small, DType::float32, L), 16);
   // 128 slices at most: 64 x 32 x 1 elements over 2^20 columns would want 1024.
-  ConvGeometry tiny = geometry(bench::layer1d("t", "t", 256, 64, 32, 4096, 1, 1, 0),
-                               Precision::highest);
+  ConvGeometry tiny =
+      geometry(bench::layer1d("t", "t", 256, 64, 32, 4096, 1, 1, 0), Precision::highest);
   EXPECT_EQ(gemm_wgrad_splits(tiny, DType::float32, int64_t{1} << 20), 128);
   // DeconvNet deconv5: 512 x 512 x 9 elements, past 2^20: the default at both precisions.
-  ConvGeometry wide = geometry(bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1),
-                               Precision::highest);
+  ConvGeometry wide =
+      geometry(bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1), Precision::highest);
   EXPECT_EQ(gemm_wgrad_splits(wide, DType::float32, 64 * 196), 1);  // min(3, 1)
   // Exactly 2^20 elements (256 x 256 x 16) still slices finely; more than 16 groups never.
-  ConvGeometry edge = geometry(bench::layer2d("t", "t", 8, 256, 256, 32, 4, 2, 1),
-                               Precision::highest);
+  ConvGeometry edge =
+      geometry(bench::layer2d("t", "t", 8, 256, 256, 32, 4, 2, 1), Precision::highest);
   EXPECT_EQ(gemm_wgrad_splits(edge, DType::float32, 8 * 1024), 8);  // min(8, 2^23 / 2^20)
   ConvLayerSpec many = bench::layer2d("t", "t", 8, 64, 64, 32, 4, 2, 1);
   many.groups = 32;
