@@ -12,8 +12,6 @@
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
 #include "cuda/conv_transpose_batch_igemm.cuh"
-#include "cuda/conv_transpose_depthwise.h"
-#include "cuda/conv_transpose_direct.h"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
@@ -82,17 +80,8 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   const int device = dx.device().index();
   // One branch per kernel the planner may name for this pass (conv_candidates()).
   const auto run = [&](const ConvPlan& plan) {
-    if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
-        plan.kernel == kKernelGemm) {
-      const ConvOperands operands{dy, w, nullptr, dx};
-      if (plan.kernel == kKernelDepthwise)
-        conv_depthwise_run(alloc, ConvPass::dgrad, g, operands);
-      else if (plan.kernel == kKernelDirect)
-        conv_direct_run(alloc, ConvPass::dgrad, plan.direct, g, operands);
-      else
-        conv_gemm_run(alloc, ConvPass::dgrad, g, operands);
+    if (conv_operand_path_run(alloc, ConvPass::dgrad, plan, g, ConvOperands{dy, w, nullptr, dx}))
       return;
-    }
     if (plan.kernel == kKernelBatchIgemm) {
       conv_batch_igemm(alloc, ConvPass::dgrad, plan.batch, g, dy.data_ptr<float>(),
                        w.data_ptr<float>(), nullptr, dx.data_ptr<float>(), device);

@@ -12,8 +12,6 @@
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
 #include "cuda/conv_transpose_batch_igemm.cuh"
-#include "cuda/conv_transpose_depthwise.h"
-#include "cuda/conv_transpose_direct.h"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
@@ -97,17 +95,7 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
   const int device = y.device().index();
   // One branch per kernel the planner may name for this pass (conv_candidates()).
   const auto run = [&](const ConvPlan& plan) {
-    if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
-        plan.kernel == kKernelGemm) {
-      const ConvOperands operands{x, w, b, y};
-      if (plan.kernel == kKernelDepthwise)
-        conv_depthwise_run(alloc, ConvPass::forward, g, operands);
-      else if (plan.kernel == kKernelDirect)
-        conv_direct_run(alloc, ConvPass::forward, plan.direct, g, operands);
-      else
-        conv_gemm_run(alloc, ConvPass::forward, g, operands);
-      return;
-    }
+    if (conv_operand_path_run(alloc, ConvPass::forward, plan, g, ConvOperands{x, w, b, y})) return;
     if (plan.kernel == kKernelBatchIgemm) {
       conv_batch_igemm(alloc, ConvPass::forward, plan.batch, g, x.data_ptr<float>(),
                        w.data_ptr<float>(), b ? b->data_ptr<float>() : nullptr, y.data_ptr<float>(),

@@ -17,6 +17,8 @@
 #include <type_traits>
 
 #include "cuda/conv_params.h"
+#include "cuda/conv_transpose_depthwise.h"
+#include "cuda/conv_transpose_direct.h"
 #include "cuda/conv_transpose_gemm.cuh"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/cuda_backend.h"
@@ -279,6 +281,20 @@ void conv_gemm_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g
   const ConvParams p = conv_operand_params(pass, g, t, /*depthwise=*/false);
   DeviceGuard guard(t.out.device());
   dispatch_float(t.out.dtype(), [&](auto tag) { run_typed<decltype(tag)>(alloc, pass, g, p, t); });
+}
+
+bool conv_operand_path_run(CachingAllocator& alloc, ConvPass pass, const ConvPlan& plan,
+                           const ConvGeometry& g, const ConvOperands& t) {
+  if (plan.kernel == kKernelDepthwise) {
+    conv_depthwise_run(alloc, pass, g, t);
+  } else if (plan.kernel == kKernelDirect) {
+    conv_direct_run(alloc, pass, plan.direct, g, t);
+  } else if (plan.kernel == kKernelGemm) {
+    conv_gemm_run(alloc, pass, g, t);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 int64_t conv_gemm_launches() {

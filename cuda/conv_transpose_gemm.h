@@ -31,4 +31,9 @@ ConvParams conv_operand_params(ConvPass pass, const ConvGeometry& g, const ConvO
 void conv_gemm_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g,
                    const ConvOperands& t);
 
+// Runs `plan` when its kernel is one of the paths that take ConvOperands (depthwise, direct,
+// gemm) and returns true; false for the other kernels, which each launcher runs itself.
+bool conv_operand_path_run(CachingAllocator& alloc, ConvPass pass, const ConvPlan& plan,
+                           const ConvGeometry& g, const ConvOperands& t);
+
 }  // namespace tgrad::cuda

@@ -14,8 +14,6 @@
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
 #include "cuda/conv_plan.h"
-#include "cuda/conv_transpose_depthwise.h"
-#include "cuda/conv_transpose_direct.h"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -449,17 +447,8 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   const int device = dw.device().index();
   // One branch per kernel the planner may name for this pass (conv_candidates()).
   const auto run = [&](const ConvPlan& plan) {
-    if (plan.kernel == kKernelDepthwise || plan.kernel == kKernelDirect ||
-        plan.kernel == kKernelGemm) {
-      const ConvOperands operands{x, dy, nullptr, dw};
-      if (plan.kernel == kKernelDepthwise)
-        conv_depthwise_run(alloc, ConvPass::wgrad, g, operands);
-      else if (plan.kernel == kKernelDirect)
-        conv_direct_run(alloc, ConvPass::wgrad, plan.direct, g, operands);
-      else
-        conv_gemm_run(alloc, ConvPass::wgrad, g, operands);
+    if (conv_operand_path_run(alloc, ConvPass::wgrad, plan, g, ConvOperands{x, dy, nullptr, dw}))
       return;
-    }
     if (plan.kernel == kKernelMmaSync) {
       wgrad_tc_launch(alloc, plan.wgrad, p, x, dy, dw);
       return;
