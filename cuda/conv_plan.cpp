@@ -174,6 +174,18 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
   return batch_igemm_declined(in, nullptr).empty() ? "" : "batch-igemm declines";
 }
 
+// A grid under half the SMs leaves most of the GPU idle for the whole call (each CTA runs the
+// whole K loop): the row kernel gives way to the GEMM path, whose GEMMs span batch x positions,
+// when it can take the call. Measured in run 52's benchmark mode (docs/performance.md): HiFi-GAN
+// V3's x8 dgrad at "highest", 32 CTAs for 132 SMs, 0.135 ms on mma.sync against 0.072 ms on the
+// GEMM path.
+std::string few_ctas_reason(const PlanInput& in, int64_t ctas) {
+  if (!in.prefer || in.caps.sm_count <= 0 || 2 * ctas >= in.caps.sm_count) return "";
+  if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
+  return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
+         " SMs (under half): the GEMM path spans batch x positions";
+}
+
 // ---- wgmma (sm_90a; forward and dgrad) ------------------------------------------------------
 
 std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
@@ -233,6 +245,9 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
     return "window column step " + std::to_string(p.b_step) +
            ": a tap's shift must be whole columns of the window";
   if (std::string low = igemm_use_reason(in, p, tile); !low.empty()) return low;
+  if (std::string few = few_ctas_reason(in, p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
+      !few.empty())
+    return few;
   plan.igemm = p;
   plan.tile = tile;
   plan.wgmma_max_taps = max_taps;
@@ -240,6 +255,7 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
 }
 
 // ---- mma.sync implicit GEMM (forward and dgrad) ----------------------------------------------
+
 
 std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   std::string why = tensor_core_reason(in);
@@ -279,6 +295,9 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
     const char* no = igemm_plan_tiles(p, t);
     if (no == nullptr) {
       if (std::string low = igemm_use_reason(in, p, t); !low.empty()) return low;
+      if (std::string few = few_ctas_reason(in, p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
+          !few.empty())
+        return few;
       plan.igemm = p;
       plan.tile = t;
       return "";

@@ -237,14 +237,16 @@ TEST(ConvPlan, ComputeCapabilityDecidesWgmma) {
 }
 
 TEST(ConvPlan, HighestDeclinesWgmmaForNarrowUnfoldedProblems) {
-  // 1-D, C_out = 32: no row fold (one kernel row), so a 64-row tile would be half empty.
+  // 1-D, C_out = 32: no row fold (one kernel row), so a 64-row tile would be half empty. With
+  // preferences off: at 2 samples the speed preferences give this small call to batch-igemm or
+  // the GEMM path, while this rule is not a preference.
   const ConvLayerSpec l = bench::layer1d("t", "t", 2, 64, 32, 256, 3, 1, 1);
   const ConvPlan highest = plan_conv(ConvPass::forward, geometry(l, Precision::highest),
-                                     DType::float32, DeviceCaps::h100());
+                                     DType::float32, DeviceCaps::h100(), "", /*prefer=*/false);
   EXPECT_EQ(highest.kernel, "mma.sync");
   EXPECT_NE(reason_of(highest, "wgmma").find("M=32"), std::string::npos) << highest.describe();
   const ConvPlan high = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
-                                  DeviceCaps::h100());
+                                  DeviceCaps::h100(), "", /*prefer=*/false);
   EXPECT_EQ(high.label(), "wgmma");
 }
 
@@ -708,7 +710,9 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
 // EnCodec x8 forward; dgrad at "highest" only); EnCodec's long layers keep wgmma / mma.sync,
 // wide M the GEMM path; grouped and float64 calls never reach it. Few channels per group (RGB and
 // mono outputs, grouped layers) run the direct kernels, except forwards whose sums are long
-// (pix2pix's 128 x 4, Conv-TasNet's 512 x 2 products a output): the GEMM path (run 46).
+// (pix2pix's 128 x 4, Conv-TasNet's 512 x 2 products a output): the GEMM path (run 46). A row
+// kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
+// dgrad at "highest": 32 CTAs; run 52).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   struct Row {
     const char* id;
@@ -732,7 +736,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"hifigan_v1_up3", "batch-igemm", "batch-igemm", "batch-igemm", "mma.sync"},
       {"hifigan_v1_up4", "batch-igemm", "batch-igemm", "batch-igemm", "mma.sync"},
       {"hifigan_v3_up1", "wgmma", "gemm", "gemm", "gemm"},
-      {"hifigan_v3_up2", "batch-igemm", "mma.sync", "batch-igemm", "gemm"},
+      {"hifigan_v3_up2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
       {"hifigan_v3_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"encodec_up8", "batch-igemm", "mma.sync", "batch-igemm", "gemm"},
       {"encodec_up5", "wgmma", "batch-igemm", "wgmma", "mma.sync"},
@@ -817,6 +821,36 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
           << plan.describe();
     }
   }
+}
+
+// The row kernels (wgmma, mma.sync) give way to the GEMM path when their grid would cover under
+// half the SMs, naming the count; forced, or with preferences off, the row kernel runs the small
+// call.
+TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
+  // HiFi-GAN V3 x8 dgrad: 16 samples of 256 positions, one 128-position tile pair a sample.
+  const ConvLayerSpec small = bench::layer1d("t", "t", 16, 128, 64, 256, 16, 8, 4);
+  const ConvLayerSpec more = bench::layer1d("t", "t", 64, 128, 64, 256, 16, 8, 4);
+  const ConvGeometry g = geometry(small, Precision::highest);
+  const ConvPlan a = plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(a.kernel, "gemm") << a.describe();
+  EXPECT_NE(reason_of(a, "mma.sync").find("32 CTAs for 132 SMs (under half)"), std::string::npos)
+      << a.describe();
+  // Four times the samples: batch-igemm's grid fills the GPU and it takes the call first.
+  const ConvPlan b = plan_conv(ConvPass::dgrad, geometry(more, Precision::highest),
+                               DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(b.kernel, "batch-igemm") << b.describe();
+  EXPECT_EQ(b.describe().find("(under half)"), std::string::npos) << b.describe();
+  EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
+            "mma.sync");
+  EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "", false).kernel,
+            "mma.sync");
+  // A device of 48 SMs: batch-igemm's grid fills half of it, so batch-igemm (ahead of the row
+  // kernels on short 1-D calls) runs it; no row names too few CTAs.
+  DeviceCaps smaller = DeviceCaps::h100();
+  smaller.sm_count = 48;
+  const ConvPlan c = plan_conv(ConvPass::dgrad, g, DType::float32, smaller);
+  EXPECT_EQ(c.kernel, "batch-igemm") << c.describe();
+  EXPECT_EQ(c.describe().find("(under half)"), std::string::npos) << c.describe();
 }
 
 // The split-K kernel gives way to the GEMM path for two measured reasons, each named in the
