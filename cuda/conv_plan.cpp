@@ -256,7 +256,6 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
 
 // ---- mma.sync implicit GEMM (forward and dgrad) ----------------------------------------------
 
-
 std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;

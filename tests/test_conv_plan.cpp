@@ -836,8 +836,8 @@ TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
   EXPECT_NE(reason_of(a, "mma.sync").find("32 CTAs for 132 SMs (under half)"), std::string::npos)
       << a.describe();
   // Four times the samples: batch-igemm's grid fills the GPU and it takes the call first.
-  const ConvPlan b = plan_conv(ConvPass::dgrad, geometry(more, Precision::highest),
-                               DType::float32, DeviceCaps::h100());
+  const ConvPlan b = plan_conv(ConvPass::dgrad, geometry(more, Precision::highest), DType::float32,
+                               DeviceCaps::h100());
   EXPECT_EQ(b.kernel, "batch-igemm") << b.describe();
   EXPECT_EQ(b.describe().find("(under half)"), std::string::npos) << b.describe();
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
