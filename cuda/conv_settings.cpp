@@ -65,7 +65,6 @@ struct PlanKeyHash {
 
 struct ConvSettings {
   bool trace = false;
-  bool benchmark = false;
   std::string spec;                   // as set, for get_conv_kernel
   std::array<std::string, 3> forced;  // per ConvPass; empty: the planner chooses
   std::string env_error;              // a bad TGRAD_CONV_KERNEL, reported at every conv call
@@ -128,8 +127,6 @@ ConvSettings& settings() {
     ConvSettings init;
     const char* trace = std::getenv("TGRAD_CONV_TRACE");
     init.trace = trace != nullptr && std::string(trace) == "1";
-    const char* benchmark = std::getenv("TGRAD_CONV_BENCHMARK");
-    init.benchmark = benchmark != nullptr && std::string(benchmark) == "1";
     const char* kernel = std::getenv("TGRAD_CONV_KERNEL");
     if (kernel != nullptr) {
       try {
@@ -144,6 +141,16 @@ ConvSettings& settings() {
   return s;
 }
 
+// Benchmark mode, read without the lock by every conv call (run_conv_call), so that the mode off
+// costs the launchers no lock; TGRAD_CONV_BENCHMARK sets it on first use.
+std::atomic<bool>& benchmark_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* v = std::getenv("TGRAD_CONV_BENCHMARK");
+    return v != nullptr && std::string(v) == "1";
+  }()};
+  return flag;
+}
+
 }  // namespace
 
 bool conv_trace_enabled() {
@@ -152,8 +159,7 @@ bool conv_trace_enabled() {
 }
 
 bool conv_benchmark_enabled() {
-  std::lock_guard<std::mutex> lock(mutex());
-  return settings().benchmark;
+  return benchmark_flag().load();
 }
 
 std::string conv_kernel_forced(ConvPass pass) {
@@ -212,25 +218,29 @@ std::shared_ptr<const ConvPlan> plan_conv_call(ConvPass pass, const ConvGeometry
 
 void run_conv_call(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
                    const ConvRunner& run, const ConvTimer& time) {
+  if (!conv_benchmark_enabled()) {
+    run(*plan_conv_call(pass, g, dtype, caps));
+    return;
+  }
   PlanKey key{pass, g, dtype, caps, {}, g_preferences.load()};
-  bool benchmark = false;
+  bool forced = false;
   std::shared_ptr<const ConvPlan> hit;
   {
     std::lock_guard<std::mutex> lock(mutex());
     ConvSettings& s = settings();
     TGRAD_CHECK(s.env_error.empty(), s.env_error);
-    benchmark = s.benchmark && s.forced[static_cast<size_t>(pass)].empty();
-    if (benchmark) {
+    forced = !s.forced[static_cast<size_t>(pass)].empty();
+    if (!forced) {
       if (const auto it = s.benchmarked.find(key); it != s.benchmarked.end())
         hit = record(s, it->second);
     }
   }
-  if (hit) {
-    run(*hit);  // outside the lock: other threads' calls do not wait for this one's kernels
+  if (forced) {
+    run(*plan_conv_call(pass, g, dtype, caps));
     return;
   }
-  if (!benchmark) {
-    run(*plan_conv_call(pass, g, dtype, caps));
+  if (hit) {
+    run(*hit);  // outside the lock: other threads' calls do not wait for this one's kernels
     return;
   }
   // The planner's plan first, so that a tie keeps it, then every other kernel of the pass that
@@ -306,8 +316,7 @@ bool get_conv_trace() {
 }
 
 void set_conv_benchmark(bool enabled) {
-  std::lock_guard<std::mutex> lock(cuda::mutex());
-  cuda::settings().benchmark = enabled;
+  cuda::benchmark_flag().store(enabled);
 }
 
 bool get_conv_benchmark() {
