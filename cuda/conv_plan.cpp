@@ -245,9 +245,7 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
     return "window column step " + std::to_string(p.b_step) +
            ": a tap's shift must be whole columns of the window";
   if (std::string low = igemm_use_reason(in, p, tile); !low.empty()) return low;
-  if (std::string few = few_ctas_reason(in, p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
-      !few.empty())
-    return few;
+  if (std::string few = few_ctas_reason(in, igemm_ctas(p)); !few.empty()) return few;
   plan.igemm = p;
   plan.tile = tile;
   plan.wgmma_max_taps = max_taps;
@@ -294,9 +292,7 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
     const char* no = igemm_plan_tiles(p, t);
     if (no == nullptr) {
       if (std::string low = igemm_use_reason(in, p, t); !low.empty()) return low;
-      if (std::string few = few_ctas_reason(in, p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
-          !few.empty())
-        return few;
+      if (std::string few = few_ctas_reason(in, igemm_ctas(p)); !few.empty()) return few;
       plan.igemm = p;
       plan.tile = t;
       return "";
@@ -444,8 +440,8 @@ std::string wgrad_gemm_first(const PlanInput& in, const WgradPlan& s) {
   if (!in.prefer) return "";
   if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
   if (in.g.in_channels >= kWgradGemmMinCin)
-    return "C_in=" + std::to_string(in.g.in_channels) +
-           " >= 256: the GEMM path's cuBLAS GEMM earns back its column buffer";
+    return "C_in=" + std::to_string(in.g.in_channels) + " >= " + std::to_string(kWgradGemmMinCin) +
+           ": the GEMM path's cuBLAS GEMM earns back its column buffer";
   if (s.segs_per_split < kWgradMinSegsPerSplit)
     return std::to_string(s.segs_per_split) + " segment(s) of " + std::to_string(kWgradSegment) +
            " positions a split (below " + std::to_string(kWgradMinSegsPerSplit) +
@@ -635,7 +631,7 @@ std::string ConvPlan::describe() const {
                                    : "taps<=" + std::to_string(wgmma_max_taps));
     }
     os << ", raw stages " << p.raw_stages << ", smem " << p.smem_bytes << " B, grid "
-       << p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N << "]";
+       << igemm_ctas(p) << "]";
   } else if (kernel == kKernelBatchIgemm) {
     const BatchIgemmPlan& b = batch;
     os << " [tile " << b.bm << "x" << b.bn << "/" << kBatchIgemmChunk << "ch"

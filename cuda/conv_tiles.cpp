@@ -74,7 +74,7 @@ const char* igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t) {
   p.m_pad = p.m_tiles * t.bm;
   const int64_t q_max = ceil_div(p.Wo, p.s_out);
   p.q_tiles = ceil_div(q_max, t.bn);
-  const int64_t blocks = p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N;
+  const int64_t blocks = igemm_ctas(p);
   if (blocks <= 0) return "no CTA to launch";
   if (blocks >= (int64_t{1} << 31)) return "2^31 CTAs or more";
   return nullptr;

@@ -46,6 +46,11 @@ struct IgemmProblem {
   int smem_bytes;   // two converted stages and the raw ones
 };
 
+// CTAs of the implicit GEMM's launch (grid x), once the tiling fields are filled.
+inline int64_t igemm_ctas(const IgemmProblem& p) {
+  return p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N;
+}
+
 // A tile shape as the planner sees it: bm x bn outputs per CTA, chunk channels per step.
 struct IgemmTiling {
   int bm, bn, chunk, min_blocks;  // min_blocks: CTAs per SM that shared memory must allow

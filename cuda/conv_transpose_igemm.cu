@@ -255,7 +255,7 @@ template <class Cfg, bool kSplit>
 void igemm_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
   std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, kSplit, device);
   p.wp = static_cast<const float*>(packed.get());
-  const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
+  const unsigned blocks = static_cast<unsigned>(igemm_ctas(p));
   auto kernel =
       p.fill ? conv_igemm_kernel<Cfg, kSplit, true> : conv_igemm_kernel<Cfg, kSplit, false>;
   TGRAD_CUDA_CHECK(

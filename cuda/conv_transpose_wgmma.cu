@@ -486,7 +486,7 @@ template <class Cfg>
 void wgmma_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
   std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, Cfg::kSplit, device);
   p.wp = static_cast<const float*>(packed.get());
-  const unsigned blocks = static_cast<unsigned>(p.m_tiles * p.q_tiles * p.phases * p.Ho * p.N);
+  const unsigned blocks = static_cast<unsigned>(igemm_ctas(p));
   auto kernel = p.fill         ? conv_wgmma_kernel<Cfg, kFill>
                 : p.fold_m > 0 ? conv_wgmma_kernel<Cfg, kFold>
                                : conv_wgmma_kernel<Cfg, kPlain>;
