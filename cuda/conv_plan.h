@@ -161,7 +161,8 @@ size_t conv_plans_cached();
 // for conv_bench and tests, which cannot tell two tensor-core kernels apart by their results.
 ConvPlan last_conv_plan(ConvPass pass);
 
-// The settings behind set_conv_trace / set_conv_kernel (core/device.h), environment included.
+// The settings behind set_conv_trace / set_conv_kernel / set_conv_benchmark (core/device.h),
+// environment included.
 bool conv_trace_enabled();
 std::string conv_kernel_forced(ConvPass pass);
 bool conv_benchmark_enabled();
