@@ -37,11 +37,9 @@ std::string gemm_path_declined(ConvPass pass, const ConvGeometry& g, Precision /
 // Default slicing: slices of at least 4096 columns, aiming at 2^20 dW elements x splits. At
 // "highest" float32, cuBLAS's strict float32 GEMM (no tensor cores) is bound by its FMAs, and a
 // dW of at most 2^20 elements leaves most SMs idle: there slices go down to 1024 columns and aim
-// at 2^23. Measured on every suite layer's wgrad forced to the GEMM path (docs/performance.md,
-// "Run 51"): 14 of the 16 layers with such a weight got 1.1x-2.6x faster (DCGAN 128 -> 64,
-// HiFi-GAN x2 / x4, EnCodec x5, grouped groups 2), one was level and one 9% slower; larger
-// weights (2M-2.4M elements: DeconvNet deconv5, U-Net 1024 -> 512, EnCodec x8) got up to 23%
-// slower, and at "high" (TF32) as many layers lost as gained, so both keep the default.
+// at 2^23. Larger weights already give the GEMMs enough tiles, and TF32 ("high") is not bound by
+// its FMAs: both keep the default (the forced A/B behind this is in docs/performance.md,
+// "Run 52").
 int64_t gemm_wgrad_splits(const ConvGeometry& g, DType dtype, int64_t L) {
   if (g.groups > kGemmWgradMaxSplitGroups) return 1;
   const int64_t elements = g.in_channels * g.out_channels_per_group() * g.kernel[0] * g.kernel[1];

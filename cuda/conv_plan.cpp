@@ -176,9 +176,7 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
 
 // A grid under half the SMs leaves most of the GPU idle for the whole call (each CTA runs the
 // whole K loop): the row kernel gives way to the GEMM path, whose GEMMs span batch x positions,
-// when it can take the call. Measured in run 52's benchmark mode (docs/performance.md): HiFi-GAN
-// V3's x8 dgrad at "highest", 32 CTAs for 132 SMs, 0.135 ms on mma.sync against 0.072 ms on the
-// GEMM path.
+// when it can take the call (measured: docs/performance.md, "Run 53").
 std::string few_ctas_reason(const PlanInput& in, int64_t ctas) {
   if (!in.prefer || in.caps.sm_count <= 0 || 2 * ctas >= in.caps.sm_count) return "";
   if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
@@ -422,16 +420,13 @@ std::string rule_batch_igemm(const PlanInput& in, ConvPlan& plan) {
 // ---- wgrad's split-K tensor-core GEMM ---------------------------------------------------------
 
 // The GEMM path ahead of the split-K kernel where it measured faster at both precisions (every
-// suite layer's wgrad forced to each, docs/performance.md, "Run 51"):
+// suite layer's wgrad forced to each; the numbers are in docs/performance.md, "Run 52"):
 // - C_in >= kWgradGemmMinCin: each float of the GEMM path's column buffer feeds 2 * C_in FLOPs of
 //   cuBLAS's GEMM, which runs several times the split-K kernel's rate; from 256 input channels
-//   that outweighs writing and reading the buffer (U-Net 512 -> 256 and 256 -> 128, CycleGAN
-//   256 -> 128: 1.3x-2.8x faster). At 128 it went either way, at 64 the kernel won.
-// - fewer than kWgradMinSegsPerSplit segments a split: each CTA streams one to three segments,
-//   so its copies never overlap its multiplies and its partial tile weighs as much as its inputs
-//   (HiFi-GAN's x2 and x4 layers, 1-3 segments: 1.3x-1.8x faster on the GEMM path). The calls
-//   the kernel kept stream 6 or more (CycleGAN 128 -> 64, U-Net 128 -> 64, EnCodec x2,
-//   DeconvNet deconv1, S1-S5), and there it was faster, up to 4x.
+//   that outweighs writing and reading the buffer. Below, the split-K kernel was as fast or
+//   faster.
+// - fewer than kWgradMinSegsPerSplit segments a split: each CTA then streams too few segments for
+//   its copies to overlap its multiplies, and its partial tile weighs as much as its inputs.
 // Empty when the split-K kernel keeps the call.
 constexpr int64_t kWgradGemmMinCin = 256;
 constexpr int64_t kWgradMinSegsPerSplit = 4;
