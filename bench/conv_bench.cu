@@ -698,11 +698,11 @@ int main(int argc, char** argv) {
   app.add_flag("--cudnn-deterministic", opt.deterministic_cudnn,
                "only let cuDNN choose deterministic algorithms (tgrad's always are)");
   app.add_option("--seed", opt.seed, "seed of the random inputs");
-  app.add_option(
-      "--kernel", opt.kernel,
-      "force tgrad's conv kernel: a name (wgmma, mma.sync, batch-igemm, depthwise, direct, gemm, "
-      "fma) or fwd=..,dgrad=..,"
-      "wgrad=.. (set_conv_kernel); cells it cannot run report the planner's reason");
+  app.add_option("--kernel", opt.kernel,
+                 "force tgrad's conv kernel: a name (wgmma, mma.sync, batch-wgmma, batch-igemm, "
+                 "depthwise, direct, gemm, "
+                 "fma) or fwd=..,dgrad=..,"
+                 "wgrad=.. (set_conv_kernel); cells it cannot run report the planner's reason");
   app.add_flag("--benchmark-mode", opt.benchmark_mode,
                "tgrad's benchmark mode (set_conv_benchmark): each cell runs the fastest of the "
                "kernels that can take it, timed on first use, as cuDNN's search picks its "

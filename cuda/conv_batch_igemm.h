@@ -75,10 +75,19 @@ constexpr int batch_igemm_smem_bytes(int bm, int bn, bool split) {
          (kBatchIgemmChunk * (bm + 8) * (split ? 2 : 1) + kBatchIgemmChunk * (bn + 8)) * 4;
 }
 
+// The wgmma instance (conv_transpose_batch_wgmma.cu, sm_90a, 1xTF32): kBatchWgmmaStages stages of
+// a kBatchIgemmChunk x bm A tile and a chunk x bn B tile, both unpadded in wgmma's K-major core
+// matrices.
+inline constexpr int kBatchWgmmaStages = 3;
+constexpr int batch_wgmma_smem_bytes(int bm, int bn) {
+  return kBatchWgmmaStages * kBatchIgemmChunk * (bm + bn) * 4;
+}
+
 // What the planner hands the launcher (conv_plan.h's ConvPlan::batch): the tile and the grid.
 struct BatchIgemmPlan {
   int bm = 0, bn = 0;  // CTA tile: bm rows m x bn columns (batch, position) of one phase
   bool split = false;  // 3xTF32 ("highest"), else 1xTF32
+  bool wgmma = false;  // the sm_90a wgmma instance (batch-wgmma), else mma.sync
   int phases_h = 1, phases_w = 1;
   int64_t max_q = 0;  // most output positions of one phase, times the batch (the grid's x)
   int max_taps = 0;   // most taps of one phase

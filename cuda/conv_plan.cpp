@@ -126,18 +126,22 @@ std::string tile_name(const IgemmTiling& t) {
 // takes them first where it can.
 constexpr double kMinTileUse = 0.5;
 
-const std::string& batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out);
+// Why a batch-positions kernel declines the call (wgmma: batch-wgmma, else batch-igemm; empty
+// when it takes it), and the kernel that takes it (batch-wgmma before batch-igemm) or null.
+const std::string& batch_declined(const PlanInput& in, bool wgmma, BatchIgemmPlan* out);
+const char* batch_kernel_taking(const PlanInput& in);
 
 std::string low_use_reason(const PlanInput& in, double use, const std::string& what) {
   if (!in.prefer || use >= kMinTileUse) return "";
-  // Give way only to a row below that can take the call: batch-igemm (forward, dgrad) or the
-  // GEMM path, whose N both span batch x positions.
-  const bool batch = in.pass != ConvPass::wgrad && batch_igemm_declined(in, nullptr).empty();
-  if (!batch && !gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
+  // Give way only to a row below that can take the call: a batch-positions kernel (forward,
+  // dgrad) or the GEMM path, whose N all span batch x positions.
+  const char* batch = batch_kernel_taking(in);
+  if (batch == nullptr && !gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty())
+    return "";
   std::ostringstream os;
   os.precision(2);
   os << what << " would do " << use * 100.0 << "% useful work (below " << kMinTileUse * 100.0
-     << "%): " << (batch ? "batch-igemm" : "the GEMM path") << " spans batch x positions";
+     << "%): " << (batch ? batch : "the GEMM path") << " spans batch x positions";
   return os.str();
 }
 
@@ -148,13 +152,13 @@ std::string igemm_use_reason(const PlanInput& in, const IgemmProblem& p, const I
   return low_use_reason(in, std::min(use, 1.0), "tile " + tile_name(t));
 }
 
-// batch-igemm before the kernels whose tiles cover one output row of one sample (wgmma,
-// mma.sync) where its tiles, spanning rows and samples, fill better: 2-D calls with short rows
-// (wgmma) and 1-D calls with few output positions (batch x length). Long rows and sequences fill
-// the row kernels' tiles, and they stay faster there. batch-igemm's strided dgrad is bound by its
-// gathers, which cost the same at either precision, so at "high" mma.sync keeps 1-D dgrad. The
-// forced A/B behind the bounds is docs/performance.md's "Run 38". Empty when batch-igemm takes
-// the call, else why the row kernel keeps it.
+// The batch-positions kernels before the kernels whose tiles cover one output row of one sample
+// (wgmma, mma.sync) where their tiles, spanning rows and samples, fill better: 2-D calls with
+// short rows (wgmma) and 1-D calls with few output positions (batch x length). Long rows and
+// sequences fill the row kernels' tiles, and they stay faster there than batch-igemm. Its
+// strided dgrad is bound by its gathers, which cost the same at either precision, so at "high"
+// mma.sync keeps 1-D dgrad. The forced A/B behind the bounds is docs/performance.md's "Run 38".
+// Empty when a batch-positions kernel takes the call, else why the row kernel keeps it.
 constexpr int64_t kBatchIgemmRowsBelow = 512;
 constexpr int64_t kBatchIgemmMaxPositions1d = int64_t{1} << 17;
 
@@ -167,11 +171,14 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
   const bool two_d = g.in_size[0] > 1 && g.out_size[0] > 1;
   if (two_d) {
     if (wgmma && out_w >= kBatchIgemmRowsBelow) return "2-D rows of 512 or more";
-  } else {
+  } else if (!batch_declined(in, true, nullptr).empty()) {
+    // batch-wgmma, where it takes a call, was ahead of both row kernels on every 1-D call of
+    // the suite and of S1-S5 in run 54's benchmark mode, long sequences and "high" dgrad
+    // included; these bounds are batch-igemm's.
     if (g.batch * out_h * out_w > kBatchIgemmMaxPositions1d) return "1-D, more than 2^17 positions";
     if (!fwd && g.precision != Precision::highest) return "1-D dgrad at \"high\"";
   }
-  return batch_igemm_declined(in, nullptr).empty() ? "" : "batch-igemm declines";
+  return batch_kernel_taking(in) ? "" : "the batch-positions kernels decline";
 }
 
 // A grid under half the SMs leaves most of the GPU idle for the whole call (each CTA runs the
@@ -196,7 +203,7 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
   if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernel";
   if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
   if (batch_igemm_first(in, true).empty())
-    return "batch-igemm's tiles span rows and samples (short rows or few positions)";
+    return "the batch-positions kernels' tiles span rows and samples (short rows or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
   // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty, so
   // folding two output rows into one tile measured faster at both precisions (the numbers are
@@ -260,7 +267,7 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   // docs/performance.md, runs 34 and 38).
   if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
   if (batch_igemm_first(in, false).empty())
-    return "batch-igemm's tiles span rows and samples (2-D, or few positions)";
+    return "the batch-positions kernels' tiles span rows and samples (2-D, or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
   // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
   // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
@@ -307,12 +314,23 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
 // faster.
 constexpr int64_t kBatchIgemmMaxPreferredM = 256;
 
-std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan) {
+// wgmma: the sm_90a instance (batch-wgmma), 1xTF32 only, which multiplies with wgmma from shared
+// memory instead of mma.sync; the same GEMM, arithmetic and preferences.
+std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wgmma) {
   std::string why = tensor_core_reason(in);
   if (!why.empty()) return why;
-  if (in.caps.sm_major < 8)
+  if (wgmma) {
+    // Built for sm_90a alone (cuda/CMakeLists.txt), which runs on 9.0 only.
+    if (in.caps.sm_major != 9 || in.caps.sm_minor != 0)
+      return "compute capability " + std::to_string(in.caps.sm_major) + "." +
+             std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
+    if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernels";
+    if (in.g.precision == Precision::highest)
+      return "\"highest\" (3xTF32): this kernel multiplies in 1xTF32 only";
+  } else if (in.caps.sm_major < 8) {
     return "compute capability " + std::to_string(in.caps.sm_major) + "." +
            std::to_string(in.caps.sm_minor) + ": TF32 mma.sync needs 8.0";
+  }
   const ConvGeometry& g = in.g;
   // The kernel's plane arithmetic is 32-bit; offsets across channels and samples are int64.
   if (!fits_plane32(g)) return "a spatial size or plane past the kernel's 32-bit plane arithmetic";
@@ -349,10 +367,26 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan) {
            std::to_string(kBatchIgemmMaxTaps);
   plan.max_taps = static_cast<int>(taps);
   plan.split = g.precision == Precision::highest;
-  // The tile rows follow M (fewest empty rows); 3xTF32's 128-row tile is 64 columns wide
-  // (a register sum beside each accumulator).
-  plan.bm = M > 64 ? 128 : M > 32 ? 64 : 32;
-  plan.bn = plan.split && plan.bm == 128 ? 64 : 128;
+  plan.wgmma = wgmma;
+  if (wgmma) {
+    // A warpgroup's wgmma covers 64 rows: 128 x 128 tiles (two warpgroups along M), or 64 x 128
+    // for M <= 64, whose warpgroups split N into m64n64 multiplies: there batch-igemm measured
+    // as fast or faster (docs/performance.md, run 54), and at M <= 32 half the tile is padding.
+    if (in.prefer && M <= 64)
+      return "M=" + std::to_string(M) + " <= 64: batch-igemm's narrower tiles";
+    // A dgrad loads every s-th src column: past stride 4 those scattered loads cost more than
+    // the multiplies save (k10 s5 and k16 s8 measured slower than mma.sync and the GEMM path).
+    const int64_t s_max = std::max(g.stride[0], g.stride[1]);
+    if (in.prefer && in.pass == ConvPass::dgrad && s_max > 4)
+      return "dgrad with stride " + std::to_string(s_max) + " > 4: strided loads";
+    plan.bm = M > 64 ? 128 : 64;
+    plan.bn = 128;
+  } else {
+    // The tile rows follow M (fewest empty rows); 3xTF32's 128-row tile is 64 columns wide
+    // (a register sum beside each accumulator).
+    plan.bm = M > 64 ? 128 : M > 32 ? 64 : 32;
+    plan.bn = plan.split && plan.bm == 128 ? 64 : 128;
+  }
   plan.max_q = g.batch * most_q[0] * most_q[1];
   plan.n_tiles = ceil_div(plan.max_q, plan.bn);
   plan.m_tiles = ceil_div(M, plan.bm);
@@ -365,7 +399,8 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan) {
   if (packed > kGemmWorkspaceBytes)
     return "packed weights of " + std::to_string(packed) + " bytes, over the workspace budget of " +
            std::to_string(kGemmWorkspaceBytes);
-  plan.smem_bytes = batch_igemm_smem_bytes(plan.bm, plan.bn, plan.split);
+  plan.smem_bytes = wgmma ? batch_wgmma_smem_bytes(plan.bm, plan.bn)
+                          : batch_igemm_smem_bytes(plan.bm, plan.bn, plan.split);
   if (plan.smem_bytes > in.caps.smem_per_block_optin)
     return "tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) + " needs " +
            std::to_string(plan.smem_bytes) + " bytes of shared memory, the device allows " +
@@ -395,26 +430,44 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan) {
     // - Many output channels: the column buffer costs the GEMM path 8 bytes of traffic per
     //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate once M
     //   is 512 or more; up to 256 this kernel was the faster of the two.
-    if (M > kBatchIgemmMaxPreferredM)
+    //   batch-wgmma keeps forward and stride-1 dgrad there (its wgmmas outrun the GEMM path's
+    //   cuBLAS at M = 512, run 54); a strided dgrad gathers every s-th src column, which its
+    //   loads waste most of.
+    const bool strided_dgrad = !fwd && (g.stride[0] > 1 || g.stride[1] > 1);
+    if (M > kBatchIgemmMaxPreferredM && (!wgmma || strided_dgrad))
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
+             (wgmma ? " with a strided dgrad" : "") +
              ": the GEMM path's column traffic is small next to its GEMM's speed";
   }
   return "";
 }
 
-// batch_igemm_check, once per PlanInput; *out (when not null) gets the plan when it takes the call.
-const std::string& batch_igemm_declined(const PlanInput& in, BatchIgemmPlan* out) {
-  if (!in.batch_igemm) {
+// batch_igemm_check, once per PlanInput and instance; *out (when not null) gets the plan when it
+// takes the call.
+const std::string& batch_declined(const PlanInput& in, bool wgmma, BatchIgemmPlan* out) {
+  auto& verdict = wgmma ? in.batch_wgmma : in.batch_igemm;
+  if (!verdict) {
     BatchIgemmPlan plan;
-    std::string why = batch_igemm_check(in, plan);
-    in.batch_igemm.emplace(std::move(why), plan);
+    std::string why = batch_igemm_check(in, plan, wgmma);
+    verdict.emplace(std::move(why), plan);
   }
-  if (out != nullptr && in.batch_igemm->first.empty()) *out = in.batch_igemm->second;
-  return in.batch_igemm->first;
+  if (out != nullptr && verdict->first.empty()) *out = verdict->second;
+  return verdict->first;
+}
+
+const char* batch_kernel_taking(const PlanInput& in) {
+  if (in.pass == ConvPass::wgrad) return nullptr;
+  if (batch_declined(in, true, nullptr).empty()) return kKernelBatchWgmma;
+  if (batch_declined(in, false, nullptr).empty()) return kKernelBatchIgemm;
+  return nullptr;
 }
 
 std::string rule_batch_igemm(const PlanInput& in, ConvPlan& plan) {
-  return batch_igemm_declined(in, &plan.batch);
+  return batch_declined(in, false, &plan.batch);
+}
+
+std::string rule_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
+  return batch_declined(in, true, &plan.batch);
 }
 
 // ---- wgrad's split-K tensor-core GEMM ---------------------------------------------------------
@@ -546,6 +599,7 @@ const std::vector<Candidate>& conv_candidates() {
   static const std::vector<Candidate> table = {
       {kKernelWgmma, ConvPass::forward, rule_wgmma},
       {kKernelMmaSync, ConvPass::forward, rule_mma_sync},
+      {kKernelBatchWgmma, ConvPass::forward, rule_batch_wgmma},
       {kKernelBatchIgemm, ConvPass::forward, rule_batch_igemm},
       {kKernelDepthwise, ConvPass::forward, rule_depthwise},
       {kKernelDirect, ConvPass::forward, rule_direct},
@@ -553,6 +607,7 @@ const std::vector<Candidate>& conv_candidates() {
       {kKernelFma, ConvPass::forward, rule_fma},
       {kKernelWgmma, ConvPass::dgrad, rule_wgmma},
       {kKernelMmaSync, ConvPass::dgrad, rule_mma_sync},
+      {kKernelBatchWgmma, ConvPass::dgrad, rule_batch_wgmma},
       {kKernelBatchIgemm, ConvPass::dgrad, rule_batch_igemm},
       {kKernelDepthwise, ConvPass::dgrad, rule_depthwise},
       {kKernelDirect, ConvPass::dgrad, rule_direct},
@@ -570,7 +625,8 @@ const std::vector<Candidate>& conv_candidates() {
 ConvPlan plan_conv(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
                    const std::string& forced, bool prefer) {
   // A forced kernel runs wherever it can: preferences do not decline it.
-  const PlanInput in{pass, g, dtype, caps, prefer && forced.empty(), !forced.empty(), std::nullopt};
+  const PlanInput in{
+      pass, g, dtype, caps, prefer && forced.empty(), !forced.empty(), std::nullopt, std::nullopt};
   ConvPlan plan;
   plan.pass = pass;
   // str() names the precision when it is "high"; float32's default is named here too.
@@ -627,7 +683,7 @@ std::string ConvPlan::describe() const {
     }
     os << ", raw stages " << p.raw_stages << ", smem " << p.smem_bytes << " B, grid "
        << igemm_ctas(p) << "]";
-  } else if (kernel == kKernelBatchIgemm) {
+  } else if (kernel == kKernelBatchIgemm || kernel == kKernelBatchWgmma) {
     const BatchIgemmPlan& b = batch;
     os << " [tile " << b.bm << "x" << b.bn << "/" << kBatchIgemmChunk << "ch"
        << (b.split ? " 3xTF32" : " 1xTF32") << ", " << b.phases_h * b.phases_w

@@ -47,6 +47,8 @@ inline constexpr const char* kKernelWgmma = "wgmma";       // fwd, dgrad: sm_90a
 inline constexpr const char* kKernelMmaSync = "mma.sync";  // every pass: TF32 tensor cores
 // fwd, dgrad: TF32 tensor cores, GEMM N over batch x positions per stride phase, no column buffer
 inline constexpr const char* kKernelBatchIgemm = "batch-igemm";
+// fwd, dgrad: the same GEMM on sm_90a's wgmma, both operands from shared memory ("high" only)
+inline constexpr const char* kKernelBatchWgmma = "batch-wgmma";
 inline constexpr const char* kKernelDepthwise = "depthwise";  // every pass: depthwise direct
 // every pass: float32/float64 FMA with a register block, few channels per group
 inline constexpr const char* kKernelDirect = "direct";
@@ -67,7 +69,7 @@ struct ConvPlan {
   IgemmProblem igemm{};
   IgemmTiling tile{};
   int wgmma_max_taps = 0;
-  // batch-igemm (forward, dgrad): tile, phases and grid.
+  // batch-igemm and batch-wgmma (forward, dgrad): tile, phases and grid.
   BatchIgemmPlan batch{};
   // mma.sync (wgrad): the split-K GEMM's plan and instance.
   WgradLaunch wgrad{};
@@ -104,6 +106,8 @@ struct PlanInput {
   // batch-igemm's verdict (empty: it takes the call) and plan, worked out once per plan_conv
   // call: the rows above it ask whether to give way to it, then its own row reads it.
   mutable std::optional<std::pair<std::string, BatchIgemmPlan>> batch_igemm;
+  // The same for batch-wgmma (the instance on sm_90a's wgmma).
+  mutable std::optional<std::pair<std::string, BatchIgemmPlan>> batch_wgmma;
 };
 struct Candidate {
   const char* kernel;

@@ -92,8 +92,8 @@ std::array<std::string, 3> parse_spec(const char* who, const std::string& spec) 
       any = any || !forced[static_cast<size_t>(i)].empty();
     }
     TGRAD_CHECK(any, who, ": unknown conv kernel '", spec, "' (kernels: ", kKernelWgmma, ", ",
-                kKernelMmaSync, ", ", kKernelBatchIgemm, ", ", kKernelDepthwise, ", ",
-                kKernelDirect, ", ", kKernelGemm, ", ", kKernelFma, ")");
+                kKernelMmaSync, ", ", kKernelBatchWgmma, ", ", kKernelBatchIgemm, ", ",
+                kKernelDepthwise, ", ", kKernelDirect, ", ", kKernelGemm, ", ", kKernelFma, ")");
     return forced;
   }
   size_t start = 0;

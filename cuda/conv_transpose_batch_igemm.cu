@@ -37,6 +37,7 @@
 
 #include <algorithm>
 
+#include "cuda/batch_igemm_device.cuh"
 #include "cuda/conv_batch_igemm.h"
 #include "cuda/conv_transpose_batch_igemm.cuh"
 #include "cuda/cuda_util.h"
@@ -65,20 +66,6 @@ struct BiConfig {
   static_assert(kThreadsBI % kBN == 0 && kBK * kBN % kThreadsBI == 0, "B rows per thread");
   static_assert(kBK * kBM / 4 % kThreadsBI == 0, "A vectors per thread");
   static_assert(kSmemBytes == batch_igemm_smem_bytes(kBM, kBN, kSplit), "the planner's count");
-};
-
-// The kernel's arguments (by value). Sizes per the header; gather: forward's phase arithmetic.
-struct BiArgs {
-  const float* src;
-  const float* a_big;    // packed TF32 weights [tap][c_pad][m_pad]
-  const float* a_small;  // their TF32 residuals (3xTF32), else null
-  const float* bias;     // M values or null
-  float* out;
-  int64_t N;
-  int C, M, Hs, Ws, Ho, Wo, kH, kW, sH, sW, pH, pW, dH, dW;
-  int phases_w;
-  bool gather;
-  int64_t c_pad, m_pad;
 };
 
 // The slot of row m within the packed row block (see Layout): rows g and g + 8 of each 16 adjacent.
@@ -115,21 +102,16 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
   constexpr bool kSplit = Cfg::kSplit;
   constexpr int kFM = Cfg::kFragM, kFN = Cfg::kFragN;
   extern __shared__ __align__(16) float smem[];
-  __shared__ int tap_kh[kBatchIgemmMaxTaps], tap_sh[kBatchIgemmMaxTaps];
-  __shared__ int tap_kw[kBatchIgemmMaxTaps], tap_sw[kBatchIgemmMaxTaps];
-  __shared__ BatchIgemmAxis axis[2];
+  __shared__ BiTaps tt;
+  const int* const tap_kh = tt.kh;
+  const int* const tap_sh = tt.sh;
+  const int* const tap_kw = tt.kw;
+  const int* const tap_sw = tt.sw;
 
   const int tid = static_cast<int>(threadIdx.x);
-  const int phase = static_cast<int>(blockIdx.z);
-  if (tid == 0) {
-    const int rh = phase / a.phases_w, rw = phase % a.phases_w;
-    axis[0] = batch_igemm_axis(a.gather, a.Ho, a.kH, a.sH, a.pH, a.dH, rh, tap_kh, tap_sh,
-                               kBatchIgemmMaxTaps);
-    axis[1] = batch_igemm_axis(a.gather, a.Wo, a.kW, a.sW, a.pW, a.dW, rw, tap_kw, tap_sw,
-                               kBatchIgemmMaxTaps);
-  }
+  batch_igemm_list_taps(a, tt);
   __syncthreads();
-  const BatchIgemmAxis ay = axis[0], ax = axis[1];
+  const BatchIgemmAxis ay = tt.axis[0], ax = tt.axis[1];
   const int64_t qplane = int64_t{ay.q} * ax.q;
   const int64_t n_total = a.N * qplane;
   const int64_t n0 = int64_t{blockIdx.x} * kBN;
@@ -148,11 +130,9 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
   int sy0 = 0, sx0 = 0;
   const float* src_n = a.src;
   if (col_ok) {
-    const int64_t nb = j / qplane;
-    const int rest = static_cast<int>(j - nb * qplane);
-    const int qy = rest / ax.q, qx = rest - qy * ax.q;
-    sy0 = qy * ay.ss, sx0 = qx * ax.ss;
-    src_n = a.src + nb * a.C * plane_s;
+    const BiColumn c = batch_igemm_column(j, qplane, ax.q);
+    sy0 = c.qy * ay.ss, sx0 = c.qx * ax.ss;
+    src_n = a.src + c.n * a.C * plane_s;
   }
 
   float* const smem_f = smem;
@@ -294,20 +274,7 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
     stage_out(acc);
   }
   __syncthreads();
-  if (!col_ok) return;
-  // This thread's column j (as for B above) at out position (qy*os + oby, qx*os + obx).
-  const int64_t plane_o = int64_t{a.Ho} * a.Wo;
-  const int64_t nb = j / qplane;
-  const int rest = static_cast<int>(j - nb * qplane);
-  const int qy = rest / ax.q, qx = rest - qy * ax.q;
-  float* out_j = a.out + nb * a.M * plane_o + int64_t{qy * ay.os + ay.ob} * a.Wo +
-                 (qx * ax.os + ax.ob) + int64_t{m0 + row0} * plane_o;
-  const float* cs = smem_f + row0 * kLdC + col;
-  const int rows = min(kBM, a.M - m0);
-  const int64_t out_step = int64_t{kRowStep} * plane_o;
-#pragma unroll 4
-  for (int r = row0; r < rows; r += kRowStep, cs += kRowStep * kLdC, out_j += out_step)
-    *out_j = *cs + (a.bias ? a.bias[m0 + r] : 0.0f);
+  batch_igemm_store<kBM, kBN, kThreadsBI>(a, smem_f, kLdC, ay, ax, n0, m0);
 }
 
 template <class Cfg>
@@ -346,18 +313,9 @@ void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPl
   const bool fwd = pass == ConvPass::forward;
   const int64_t taps = g.kernel[0] * g.kernel[1];
   const int64_t C = fwd ? g.in_channels : g.out_channels, M = fwd ? g.out_channels : g.in_channels;
-  const int64_t values = taps * plan.c_pad * plan.m_pad;
-  std::shared_ptr<void> packed =
-      alloc.allocate(values * (plan.split ? 2 : 1) * int64_t{sizeof(float)}, device);
-  float* big = static_cast<float*>(packed.get());
-  float* small = plan.split ? big + values : nullptr;
-  pack_kernel<<<grid_for(values), kThreads>>>(w, big, small, C, M, taps, plan.c_pad, plan.m_pad,
-                                              fwd);
-  TGRAD_CUDA_CHECK_LAUNCH("batch_igemm pack_kernel");
-
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   BiArgs args{};
-  args.src = src, args.a_big = big, args.a_small = small, args.bias = bias, args.out = out;
+  args.src = src, args.bias = bias, args.out = out;
   args.N = g.batch;
   args.C = i(C), args.M = i(M);
   // src and out planes: forward reads x and writes y; dgrad reads dy and writes dx.
@@ -370,6 +328,20 @@ void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPl
   args.phases_w = plan.phases_w;
   args.gather = fwd;
   args.c_pad = plan.c_pad, args.m_pad = plan.m_pad;
+  if (plan.wgmma) {
+    conv_batch_wgmma(alloc, args, plan, w, device);
+    return;
+  }
+
+  const int64_t values = taps * plan.c_pad * plan.m_pad;
+  std::shared_ptr<void> packed =
+      alloc.allocate(values * (plan.split ? 2 : 1) * int64_t{sizeof(float)}, device);
+  float* big = static_cast<float*>(packed.get());
+  float* small = plan.split ? big + values : nullptr;
+  pack_kernel<<<grid_for(values), kThreads>>>(w, big, small, C, M, taps, plan.c_pad, plan.m_pad,
+                                              fwd);
+  TGRAD_CUDA_CHECK_LAUNCH("batch_igemm pack_kernel");
+  args.a_big = big, args.a_small = small;
 
   bool launched = false;
   const auto try_one = [&](auto cfg) {

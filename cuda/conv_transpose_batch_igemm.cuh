@@ -12,9 +12,18 @@
 namespace tgrad::cuda {
 
 // Packs w ((C_in, C_out, kH, kW)) into the plan's TF32 layout in a workspace, then launches the
-// instance of plan's tile; the caller has checked the tensors against g.
+// instance of plan's tile (plan.wgmma: conv_batch_wgmma's); the caller has checked the tensors
+// against g.
 void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPlan& plan,
                       const ConvGeometry& g, const float* src, const float* w, const float* bias,
                       float* out, int device);
+
+struct BiArgs;  // batch_igemm_device.cuh
+
+// The sm_90a wgmma instance (conv_transpose_batch_wgmma.cu, 1xTF32): packs w into its K-major
+// layout and launches plan's tile on args (src, bias, out and sizes set). tgrad::Error when the
+// build lacks the sm_90a code.
+void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIgemmPlan& plan,
+                      const float* w, int device);
 
 }  // namespace tgrad::cuda

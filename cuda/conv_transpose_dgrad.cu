@@ -82,7 +82,7 @@ void conv_transpose_dgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
   const auto run = [&](const ConvPlan& plan) {
     if (conv_operand_path_run(alloc, ConvPass::dgrad, plan, g, ConvOperands{dy, w, nullptr, dx}))
       return;
-    if (plan.kernel == kKernelBatchIgemm) {
+    if (plan.kernel == kKernelBatchIgemm || plan.kernel == kKernelBatchWgmma) {
       conv_batch_igemm(alloc, ConvPass::dgrad, plan.batch, g, dy.data_ptr<float>(),
                        w.data_ptr<float>(), nullptr, dx.data_ptr<float>(), device);
       return;

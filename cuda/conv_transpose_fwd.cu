@@ -96,7 +96,7 @@ void conv_transpose_forward(CachingAllocator& alloc, const ConvGeometry& g, cons
   // One branch per kernel the planner may name for this pass (conv_candidates()).
   const auto run = [&](const ConvPlan& plan) {
     if (conv_operand_path_run(alloc, ConvPass::forward, plan, g, ConvOperands{x, w, b, y})) return;
-    if (plan.kernel == kKernelBatchIgemm) {
+    if (plan.kernel == kKernelBatchIgemm || plan.kernel == kKernelBatchWgmma) {
       conv_batch_igemm(alloc, ConvPass::forward, plan.batch, g, x.data_ptr<float>(),
                        w.data_ptr<float>(), b ? b->data_ptr<float>() : nullptr, y.data_ptr<float>(),
                        device);

@@ -30,6 +30,11 @@ std::shared_ptr<void> igemm_pack_weights(CachingAllocator& alloc, const IgemmPro
 void conv_wgmma_launch(CachingAllocator& alloc, IgemmProblem p, const IgemmTiling& tile,
                        int max_taps, const float* w, int device);
 
+// Whether the wgmma code in this build can run on `device`, asked once per device (the probe
+// kernel in conv_transpose_wgmma.cu). A device of compute capability 9.0 whose build lacks the
+// sm_90a code is a broken build: tgrad::Error. Every wgmma launcher calls it first.
+void check_wgmma_code(int device);
+
 // Runs the plan of a forward or dgrad call whose kernel is wgmma or mma.sync: p is the plan's
 // problem with src, bias (forward, or null) and out set; w is the (C_in, C_out, kH, kW) weight,
 // packed into a workspace first. The mma.sync kernel multiplies in 3xTF32 (float32-level error)

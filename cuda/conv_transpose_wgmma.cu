@@ -53,6 +53,7 @@
 #include "cuda/igemm_device.cuh"
 #include "cuda/kernel_stats.h"
 #include "cuda/tf32_mma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace tgrad::cuda {
 
@@ -77,86 +78,6 @@ struct WgmmaConfig {
   // waits after each tap, so any count runs.)
   static constexpr int kMaxTaps = kMaxTaps_;
 };
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// Shared-memory matrix descriptor, no swizzle: start address, LBO (bytes between core matrices
-// along K) and SBO (along M/N), each in 16-byte units.
-__device__ inline uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t{(addr & 0x3FFFF) >> 4} | (uint64_t{lbo >> 4} << 16) | (uint64_t{sbo >> 4} << 32);
-}
-
-__device__ inline void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ inline void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ inline void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-// Waits until at most one committed group of this warpgroup is still running.
-__device__ inline void wgmma_wait_one() {
-  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-}
-// Makes this thread's st.shared visible to the async proxy that wgmma reads through.
-__device__ inline void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// d (m64 x n64, 32 floats a thread) = A * B + (scale_d ? d : 0), A: 4 TF32 words (the
-// m16n8k8 A fragment of this warp's 16 rows), B: k8 x n64 in shared memory (desc).
-__device__ inline void wgmma_tf32_n64(float (&d)[32], const uint4& a, uint64_t desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(scale_d));
-}
-
-// d (m64 x n128, 64 floats a thread) = A * B + (scale_d ? d : 0), A: 4 TF32 words (the
-// m16n8k8 A fragment of this warp's 16 rows), B: k8 x n128 in shared memory (desc).
-__device__ inline void wgmma_tf32_n128(float (&d)[64], const uint4& a, uint64_t desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(scale_d));
-}
-
-template <int kN>
-__device__ inline void wgmma_tf32(float (&d)[kN / 2], const uint4& a, uint64_t desc,
-                                  int scale_d = 1) {
-  if constexpr (kN == 64) {
-    wgmma_tf32_n64(d, a, desc, scale_d);
-  } else {
-    static_assert(kN == 128, "add an m64nNk8 wrapper for another N");
-    wgmma_tf32_n128(d, a, desc, scale_d);
-  }
-}
-
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // f(std::integral_constant<int, count>{}) for a runtime count in 1..kMax.
 template <int kMax, class F>
@@ -450,38 +371,6 @@ __global__ void wgmma_arch_probe_kernel(int* has_features) {
 #endif
 }
 
-// Whether the wgmma code in this build can run on `device`, asked once per device. A device of
-// compute capability 9.0 whose build lacks the sm_90a code is a broken build: tgrad::Error.
-void check_wgmma_code(int device) {
-  static std::mutex mutex;
-  static std::array<int, 64> checked{};  // 0 unknown, 1 present
-  std::lock_guard<std::mutex> lock(mutex);
-  if (device >= 0 && device < static_cast<int>(checked.size()) && checked[device] == 1) return;
-  cudaFuncAttributes attr{};
-  const cudaError_t found = cudaFuncGetAttributes(&attr, wgmma_arch_probe_kernel);
-  int has = 0;
-  if (found == cudaSuccess) {
-    int* flag = nullptr;
-    TGRAD_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
-    TGRAD_CUDA_CHECK(cudaMemset(flag, 0, sizeof(int)));
-    wgmma_arch_probe_kernel<<<1, 1>>>(flag);
-    const cudaError_t launched = cudaGetLastError();
-    const cudaError_t copied = launched == cudaSuccess
-                                   ? cudaMemcpy(&has, flag, sizeof(int), cudaMemcpyDeviceToHost)
-                                   : launched;
-    cudaFree(flag);
-    TGRAD_CUDA_CHECK(copied);
-  } else {
-    (void)cudaGetLastError();  // clear the lookup's error; the check below reports it
-  }
-  TGRAD_CHECK(
-      found == cudaSuccess && has == 1,
-      "conv_wgmma: this tgrad build has no sm_90a code for the wgmma conv kernel on device ",
-      device, " (", cudaGetErrorString(found),
-      "); build cuda/conv_transpose_wgmma.cu with CUDA_ARCHITECTURES 90a-real");
-  if (device >= 0 && device < static_cast<int>(checked.size())) checked[device] = 1;
-}
-
 template <class Cfg>
 void wgmma_launch(CachingAllocator& alloc, IgemmProblem p, const float* w, int device) {
   std::shared_ptr<void> packed = igemm_pack_weights(alloc, p, w, Cfg::kSplit, device);
@@ -514,6 +403,36 @@ bool wgmma_launch_tile(CachingAllocator& alloc, const IgemmProblem& p, const Ige
 }
 
 }  // namespace
+
+void check_wgmma_code(int device) {
+  static std::mutex mutex;
+  static std::array<int, 64> checked{};  // 0 unknown, 1 present
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device >= 0 && device < static_cast<int>(checked.size()) && checked[device] == 1) return;
+  cudaFuncAttributes attr{};
+  const cudaError_t found = cudaFuncGetAttributes(&attr, wgmma_arch_probe_kernel);
+  int has = 0;
+  if (found == cudaSuccess) {
+    int* flag = nullptr;
+    TGRAD_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+    TGRAD_CUDA_CHECK(cudaMemset(flag, 0, sizeof(int)));
+    wgmma_arch_probe_kernel<<<1, 1>>>(flag);
+    const cudaError_t launched = cudaGetLastError();
+    const cudaError_t copied = launched == cudaSuccess
+                                   ? cudaMemcpy(&has, flag, sizeof(int), cudaMemcpyDeviceToHost)
+                                   : launched;
+    cudaFree(flag);
+    TGRAD_CUDA_CHECK(copied);
+  } else {
+    (void)cudaGetLastError();  // clear the lookup's error; the check below reports it
+  }
+  TGRAD_CHECK(
+      found == cudaSuccess && has == 1,
+      "conv_wgmma: this tgrad build has no sm_90a code for the wgmma conv kernel on device ",
+      device, " (", cudaGetErrorString(found),
+      "); build cuda/conv_transpose_wgmma.cu with CUDA_ARCHITECTURES 90a-real");
+  if (device >= 0 && device < static_cast<int>(checked.size())) checked[device] = 1;
+}
 
 // The kernel is built for sm_90a alone (cuda/CMakeLists.txt), which runs on compute
 // capability 9.0 only.

@@ -158,11 +158,11 @@ TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
       {"S1", ConvPass::forward, "wgmma, fill", "wgmma, fill"},
       {"S1", ConvPass::dgrad, "mma.sync", "wgmma"},
       {"S1", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
-      {"S2", ConvPass::forward, "wgmma", "wgmma"},
+      {"S2", ConvPass::forward, "wgmma", "batch-wgmma"},
       {"S2", ConvPass::dgrad, "wgmma", "wgmma"},
       {"S2", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
-      {"S3", ConvPass::forward, "wgmma", "wgmma"},
-      {"S3", ConvPass::dgrad, "wgmma", "wgmma"},
+      {"S3", ConvPass::forward, "wgmma", "batch-wgmma"},
+      {"S3", ConvPass::dgrad, "wgmma", "batch-wgmma"},
       {"S3", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
       {"S4", ConvPass::forward, "wgmma", "wgmma, 2 taps in flight"},
       {"S4", ConvPass::dgrad, "mma.sync", "wgmma, 2 taps in flight"},
@@ -258,10 +258,10 @@ TEST(ConvPlan, TooManyTapsLeaveTheRowImplicitGemmsForBatchIgemmThenTheGemmPath) 
                                   DeviceCaps::h100());
   EXPECT_EQ(plan.kernel, "batch-igemm");
   // wgmma and mma.sync give way to batch-igemm on short 2-D rows first; without preferences
-  // they name the taps.
+  // they name the taps, and batch-wgmma (which, preferring, leaves M = 64 to batch-igemm) runs it.
   const ConvPlan no_prefer = plan_conv(ConvPass::forward, geometry(l, Precision::high),
                                        DType::float32, DeviceCaps::h100(), "", /*prefer=*/false);
-  EXPECT_EQ(no_prefer.kernel, "batch-igemm") << no_prefer.describe();
+  EXPECT_EQ(no_prefer.kernel, "batch-wgmma") << no_prefer.describe();
   EXPECT_NE(reason_of(no_prefer, "wgmma").find("more than 32 taps"), std::string::npos)
       << no_prefer.describe();
   EXPECT_NE(reason_of(no_prefer, "mma.sync").find("more than 32 taps"), std::string::npos)
@@ -303,8 +303,8 @@ TEST(ConvPlan, ForcedKernelRunsOrThrowsNamingItAndTheReason) {
   const ConvPlan forced =
       plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), "fma");
   EXPECT_EQ(forced.kernel, "fma");
-  // wgmma, mma.sync, batch-igemm, depthwise, direct, gemm
-  ASSERT_EQ(forced.declined.size(), 6u);
+  // wgmma, mma.sync, batch-wgmma, batch-igemm, depthwise, direct, gemm
+  ASSERT_EQ(forced.declined.size(), 7u);
   EXPECT_NE(forced.declined[0].reason.find("forced"), std::string::npos);
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
             "mma.sync");
@@ -372,11 +372,12 @@ TEST(ConvPlan, TraceLineNamesPassGeometryKernelConfigAndDeclines) {
   // batch-igemm's line names its tile, precision, phases, taps and grid (DCGAN g3's forward).
   ConvLayerSpec dcgan = bench::decoder_layers()[2];
   ASSERT_EQ(dcgan.id, "dcgan_g3");
-  const std::string bi = plan_conv(ConvPass::forward, geometry(dcgan, Precision::high),
+  const std::string bi = plan_conv(ConvPass::forward, geometry(dcgan, Precision::highest),
                                    DType::float32, DeviceCaps::h100())
                              .describe();
-  for (const char* part : {"-> batch-igemm [tile 128x128/32ch 1xTF32, 4 phases, taps<=4",
-                           "grid 64x1x4]", "declined: wgmma (", "; mma.sync ("}) {
+  for (const char* part :
+       {"-> batch-igemm [tile 128x64/32ch 3xTF32, 4 phases, taps<=4", "grid 128x1x4]",
+        "declined: wgmma (", "; mma.sync (", "; batch-wgmma (\"highest\" (3xTF32)"}) {
     EXPECT_NE(bi.find(part), std::string::npos) << part << " in: " << bi;
   }
   struct Restore {
@@ -653,31 +654,32 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
                Error);
 }
 
-// Tiles mostly empty give way to batch-igemm or the GEMM path (both span batch x positions): a
-// DCGAN layer's 8x8 rows leave a 64- or 128-wide row tile nearly empty; the same layer with rows
-// of 512 keeps wgmma forward. An RGB output fills 3 of batch-igemm's 32 tile rows too: the GEMM
-// path.
+// Tiles mostly empty give way to a batch-positions kernel (batch-wgmma at "high" on sm_90,
+// batch-igemm at "highest") or the GEMM path (all span batch x positions): a DCGAN layer's 8x8
+// rows leave a 64- or 128-wide row tile nearly empty; the same layer with rows of 512 keeps
+// wgmma forward. An RGB output fills 3 of batch-igemm's 32 tile rows too: the GEMM path.
 TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
   const ConvLayerSpec small = bench::layer2d("t", "t", 64, 256, 128, 8, 4, 2, 1);
   const ConvLayerSpec rgb = bench::layer2d("t", "t", 8, 128, 3, 128, 4, 2, 1);
   const ConvLayerSpec big = bench::layer2d("t", "t", 8, 256, 128, 256, 4, 2, 1);
   for (Precision precision : {Precision::highest, Precision::high}) {
+    const std::string batch = precision == Precision::high ? "batch-wgmma" : "batch-igemm";
     for (ConvPass pass : kPasses) {
       const ConvPlan a =
           plan_conv(pass, geometry(small, precision), DType::float32, DeviceCaps::h100());
       if (pass == ConvPass::forward) {
-        EXPECT_EQ(a.kernel, "batch-igemm") << a.describe();
+        EXPECT_EQ(a.kernel, batch) << a.describe();
       } else if (pass == ConvPass::dgrad) {
-        EXPECT_TRUE(a.kernel == "batch-igemm" || a.kernel == "gemm") << a.describe();
+        EXPECT_TRUE(a.kernel == batch || a.kernel == "gemm") << a.describe();
       } else {
         EXPECT_EQ(a.kernel, "gemm") << a.describe();
       }
-      // forward and dgrad: the row kernels give way to batch-igemm on short 2-D rows before
-      // looking at their tiles; wgrad has no batch-igemm and names the tiles' use.
+      // forward and dgrad: the row kernels give way to the batch kernels on short 2-D rows
+      // before looking at their tiles; wgrad has none and names the tiles' use.
       if (pass == ConvPass::wgrad) {
         EXPECT_NE(a.describe().find("% useful work"), std::string::npos) << a.describe();
-      } else if (a.kernel == "batch-igemm") {
-        EXPECT_NE(reason_of(a, "mma.sync").find("batch-igemm's tiles span rows and samples"),
+      } else if (a.kernel == batch) {
+        EXPECT_NE(reason_of(a, "mma.sync").find("batch-positions kernels' tiles span rows"),
                   std::string::npos)
             << a.describe();
       }
@@ -698,8 +700,101 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
     EXPECT_NE(plan_conv(ConvPass::forward, geometry(small, precision), DType::float32,
                         DeviceCaps::h100(), "", /*prefer=*/false)
                   .kernel,
-              "batch-igemm");
+              batch);
   }
+}
+
+// batch-wgmma (the batch-positions GEMM on sm_90a's wgmma, 1xTF32) takes what batch-igemm would
+// at "high" on a 9.0 device with its code, for M > 64; it also keeps forward and stride-1 dgrad
+// calls with M > 256 from the GEMM path, and leaves dgrad with stride > 4 to the others. Each
+// decline names its reason (measured in docs/performance.md, run 54).
+TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
+  const ConvLayerSpec l = bench::layer2d("t", "t", 64, 256, 128, 8, 4, 2, 1);  // M = 128
+  const ConvPlan high = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
+                                  DeviceCaps::h100());
+  EXPECT_EQ(high.kernel, "batch-wgmma") << high.describe();
+  EXPECT_TRUE(high.batch.wgmma && !high.batch.split) << high.describe();
+  EXPECT_EQ(high.batch.bm, 128);
+  EXPECT_EQ(high.batch.bn, 128);
+  EXPECT_EQ(high.batch.smem_bytes, cuda::batch_wgmma_smem_bytes(128, 128));
+  EXPECT_NE(high.describe().find("-> batch-wgmma [tile 128x128/32ch 1xTF32, 4 phases"),
+            std::string::npos)
+      << high.describe();
+  // "highest" multiplies in 3xTF32, which this kernel does not.
+  const ConvPlan highest = plan_conv(ConvPass::forward, geometry(l, Precision::highest),
+                                     DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(highest.kernel, "batch-igemm") << highest.describe();
+  EXPECT_FALSE(highest.batch.wgmma);
+  EXPECT_NE(reason_of(highest, "batch-wgmma").find("3xTF32"), std::string::npos)
+      << highest.describe();
+  // An 8.0 device, or a build without the sm_90a code: batch-igemm.
+  DeviceCaps a100 = DeviceCaps::h100();
+  a100.sm_major = 8, a100.sm_minor = 0;
+  const ConvPlan on_a100 =
+      plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32, a100);
+  EXPECT_EQ(on_a100.kernel, "batch-igemm") << on_a100.describe();
+  EXPECT_NE(reason_of(on_a100, "batch-wgmma").find("wgmma needs 9.0"), std::string::npos);
+  DeviceCaps no_code = DeviceCaps::h100();
+  no_code.wgmma_compiled = false;
+  const ConvPlan without =
+      plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32, no_code);
+  EXPECT_EQ(without.kernel, "batch-igemm") << without.describe();
+  EXPECT_NE(reason_of(without, "batch-wgmma").find("no sm_90a code"), std::string::npos);
+  // M <= 64: batch-igemm's narrower tiles (a preference: forced, it runs with a 64-row tile).
+  const ConvLayerSpec narrow = bench::layer2d("t", "t", 64, 256, 64, 8, 4, 2, 1);
+  const ConvPlan m64 = plan_conv(ConvPass::forward, geometry(narrow, Precision::high),
+                                 DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(m64.kernel, "batch-igemm") << m64.describe();
+  EXPECT_NE(reason_of(m64, "batch-wgmma").find("M=64 <= 64"), std::string::npos) << m64.describe();
+  const ConvPlan m64_forced = plan_conv(ConvPass::forward, geometry(narrow, Precision::high),
+                                        DType::float32, DeviceCaps::h100(), "batch-wgmma");
+  EXPECT_EQ(m64_forced.batch.bm, 64) << m64_forced.describe();
+  EXPECT_EQ(m64_forced.batch.smem_bytes, cuda::batch_wgmma_smem_bytes(64, 128));
+  // M = 512: forward and stride-1 dgrad stay on batch-wgmma (batch-igemm gives them to the GEMM
+  // path); a strided dgrad goes to the GEMM path.
+  const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 1024, 512, 28, 2, 2, 0);
+  const ConvPlan wide_fwd = plan_conv(ConvPass::forward, geometry(wide, Precision::high),
+                                      DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(wide_fwd.kernel, "batch-wgmma") << wide_fwd.describe();
+  const ConvPlan wide_a100 =
+      plan_conv(ConvPass::forward, geometry(wide, Precision::high), DType::float32, a100);
+  EXPECT_EQ(wide_a100.kernel, "gemm") << wide_a100.describe();
+  EXPECT_NE(reason_of(wide_a100, "batch-igemm").find("M=512 > 256"), std::string::npos)
+      << wide_a100.describe();
+  const ConvLayerSpec wide_s1 = bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1);
+  EXPECT_EQ(plan_conv(ConvPass::dgrad, geometry(wide_s1, Precision::high), DType::float32,
+                      DeviceCaps::h100())
+                .kernel,
+            "batch-wgmma");
+  ConvLayerSpec wide_s2 = wide;
+  std::swap(wide_s2.in_channels, wide_s2.out_channels);  // dgrad M = C_in = 512
+  const ConvPlan strided = plan_conv(ConvPass::dgrad, geometry(wide_s2, Precision::high),
+                                     DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(strided.kernel, "gemm") << strided.describe();
+  EXPECT_NE(reason_of(strided, "batch-wgmma").find("with a strided dgrad"), std::string::npos)
+      << strided.describe();
+  // dgrad with stride 8 (k16 s8, M = 128): strided loads; stride 4 keeps batch-wgmma.
+  const ConvLayerSpec s8 = bench::layer1d("t", "t", 64, 128, 64, 512, 16, 8, 4);
+  const ConvPlan s8_dgrad =
+      plan_conv(ConvPass::dgrad, geometry(s8, Precision::high), DType::float32, DeviceCaps::h100());
+  EXPECT_NE(s8_dgrad.kernel, "batch-wgmma") << s8_dgrad.describe();
+  EXPECT_NE(reason_of(s8_dgrad, "batch-wgmma").find("stride 8 > 4"), std::string::npos)
+      << s8_dgrad.describe();
+  const ConvLayerSpec s4 = bench::layer1d("t", "t", 64, 128, 64, 512, 8, 4, 2);
+  EXPECT_EQ(
+      plan_conv(ConvPass::dgrad, geometry(s4, Precision::high), DType::float32, DeviceCaps::h100())
+          .kernel,
+      "batch-wgmma");
+  // Long 1-D sequences with M > 64 leave the row kernels for batch-wgmma at "high" only.
+  const ConvLayerSpec seq = bench::layer1d("t", "t", 64, 128, 128, 65536, 3, 1, 0);
+  EXPECT_EQ(plan_conv(ConvPass::forward, geometry(seq, Precision::high), DType::float32,
+                      DeviceCaps::h100())
+                .kernel,
+            "batch-wgmma");
+  EXPECT_EQ(plan_conv(ConvPass::forward, geometry(seq, Precision::highest), DType::float32,
+                      DeviceCaps::h100())
+                .kernel,
+            "wgmma");
 }
 
 // The forward and dgrad kernel of every suite layer at both precisions with H100 caps, as the
@@ -719,27 +814,27 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   };
   const Row rows[] = {
       {"dcgan_g1", "gemm", "gemm", "gemm", "gemm"},
-      {"dcgan_g2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
-      {"dcgan_g3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"dcgan_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"dcgan_g2", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
+      {"dcgan_g3", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
+      {"dcgan_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"dcgan_g5", "direct", "direct", "direct", "direct"},
-      {"unet_up1", "gemm", "gemm", "gemm", "gemm"},
-      {"unet_up2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
-      {"unet_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"unet_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"cyclegan_up1", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"cyclegan_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"unet_up1", "gemm", "gemm", "batch-wgmma", "gemm"},
+      {"unet_up2", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
+      {"unet_up3", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
+      {"unet_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
+      {"cyclegan_up1", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
+      {"cyclegan_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"pix2pix_out", "gemm", "direct", "gemm", "direct"},
       {"hifigan_v1_up1", "batch-igemm", "gemm", "gemm", "gemm"},
-      {"hifigan_v1_up2", "batch-igemm", "batch-igemm", "batch-igemm", "gemm"},
-      {"hifigan_v1_up3", "batch-igemm", "batch-igemm", "batch-igemm", "mma.sync"},
+      {"hifigan_v1_up2", "batch-igemm", "batch-igemm", "batch-wgmma", "gemm"},
+      {"hifigan_v1_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"hifigan_v1_up4", "batch-igemm", "batch-igemm", "batch-igemm", "mma.sync"},
       {"hifigan_v3_up1", "wgmma", "gemm", "gemm", "gemm"},
       {"hifigan_v3_up2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
       {"hifigan_v3_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"encodec_up8", "batch-igemm", "mma.sync", "batch-igemm", "gemm"},
-      {"encodec_up5", "wgmma", "batch-igemm", "wgmma", "mma.sync"},
-      {"encodec_up4", "wgmma", "mma.sync", "wgmma", "mma.sync"},
+      {"encodec_up8", "batch-igemm", "mma.sync", "batch-wgmma", "gemm"},
+      {"encodec_up5", "wgmma", "batch-igemm", "batch-wgmma", "mma.sync"},
+      {"encodec_up4", "wgmma", "mma.sync", "wgmma", "batch-wgmma"},
       {"encodec_up2", "mma.sync", "mma.sync", "mma.sync", "mma.sync"},
       {"convtasnet_dec", "gemm", "direct", "gemm", "direct"},
       {"grouped_g2", "gemm", "gemm", "gemm", "gemm"},
@@ -747,7 +842,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"grouped_g8", "direct", "direct", "direct", "direct"},
       {"fcn_up2_dw", "depthwise", "depthwise", "depthwise", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise", "depthwise", "depthwise"},
-      {"deconvnet_5", "gemm", "gemm", "gemm", "gemm"},
+      {"deconvnet_5", "gemm", "gemm", "batch-wgmma", "batch-wgmma"},
       {"deconvnet_1", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();

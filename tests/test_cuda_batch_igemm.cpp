@@ -1,9 +1,10 @@
-// The batch-positions implicit GEMM (cuda/conv_transpose_batch_igemm.cu, planner row
-// "batch-igemm") on the GPU, forced for forward and dgrad: every groups-1 layer of the decoder
-// suite at batch 2 (so a tile's columns cross samples) and edge geometries (dilation, output
-// padding, phases without taps, M and C off the tile sizes, unequal strides), each element of y
-// (with bias) and dx against float64 within its own error budget (tests/conv_budget.h), at both
-// precisions, and the plan that ran is batch-igemm with the precision's multiply.
+// The batch-positions implicit GEMMs on the GPU, forced for forward and dgrad: batch-igemm
+// (cuda/conv_transpose_batch_igemm.cu, mma.sync, both precisions) and batch-wgmma
+// (cuda/conv_transpose_batch_wgmma.cu, sm_90a's wgmma, "high"). Every groups-1 layer of the
+// decoder suite at batch 2 (so a tile's columns cross samples) and edge geometries (dilation,
+// output padding, phases without taps, M and C off the tile sizes, unequal strides), each
+// element of y (with bias) and dx against float64 within its own error budget
+// (tests/conv_budget.h), and the plan that ran is the forced kernel with the precision's multiply.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,6 +16,7 @@
 #include "core/ops.h"
 #include "core/random.h"
 #include "cuda/conv_plan.h"
+#include "cuda/kernel_stats.h"
 #include "tests/conv_budget.h"
 #include "tests/test_util.h"
 
@@ -54,7 +56,7 @@ Result run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tenso
   return {y.detach(), xr.grad()};
 }
 
-void check_layer(const ConvLayerSpec& l, int64_t batch) {
+void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kernel) {
   const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
   Generator gen(11);
   Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels};
@@ -83,9 +85,11 @@ void check_layer(const ConvLayerSpec& l, int64_t batch) {
       set_float32_matmul_precision(precision);
     }
   } restore;
-  set_conv_kernel("fwd=batch-igemm,dgrad=batch-igemm");
+  set_conv_kernel("fwd=" + kernel + ",dgrad=" + kernel);
   const Device cuda(kCUDA);
+  const bool wgmma = kernel == cuda::kKernelBatchWgmma;  // 1xTF32 only
   for (const char* precision : {"highest", "high"}) {
+    if (wgmma && std::string(precision) == "highest") continue;
     SCOPED_TRACE(l.id + " at " + precision);
     set_float32_matmul_precision(precision);
     const bool high = std::string(precision) == "high";
@@ -97,18 +101,30 @@ void check_layer(const ConvLayerSpec& l, int64_t batch) {
         within_budget(got.dx, ref.dx, mag.dx, budget_factor(high, l.out_channels * taps), "dgrad"));
     for (cuda::ConvPass pass : {cuda::ConvPass::forward, cuda::ConvPass::dgrad}) {
       const cuda::ConvPlan plan = cuda::last_conv_plan(pass);
-      EXPECT_EQ(plan.kernel, cuda::kKernelBatchIgemm) << plan.describe();
+      EXPECT_EQ(plan.kernel, kernel) << plan.describe();
       EXPECT_EQ(plan.batch.split, !high) << plan.describe();
+      EXPECT_EQ(plan.batch.wgmma, wgmma) << plan.describe();
     }
   }
 }
+
+// batch-wgmma is built for sm_90a alone.
+#define SKIP_WITHOUT_WGMMA() \
+  if (!cuda::wgmma_supported(0)) GTEST_SKIP() << "batch-wgmma needs compute capability 9.0"
 
 class CudaBatchIgemmSuite : public ::testing::TestWithParam<ConvLayerSpec> {};
 
 TEST_P(CudaBatchIgemmSuite, ForwardAndDgradWithinBudgetOnTheForcedKernel) {
   TGRAD_SKIP_WITHOUT_CUDA();
   if (GetParam().groups != 1) GTEST_SKIP() << "grouped: the kernel takes groups 1";
-  check_layer(GetParam(), 2);
+  check_layer(GetParam(), 2, cuda::kKernelBatchIgemm);
+}
+
+TEST_P(CudaBatchIgemmSuite, ForwardAndDgradWithinBudgetOnTheForcedWgmmaKernel) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_WGMMA();
+  if (GetParam().groups != 1) GTEST_SKIP() << "grouped: the kernel takes groups 1";
+  check_layer(GetParam(), 2, cuda::kKernelBatchWgmma);
 }
 
 INSTANTIATE_TEST_SUITE_P(Suite, CudaBatchIgemmSuite, ::testing::ValuesIn(bench::decoder_layers()),
@@ -150,7 +166,13 @@ class CudaBatchIgemmEdges : public ::testing::TestWithParam<ConvLayerSpec> {};
 
 TEST_P(CudaBatchIgemmEdges, ForwardAndDgradWithinBudgetOnTheForcedKernel) {
   TGRAD_SKIP_WITHOUT_CUDA();
-  check_layer(GetParam(), GetParam().batch);
+  check_layer(GetParam(), GetParam().batch, cuda::kKernelBatchIgemm);
+}
+
+TEST_P(CudaBatchIgemmEdges, ForwardAndDgradWithinBudgetOnTheForcedWgmmaKernel) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_WGMMA();
+  check_layer(GetParam(), GetParam().batch, cuda::kKernelBatchWgmma);
 }
 
 INSTANTIATE_TEST_SUITE_P(Edges, CudaBatchIgemmEdges, ::testing::ValuesIn(edge_layers()),

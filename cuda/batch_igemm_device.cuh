@@ -1,0 +1,88 @@
+// Device pieces shared by the two batch-positions implicit GEMMs of conv_transpose forward and
+// dgrad (conv_transpose_batch_igemm.cu on mma.sync, conv_transpose_batch_wgmma.cu on sm_90a's
+// wgmma): their arguments, the phase and tap tables a CTA starts from, and the epilogue that
+// writes a staged output tile. Index formula in conv_batch_igemm.h. Private to cuda/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/conv_batch_igemm.h"
+
+namespace tgrad::cuda {
+
+// The kernels' arguments (by value). Sizes per conv_batch_igemm.h; gather: forward's phase
+// arithmetic.
+struct BiArgs {
+  const float* src;
+  const float* a_big;    // packed TF32 weights (each kernel its own layout)
+  const float* a_small;  // their TF32 residuals (3xTF32), else null
+  const float* bias;     // M values or null
+  float* out;
+  int64_t N;
+  int C, M, Hs, Ws, Ho, Wo, kH, kW, sH, sW, pH, pW, dH, dW;
+  int phases_w;
+  bool gather;
+  int64_t c_pad, m_pad;
+};
+
+// The CTA's phase (blockIdx.z): both axes and their tap tables (kernel index, src offset), in
+// shared memory. Thread 0 fills them; the caller synchronizes before reading.
+struct BiTaps {
+  int kh[kBatchIgemmMaxTaps], sh[kBatchIgemmMaxTaps];
+  int kw[kBatchIgemmMaxTaps], sw[kBatchIgemmMaxTaps];
+  BatchIgemmAxis axis[2];
+};
+
+__device__ inline void batch_igemm_list_taps(const BiArgs& a, BiTaps& t) {
+  if (threadIdx.x != 0) return;
+  const int phase = static_cast<int>(blockIdx.z);
+  const int rh = phase / a.phases_w, rw = phase % a.phases_w;
+  t.axis[0] =
+      batch_igemm_axis(a.gather, a.Ho, a.kH, a.sH, a.pH, a.dH, rh, t.kh, t.sh, kBatchIgemmMaxTaps);
+  t.axis[1] =
+      batch_igemm_axis(a.gather, a.Wo, a.kW, a.sW, a.pW, a.dW, rw, t.kw, t.sw, kBatchIgemmMaxTaps);
+}
+
+// Column j = (n*Qy + qy)*Qx + qx of a phase: its sample and position.
+struct BiColumn {
+  int64_t n;
+  int qy, qx;
+};
+__device__ inline BiColumn batch_igemm_column(int64_t j, int64_t qplane, int qx_count) {
+  BiColumn c;
+  c.n = j / qplane;
+  const int rest = static_cast<int>(j - c.n * qplane);
+  c.qy = rest / qx_count, c.qx = rest - c.qy * qx_count;
+  return c;
+}
+
+// Writes the CTA's output tile, staged in shared memory as kBM rows of ld floats (row m - m0,
+// column j - n0), plus the bias. Thread t takes column t % kBN and every (kThreads / kBN)-th row
+// from t / kBN: a warp stores 32 consecutive columns of one row (forward: every os-th float of
+// an output row, dgrad: contiguous), not the fragments' scattered pairs.
+template <int kBM, int kBN, int kThreads>
+__device__ inline void batch_igemm_store(const BiArgs& a, const float* tile, int ld,
+                                         const BatchIgemmAxis& ay, const BatchIgemmAxis& ax,
+                                         int64_t n0, int m0) {
+  static_assert(kThreads % kBN == 0, "whole rows of threads");
+  const int tid = static_cast<int>(threadIdx.x);
+  const int col = tid % kBN, row0 = tid / kBN;
+  constexpr int kRowStep = kThreads / kBN;
+  const int64_t qplane = int64_t{ay.q} * ax.q;
+  const int64_t j = n0 + col;
+  if (j >= a.N * qplane) return;
+  const BiColumn c = batch_igemm_column(j, qplane, ax.q);
+  const int64_t plane_o = int64_t{a.Ho} * a.Wo;
+  float* out_j = a.out + c.n * a.M * plane_o + int64_t{c.qy * ay.os + ay.ob} * a.Wo +
+                 (c.qx * ax.os + ax.ob) + int64_t{m0 + row0} * plane_o;
+  const float* cs = tile + row0 * ld + col;
+  const int rows = min(kBM, a.M - m0);
+  const int64_t out_step = int64_t{kRowStep} * plane_o;
+#pragma unroll 4
+  for (int r = row0; r < rows; r += kRowStep, cs += kRowStep * ld, out_j += out_step)
+    *out_j = *cs + (a.bias ? a.bias[m0 + r] : 0.0f);
+}
+
+}  // namespace tgrad::cuda
