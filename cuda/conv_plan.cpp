@@ -168,13 +168,14 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
   const bool fwd = in.pass == ConvPass::forward;
   const int64_t out_h = fwd ? g.out_size[0] : g.in_size[0];
   const int64_t out_w = fwd ? g.out_size[1] : g.in_size[1];
+  // batch-wgmma, where it takes a call, was ahead of both row kernels on every call of the suite
+  // and of S1-S5 in run 54's benchmark mode, and on 2-D rows of 512 with M = 128 and 256; the
+  // bounds below are batch-igemm's.
+  if (batch_declined(in, true, nullptr).empty()) return "";
   const bool two_d = g.in_size[0] > 1 && g.out_size[0] > 1;
   if (two_d) {
     if (wgmma && out_w >= kBatchIgemmRowsBelow) return "2-D rows of 512 or more";
-  } else if (!batch_declined(in, true, nullptr).empty()) {
-    // batch-wgmma, where it takes a call, was ahead of both row kernels on every 1-D call of
-    // the suite and of S1-S5 in run 54's benchmark mode, long sequences and "high" dgrad
-    // included; these bounds are batch-igemm's.
+  } else {
     if (g.batch * out_h * out_w > kBatchIgemmMaxPositions1d) return "1-D, more than 2^17 positions";
     if (!fwd && g.precision != Precision::highest) return "1-D dgrad at \"high\"";
   }
@@ -228,20 +229,22 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
              " <= 32 unfolded: half of each 64-row tile would be empty (mma.sync is faster)";
     // N = 64 a warpgroup: the chain and its float32 sum take 64 registers, so two CTAs fit.
     tile = p.M > 64 ? IgemmTiling{128, 64, 16, 2, true} : IgemmTiling{64, 128, 16, 2, true};
-  } else if (taps_per_row(p) > 3) {
-    // More than three taps a row (S4, S5): two taps' A fragments in flight, whatever the count;
-    // this beat the mma.sync kernel there, while for three or fewer taps the straight-line
-    // sequence stays ahead (measurements in docs/performance.md).
-    tile = {64, 256, 16, 2, false};
+  } else if (taps_per_row(p) > 3 || p.M > 64) {
+    // More than three taps a row (S4, S5), or M > 64: two taps' A fragments in flight, whatever
+    // the count. For more taps this beat the mma.sync kernel. At M > 64 (two warpgroups along M)
+    // three taps' fragments loaded at once measured a little faster, but at the 128-register cap
+    // of two CTAs per SM ptxas serializes those wgmmas (C7512), and batch-wgmma now takes nearly
+    // every such "high" call (it gives way only on strided dgrad past M = 256 or stride 4).
+    tile = p.M > 64 ? IgemmTiling{128, 128, 16, 2, false} : IgemmTiling{64, 256, 16, 2, false};
     max_taps = 0;
   } else {
-    // 16 channels a step keep the A fragments of a step's three taps in 24 registers. ptxas
-    // reports these two instances as serialized (C7512): at the 128-register cap of two CTAs per
-    // SM, the 64 accumulators and three taps' A fragments, live until the step's wait, leave it
-    // too few. They stay, because the warning-free alternatives measured slower (two taps in
-    // flight, one warpgroup per CTA: docs/performance.md); 8 channels a step compiles without the
-    // warning but spills, and is not measured.
-    tile = p.M > 64 ? IgemmTiling{128, 128, 16, 2, false} : IgemmTiling{64, 256, 16, 2, false};
+    // M <= 64, three taps or fewer: their A fragments loaded at once, 24 registers. ptxas
+    // reports this instance as serialized (C7512): at the 128-register cap of two CTAs per SM,
+    // the 64 accumulators and three taps' fragments, live until the step's wait, leave it too
+    // few. It stays, because the warning-free alternatives measured slower on S1 and S2 dgrad:
+    // two taps in flight, four warpgroups at one CTA per SM, one warpgroup per CTA
+    // (docs/performance.md, runs 18 and 54).
+    tile = {64, 256, 16, 2, false};
   }
   if (!tile.split && max_taps > 0 && taps_per_row(p) > max_taps)
     return "more than " + std::to_string(max_taps) + " taps a row";

@@ -23,10 +23,10 @@
 //     conversion then reads four channels of one column (copied by other threads) and writes
 //     them with one 16-byte store. Against one-float copies this was S2 dgrad 2.58 -> 2.20 ms.
 //
-//   - Taps: "high" loads the A fragments of a row's taps (up to 3) before its wgmmas; longer
-//     rows keep two taps' fragments in flight (WgmmaConfig::kMaxTaps 0). "highest" runs each
-//     tap's 16-channel chain (small x big, big x small, big x big) from zero, waits for it and
-//     adds it into a float32 sum, so any tap count fits.
+//   - Taps: "high" with M <= 64 loads the A fragments of a row's taps (up to 3) before its
+//     wgmmas; longer rows, and M > 64, keep two taps' fragments in flight (kMaxTaps 0). "highest"
+//     runs each tap's 16-channel chain (small x big, big x small, big x big) from zero, waits for
+//     it and adds it into a float32 sum, so any tap count fits.
 //   - Modes (WgmmaMode, one instantiation each): plain; fill (forward where one output phase
 //     has all the taps writes the other phases' bias too); fold (M <= 32 in 2-D: GEMM rows
 //     M.. compute the next output row, so the 64-row tile is full; IgemmProblem::fold_m).
@@ -452,10 +452,11 @@ void conv_wgmma_launch(CachingAllocator& alloc, IgemmProblem p, const IgemmTilin
   check_wgmma_code(device);
   // The instances the planner's wgmma tiles name (rule_wgmma in conv_plan.cpp): 3xTF32 with
   // N = 64 a warpgroup, two along M (M > 64) or along N; 1xTF32 with N = 128, any tap count
-  // (two taps' A fragments in flight) or up to three taps loaded at once.
+  // (two taps' A fragments in flight, two warpgroups along M or N) or, along N only (M <= 64),
+  // up to three taps loaded at once.
   const bool launched = wgmma_launch_tile<
       WgmmaConfig<2, 1, 64, 16, 3, 2, true>, WgmmaConfig<1, 2, 64, 16, 3, 2, true>,
-      WgmmaConfig<1, 2, 128, 16, 0, 2, false>, WgmmaConfig<2, 1, 128, 16, 3, 2, false>,
+      WgmmaConfig<1, 2, 128, 16, 0, 2, false>, WgmmaConfig<2, 1, 128, 16, 0, 2, false>,
       WgmmaConfig<1, 2, 128, 16, 3, 2, false>>(alloc, p, tile, max_taps, w, device);
   TGRAD_CHECK(launched, "conv_wgmma: no wgmma instance has the planned tile ", tile.bm, "x",
               tile.bn, "/", tile.chunk, (tile.split ? " 3xTF32" : " 1xTF32"), " with max_taps ",
