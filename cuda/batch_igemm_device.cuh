@@ -14,21 +14,48 @@ namespace tgrad::cuda {
 
 // The kernels' arguments (by value). Sizes per conv_batch_igemm.h; gather: forward's phase
 // arithmetic.
+// C and M are one group's channels; a CTA's group is blockIdx.z / phases, its phase
+// blockIdx.z % phases (batch_igemm_group rebases the pointers to the group).
 struct BiArgs {
   const float* src;
-  const float* a_big;    // packed TF32 weights (each kernel its own layout)
+  const float* a_big;    // packed TF32 weights (each kernel its own layout), group after group
   const float* a_small;  // their TF32 residuals (3xTF32), else null
-  const float* bias;     // M values or null
+  const float* bias;     // groups x M values or null
   float* out;
   int64_t N;
   int C, M, Hs, Ws, Ho, Wo, kH, kW, sH, sW, pH, pW, dH, dW;
-  int phases_w;
+  int phases, phases_w;  // output phases (phases_h x phases_w), and along W
   bool gather;
   int64_t c_pad, m_pad;
+  int64_t src_sample, out_sample;  // floats from one sample to the next (all groups' channels)
+  int64_t packed_group;            // floats of packed weights per group
 };
 
-// The CTA's phase (blockIdx.z): both axes and their tap tables (kernel index, src offset), in
-// shared memory. Thread 0 fills them; the caller synchronizes before reading.
+// The arguments of this CTA's group: src, out, bias and the packed weights moved to its first
+// channel.
+__device__ inline BiArgs batch_igemm_group(const BiArgs& args) {
+  BiArgs a = args;
+  const int64_t g = blockIdx.z / a.phases;
+  if (g == 0) return a;
+  a.src += g * a.C * int64_t{a.Hs} * a.Ws;
+  a.out += g * a.M * int64_t{a.Ho} * a.Wo;
+  if (a.bias) a.bias += g * a.M;
+  a.a_big += g * a.packed_group;
+  if (a.a_small) a.a_small += g * a.packed_group;
+  return a;
+}
+
+// Weight W[m, c, tap] of group g, as the GEMM sees it, from w (C_in, C_out/groups, taps); C and
+// M are one group's channels. forward (gather): m = co, c = ci, w[g*C + c, m, tap]; dgrad:
+// m = ci, c = co, w[g*M + m, c, tap].
+__device__ inline float batch_igemm_weight(const float* w, int64_t g, int64_t m, int64_t c,
+                                           int64_t tap, int64_t C, int64_t M, int64_t taps,
+                                           bool gather) {
+  return gather ? w[((g * C + c) * M + m) * taps + tap] : w[((g * M + m) * C + c) * taps + tap];
+}
+
+// The CTA's phase (blockIdx.z % phases): both axes and their tap tables (kernel index, src offset),
+// in shared memory. Thread 0 fills them; the caller synchronizes before reading.
 struct BiTaps {
   int kh[kBatchIgemmMaxTaps], sh[kBatchIgemmMaxTaps];
   int kw[kBatchIgemmMaxTaps], sw[kBatchIgemmMaxTaps];
@@ -37,7 +64,7 @@ struct BiTaps {
 
 __device__ inline void batch_igemm_list_taps(const BiArgs& a, BiTaps& t) {
   if (threadIdx.x != 0) return;
-  const int phase = static_cast<int>(blockIdx.z);
+  const int phase = static_cast<int>(blockIdx.z % a.phases);
   const int rh = phase / a.phases_w, rw = phase % a.phases_w;
   t.axis[0] =
       batch_igemm_axis(a.gather, a.Ho, a.kH, a.sH, a.pH, a.dH, rh, t.kh, t.sh, kBatchIgemmMaxTaps);
@@ -75,7 +102,7 @@ __device__ inline void batch_igemm_store(const BiArgs& a, const float* tile, int
   if (j >= a.N * qplane) return;
   const BiColumn c = batch_igemm_column(j, qplane, ax.q);
   const int64_t plane_o = int64_t{a.Ho} * a.Wo;
-  float* out_j = a.out + c.n * a.M * plane_o + int64_t{c.qy * ay.os + ay.ob} * a.Wo +
+  float* out_j = a.out + c.n * a.out_sample + int64_t{c.qy * ay.os + ay.ob} * a.Wo +
                  (c.qx * ax.os + ax.ob) + int64_t{m0 + row0} * plane_o;
   const float* cs = tile + row0 * ld + col;
   const int rows = min(kBM, a.M - m0);

@@ -89,8 +89,9 @@ struct BatchIgemmPlan {
   bool split = false;  // 3xTF32 ("highest"), else 1xTF32
   bool wgmma = false;  // the sm_90a wgmma instance (batch-wgmma), else mma.sync
   int phases_h = 1, phases_w = 1;
-  int64_t max_q = 0;  // most output positions of one phase, times the batch (the grid's x)
-  int max_taps = 0;   // most taps of one phase
+  int64_t groups = 1;  // one GEMM per group and phase (the grid's z: groups x phases)
+  int64_t max_q = 0;   // most output positions of one phase, times the batch (the grid's x)
+  int max_taps = 0;    // most taps of one phase
   int64_t n_tiles = 0, m_tiles = 0, c_pad = 0, m_pad = 0;
   int smem_bytes = 0;
 };

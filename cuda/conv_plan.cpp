@@ -320,8 +320,9 @@ constexpr int64_t kBatchIgemmMaxPreferredM = 256;
 // wgmma: the sm_90a instance (batch-wgmma), 1xTF32 only, which multiplies with wgmma from shared
 // memory instead of mma.sync; the same GEMM, arithmetic and preferences.
 std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wgmma) {
-  std::string why = tensor_core_reason(in);
-  if (!why.empty()) return why;
+  // Groups are the grid's z beside the phases: one GEMM per group and phase.
+  if (in.dtype != DType::float32)
+    return std::string(dtype_name(in.dtype)) + ": the tensor-core kernels are float32 only";
   if (wgmma) {
     // Built for sm_90a alone (cuda/CMakeLists.txt), which runs on 9.0 only.
     if (in.caps.sm_major != 9 || in.caps.sm_minor != 0)
@@ -338,14 +339,18 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   // The kernel's plane arithmetic is 32-bit; offsets across channels and samples are int64.
   if (!fits_plane32(g)) return "a spatial size or plane past the kernel's 32-bit plane arithmetic";
   const bool fwd = in.pass == ConvPass::forward;
-  const int64_t C = fwd ? g.in_channels : g.out_channels, M = fwd ? g.out_channels : g.in_channels;
+  // One group's channels: C summed over, M computed.
+  const int64_t C = (fwd ? g.in_channels : g.out_channels) / g.groups;
+  const int64_t M = (fwd ? g.out_channels : g.in_channels) / g.groups;
   constexpr int64_t kIntMax = 2147483647;
   if (C > kIntMax / 2 || M > kIntMax / 2) return "more than 2^30 channels";
+  plan.groups = g.groups;
   plan.phases_h = fwd ? static_cast<int>(std::min<int64_t>(g.stride[0], 65536)) : 1;
   plan.phases_w = fwd ? static_cast<int>(std::min<int64_t>(g.stride[1], 65536)) : 1;
-  if (int64_t{plan.phases_h} * plan.phases_w > 65535)
+  if (int64_t{plan.phases_h} * plan.phases_w * g.groups > 65535)
     return "stride " + std::to_string(g.stride[0]) + "x" + std::to_string(g.stride[1]) +
-           ": more than 65535 output phases (the grid's z)";
+           " with groups=" + std::to_string(g.groups) +
+           ": more than 65535 output phases and groups (the grid's z)";
   // Per axis, the most taps and output positions of any phase (the same arithmetic as the
   // kernel's, conv_batch_igemm.h).
   const auto i = [](int64_t v) { return static_cast<int>(v); };
@@ -398,7 +403,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   plan.c_pad = ceil_div(C, kBatchIgemmChunk) * kBatchIgemmChunk;
   plan.m_pad = plan.m_tiles * plan.bm;
   const int64_t packed =
-      g.kernel[0] * g.kernel[1] * plan.c_pad * plan.m_pad * 4 * (plan.split ? 2 : 1);
+      g.groups * g.kernel[0] * g.kernel[1] * plan.c_pad * plan.m_pad * 4 * (plan.split ? 2 : 1);
   if (packed > kGemmWorkspaceBytes)
     return "packed weights of " + std::to_string(packed) + " bytes, over the workspace budget of " +
            std::to_string(kGemmWorkspaceBytes);
@@ -426,7 +431,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     }
     // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
     //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles.
-    const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w;
+    const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w * g.groups;
     if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count)
       return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
              " SMs (no split-K): the GEMM path";
@@ -691,7 +696,8 @@ std::string ConvPlan::describe() const {
     os << " [tile " << b.bm << "x" << b.bn << "/" << kBatchIgemmChunk << "ch"
        << (b.split ? " 3xTF32" : " 1xTF32") << ", " << b.phases_h * b.phases_w
        << " phases, taps<=" << b.max_taps << ", smem " << b.smem_bytes << " B, grid " << b.n_tiles
-       << "x" << b.m_tiles << "x" << b.phases_h * b.phases_w << "]";
+       << "x" << b.m_tiles << "x" << b.phases_h * b.phases_w * b.groups
+       << (b.groups > 1 ? ", " + std::to_string(b.groups) + " groups" : std::string()) << "]";
   } else if (kernel == kKernelMmaSync) {
     const WgradPlan& s = wgrad.plan;
     os << " [" << s.warps_m * kWgradWarpM << "x" << s.warps_n * kWgradWarpN << "x" << s.taps_per_cta

@@ -76,20 +76,19 @@ static_assert(a_slot(0) == 0 && a_slot(8) == 1 && a_slot(1) == 2 && a_slot(15) =
                   a_slot(16) == 16 && a_slot(25) == 19,
               "a_slot interleaves rows g and g + 8");
 
-// wp[(tap*c_pad + c)*m_pad + a_slot(m)] = tf32(W[m, c, tap]) (residual into wp_small when split),
-// zero outside M x C; W[m, c, tap] = w[c, m, tap] (forward, w is (C, M, taps)) or w[m, c, tap]
-// (dgrad, w is (M, C, taps)).
+// Group after group, wp[(tap*c_pad + c)*m_pad + a_slot(m)] = tf32(W[m, c, tap]) (residual into
+// wp_small when split), zero outside M x C; W (one group's) is batch_igemm_weight's.
 __global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big,
-                            float* __restrict__ small, int64_t C, int64_t M, int64_t taps,
-                            int64_t c_pad, int64_t m_pad, bool gather) {
-  const int64_t total = taps * c_pad * m_pad;
+                            float* __restrict__ small, int64_t groups, int64_t C, int64_t M,
+                            int64_t taps, int64_t c_pad, int64_t m_pad, bool gather) {
+  const int64_t per_group = taps * c_pad * m_pad, total = groups * per_group;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
     // e's slot holds row m (a_slot's inverse).
-    const int64_t slot = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad);
+    const int64_t slot = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad) % taps;
     const int64_t m = (slot & ~int64_t{15}) | (slot & 1) << 3 | (slot >> 1 & 7);
     float v = 0.0f;
-    if (m < M && c < C) v = gather ? w[(c * M + m) * taps + tap] : w[(m * C + c) * taps + tap];
+    if (m < M && c < C) v = batch_igemm_weight(w, e / per_group, m, c, tap, C, M, taps, gather);
     const uint32_t hi = to_tf32(v);
     big[e] = __uint_as_float(hi);
     if (small != nullptr) small[e] = __uint_as_float(to_tf32(v - __uint_as_float(hi)));
@@ -97,7 +96,9 @@ __global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kernel(const BiArgs a) {
+__global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks)
+    batch_igemm_kernel(const BiArgs args) {
+  const BiArgs a = batch_igemm_group(args);
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kLdA = Cfg::kLdA, kLdB = Cfg::kLdB;
   constexpr bool kSplit = Cfg::kSplit;
   constexpr int kFM = Cfg::kFragM, kFN = Cfg::kFragN;
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks) batch_igemm_kerne
   if (col_ok) {
     const BiColumn c = batch_igemm_column(j, qplane, ax.q);
     sy0 = c.qy * ay.ss, sx0 = c.qx * ax.ss;
-    src_n = a.src + c.n * a.C * plane_s;
+    src_n = a.src + c.n * a.src_sample;
   }
 
   float* const smem_f = smem;
@@ -285,7 +286,7 @@ void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.m_tiles),
-                  static_cast<unsigned>(plan.phases_h * plan.phases_w));
+                  static_cast<unsigned>(plan.phases_h * plan.phases_w * plan.groups));
   kernel<<<grid, kThreadsBI, Cfg::kSmemBytes>>>(args);
   TGRAD_CUDA_CHECK_LAUNCH("batch_igemm_kernel");
 }
@@ -312,7 +313,9 @@ void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPl
                       float* out, int device) {
   const bool fwd = pass == ConvPass::forward;
   const int64_t taps = g.kernel[0] * g.kernel[1];
-  const int64_t C = fwd ? g.in_channels : g.out_channels, M = fwd ? g.out_channels : g.in_channels;
+  // One group's channels: C summed over, M computed.
+  const int64_t C = (fwd ? g.in_channels : g.out_channels) / g.groups;
+  const int64_t M = (fwd ? g.out_channels : g.in_channels) / g.groups;
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   BiArgs args{};
   args.src = src, args.bias = bias, args.out = out;
@@ -325,21 +328,24 @@ void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPl
   args.sH = i(g.stride[0]), args.sW = i(g.stride[1]);
   args.pH = i(g.padding[0]), args.pW = i(g.padding[1]);
   args.dH = i(g.dilation[0]), args.dW = i(g.dilation[1]);
-  args.phases_w = plan.phases_w;
+  args.phases = plan.phases_h * plan.phases_w, args.phases_w = plan.phases_w;
   args.gather = fwd;
   args.c_pad = plan.c_pad, args.m_pad = plan.m_pad;
+  args.src_sample = C * g.groups * int64_t{args.Hs} * args.Ws;
+  args.out_sample = M * g.groups * int64_t{args.Ho} * args.Wo;
+  args.packed_group = taps * plan.c_pad * plan.m_pad;
   if (plan.wgmma) {
     conv_batch_wgmma(alloc, args, plan, w, device);
     return;
   }
 
-  const int64_t values = taps * plan.c_pad * plan.m_pad;
+  const int64_t values = g.groups * args.packed_group;
   std::shared_ptr<void> packed =
       alloc.allocate(values * (plan.split ? 2 : 1) * int64_t{sizeof(float)}, device);
   float* big = static_cast<float*>(packed.get());
   float* small = plan.split ? big + values : nullptr;
-  pack_kernel<<<grid_for(values), kThreads>>>(w, big, small, C, M, taps, plan.c_pad, plan.m_pad,
-                                              fwd);
+  pack_kernel<<<grid_for(values), kThreads>>>(w, big, small, g.groups, C, M, taps, plan.c_pad,
+                                              plan.m_pad, fwd);
   TGRAD_CUDA_CHECK_LAUNCH("batch_igemm pack_kernel");
   args.a_big = big, args.a_small = small;
 

@@ -64,25 +64,26 @@ struct BwConfig {
   static_assert((kBK / 4) * kBM % kThreads == 0, "A vectors per thread");
 };
 
-// wp[((tap*(c_pad/4) + c/4)*m_pad + m)*4 + c % 4] = tf32(W[m, c, tap]), zero outside M x C;
-// W[m, c, tap] = w[c, m, tap] (forward) or w[m, c, tap] (dgrad), as in batch-igemm.
-__global__ void pack_kmajor_kernel(const float* __restrict__ w, float* __restrict__ wp, int64_t C,
-                                   int64_t M, int64_t taps, int64_t c_pad, int64_t m_pad,
-                                   bool gather) {
-  const int64_t total = taps * c_pad * m_pad;
+// Group after group, wp[((tap*(c_pad/4) + c/4)*m_pad + m)*4 + c % 4] = tf32(W[m, c, tap]), zero
+// outside M x C; W (one group's) is batch_igemm_weight's, as in batch-igemm.
+__global__ void pack_kmajor_kernel(const float* __restrict__ w, float* __restrict__ wp,
+                                   int64_t groups, int64_t C, int64_t M, int64_t taps,
+                                   int64_t c_pad, int64_t m_pad, bool gather) {
+  const int64_t per_group = taps * c_pad * m_pad, total = groups * per_group;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c4 = e % 4, m = e / 4 % m_pad, cg = e / (4 * m_pad) % (c_pad / 4);
-    const int64_t tap = e / (c_pad * m_pad), c = cg * 4 + c4;
+    const int64_t tap = e / (c_pad * m_pad) % taps, c = cg * 4 + c4;
     float v = 0.0f;
-    if (m < M && c < C) v = gather ? w[(c * M + m) * taps + tap] : w[(m * C + c) * taps + tap];
+    if (m < M && c < C) v = batch_igemm_weight(w, e / per_group, m, c, tap, C, M, taps, gather);
     wp[e] = __uint_as_float(to_tf32(v));
   }
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiArgs a) {
+__global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const BiArgs a = batch_igemm_group(args);
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN;
   extern __shared__ __align__(128) float smem[];
   __shared__ BiTaps tt;
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   if (col_ok) {
     const BiColumn c = batch_igemm_column(j, qplane, ax.q);
     sy0 = c.qy * ay.ss, sx0 = c.qx * ax.ss;
-    src_n = a.src + c.n * a.C * plane_s + int64_t{cg0} * 4 * plane_s;
+    src_n = a.src + c.n * a.src_sample + int64_t{cg0} * 4 * plane_s;
   }
   const auto a_tile = [&](int stage) { return smem + stage * Cfg::kStageFloats; };
   const auto b_tile = [&](int stage) { return smem + stage * Cfg::kStageFloats + Cfg::kAFloats; };
@@ -250,7 +251,7 @@ void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.m_tiles),
-                  static_cast<unsigned>(plan.phases_h * plan.phases_w));
+                  static_cast<unsigned>(plan.phases_h * plan.phases_w * plan.groups));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(args);
   TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma_kernel");
 }
@@ -264,11 +265,11 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
               "conv batch-wgmma: no instance has the planned tile ", plan.bm, "x", plan.bn,
               plan.split ? " 3xTF32" : " 1xTF32");
   const int64_t taps = int64_t{args.kH} * args.kW;
-  const int64_t values = taps * plan.c_pad * plan.m_pad;
+  const int64_t values = plan.groups * args.packed_group;
   std::shared_ptr<void> packed = alloc.allocate(values * int64_t{sizeof(float)}, device);
   float* wp = static_cast<float*>(packed.get());
-  pack_kmajor_kernel<<<grid_for(values), kThreads>>>(w, wp, args.C, args.M, taps, plan.c_pad,
-                                                     plan.m_pad, args.gather);
+  pack_kmajor_kernel<<<grid_for(values), kThreads>>>(w, wp, plan.groups, args.C, args.M, taps,
+                                                     plan.c_pad, plan.m_pad, args.gather);
   TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma pack_kmajor_kernel");
   BiArgs a = args;
   a.a_big = wp, a.a_small = nullptr;

@@ -158,8 +158,8 @@ void CudaBackend::norm_forward(const NormShape& ns, const Tensor& x, double eps,
   cuda::norm_forward(allocator_, ns, x, eps, w, b, y, mean, var);
 }
 void CudaBackend::norm_backward(const NormShape& ns, const Tensor& dy, const Tensor& x,
-                                const Tensor& mean, const Tensor& var, double eps,
-                                const Tensor* w, Tensor* dx, Tensor* dw, Tensor* db) {
+                                const Tensor& mean, const Tensor& var, double eps, const Tensor* w,
+                                Tensor* dx, Tensor* dw, Tensor* db) {
   check_device(x.device(), "norm_backward");
   cuda::norm_backward(allocator_, ns, dy, x, mean, var, eps, w, dx, dw, db);
 }

@@ -355,9 +355,9 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
       binary_kernel<T, true, int64_t>
           <<<grid_for(n), kThreads>>>(op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), n, s);
     } else if (fits_32) {
-      binary_kernel<T, false, int32_t><<<grid_for(n), kThreads>>>(
-          op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), static_cast<int32_t>(n),
-          collapse_axes(s));
+      binary_kernel<T, false, int32_t>
+          <<<grid_for(n), kThreads>>>(op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(),
+                                      static_cast<int32_t>(n), collapse_axes(s));
     } else {
       binary_kernel<T, false, int64_t><<<grid_for(n), kThreads>>>(
           op, a.data_ptr<T>(), b.data_ptr<T>(), y.data_ptr<T>(), n, collapse_axes(s));

@@ -130,8 +130,8 @@ __device__ void range_grad_sums(const NormDims& d, const KeyRuns& kr, uint32_t l
 }
 
 template <class T>
-__global__ void norm_forward_kernel(NormDims d, int64_t n, int64_t keys, const T* x, double eps, const T* w,
-                                    const T* b, T* y, T* mean, T* var) {
+__global__ void norm_forward_kernel(NormDims d, int64_t n, int64_t keys, const T* x, double eps,
+                                    const T* w, const T* b, T* y, T* mean, T* var) {
   for (int64_t k = blockIdx.x; k < keys; k += gridDim.x) {
     const KeyRuns kr(d, n, k, d.per_channel);  // batch norm: its keys are channels
     const uint32_t total = kr.runs * kr.s;
@@ -278,8 +278,8 @@ __global__ void norm_partial_grad_kernel(NormDims d, int64_t n, int64_t blocks, 
 
 // A thread per key sums its chunks in order into sums[2k], sums[2k+1] (and dw, db for channels).
 template <class T>
-__global__ void norm_combine_grad_kernel(int64_t keys, int64_t splits, const double* part,
-                                         T* dw, T* db, double* sums) {
+__global__ void norm_combine_grad_kernel(int64_t keys, int64_t splits, const double* part, T* dw,
+                                         T* db, double* sums) {
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= keys) return;
   double s1 = 0.0, s2 = 0.0;
@@ -449,20 +449,19 @@ void norm_forward(CachingAllocator& alloc, const NormShape& ns, const Tensor& x,
     norm_partial_stats_kernel<T><<<blocks_for(blocks), kMaxNormThreads>>>(
         d, ns.n, blocks, sp.splits, sp.chunk, x.data_ptr<T>(), part);
     TGRAD_CUDA_CHECK_LAUNCH("norm_partial_stats_kernel");
-    norm_combine_stats_kernel<T><<<grid_for(keys), kThreads>>>(keys, sp.splits, part, eps,
-                                                               mean.data_ptr<T>(),
-                                                               var.data_ptr<T>(), stat);
+    norm_combine_stats_kernel<T><<<grid_for(keys), kThreads>>>(
+        keys, sp.splits, part, eps, mean.data_ptr<T>(), var.data_ptr<T>(), stat);
     TGRAD_CUDA_CHECK_LAUNCH("norm_combine_stats_kernel");
     const int64_t total = x.numel();
-    norm_apply_kernel<T><<<grid_for(total), kThreads>>>(d, total, x.data_ptr<T>(), stat,
-                                                        ptr<T>(w), ptr<T>(b), y.data_ptr<T>());
+    norm_apply_kernel<T><<<grid_for(total), kThreads>>>(d, total, x.data_ptr<T>(), stat, ptr<T>(w),
+                                                        ptr<T>(b), y.data_ptr<T>());
     TGRAD_CUDA_CHECK_LAUNCH("norm_apply_kernel");
   });
 }
 
-void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& dy,
-                   const Tensor& x, const Tensor& mean, const Tensor& var, double eps,
-                   const Tensor* w, Tensor* dx, Tensor* dw, Tensor* db) {
+void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& dy, const Tensor& x,
+                   const Tensor& mean, const Tensor& var, double eps, const Tensor* w, Tensor* dx,
+                   Tensor* dw, Tensor* db) {
   if (ns.keys() == 0 || ns.per_key() == 0) return;
   DeviceGuard guard(x.device());
   const NormDims d = dims_of(ns);
@@ -499,8 +498,8 @@ void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& d
     };
     // One pass of blocks over `keys` keys of `per_key` elements: channel blocks (dw, db, and
     // batch norm's dx) or group norm's key blocks (dx).
-    const auto pass = [&](bool channel_blocks, int64_t keys, int64_t per_key, T* dx_out,
-                          T* dw_out, T* db_out) {
+    const auto pass = [&](bool channel_blocks, int64_t keys, int64_t per_key, T* dx_out, T* dw_out,
+                          T* db_out) {
       if (channel_blocks && ns.s < kShortRun) {
         column_pass(dx_out, dw_out, db_out);
         return;
@@ -518,8 +517,8 @@ void norm_backward(CachingAllocator& alloc, const NormShape& ns, const Tensor& d
       double* part = static_cast<double*>(ws.get());
       double* sums = part + 2 * blocks;
       norm_partial_grad_kernel<T><<<blocks_for(blocks), kMaxNormThreads>>>(
-          d, ns.n, blocks, sp.splits, sp.chunk, static_cast<uint32_t>(per_key), channel_blocks,
-          dyp, xp, mp, vp, eps, wp, part);
+          d, ns.n, blocks, sp.splits, sp.chunk, static_cast<uint32_t>(per_key), channel_blocks, dyp,
+          xp, mp, vp, eps, wp, part);
       TGRAD_CUDA_CHECK_LAUNCH("norm_partial_grad_kernel");
       norm_combine_grad_kernel<T>
           <<<grid_for(keys), kThreads>>>(keys, sp.splits, part, dw_out, db_out, sums);

@@ -120,7 +120,8 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
                                      (precision == Precision::high ? " high" : " highest");
           const ConvPlan plan = plan_conv(pass, g, dtype, caps);
           expect_consistent(plan, pass, config);
-          // The tensor cores take float32 with groups 1 only; depthwise layers take the
+          // The tensor cores take float32 only, the row kernels and wgrad's groups 1 only (the
+          // batch-positions kernels run one GEMM per group); depthwise layers take the
           // depthwise kernels (wgrad up to 32 taps); narrow calls (few channels per group) the
           // direct kernels, at either dtype; the other calls the tensor cores decline take the
           // GEMM path unless one sample's columns pass its workspace (S4, S5 in float64), and
@@ -130,6 +131,11 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
               depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
           if (!dw_row && expect_direct(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
+          } else if (dtype == DType::float32 && g.groups > 1 && pass != ConvPass::wgrad &&
+                     !dw_row) {
+            EXPECT_TRUE(plan.kernel == "batch-igemm" || plan.kernel == "batch-wgmma" ||
+                        plan.kernel == "gemm")
+                << config << ": " << plan.describe();
           } else if (dtype == DType::float64 || g.groups > 1) {
             EXPECT_NE(plan.kernel, "wgmma") << config;
             EXPECT_NE(plan.kernel, "mma.sync") << config;
@@ -196,14 +202,24 @@ std::string reason_of(const ConvPlan& plan, const std::string& kernel) {
   return "<not declined>";
 }
 
-TEST(ConvPlan, GroupsDeclineTheTensorCoreKernelsNamingGroups) {
-  // Groups of 64 x 64 channels: too wide for the direct kernels, so the GEMM path.
+TEST(ConvPlan, GroupsDeclineTheRowKernelsNamingGroups) {
+  // Groups of 64 x 64 channels: too wide for the direct kernels. The row kernels and wgrad's
+  // split-K GEMM take groups 1 only; batch-igemm runs one GEMM per group (M = 64: batch-wgmma
+  // leaves it the call), wgrad goes to the GEMM path.
   const ConvGeometry g = small_2d(128, 128, 2, Precision::high);
   for (ConvPass pass : kPasses) {
     const ConvPlan plan = plan_conv(pass, g, DType::float32, DeviceCaps::h100());
-    EXPECT_EQ(plan.kernel, "gemm") << plan.describe();
-    EXPECT_NE(reason_of(plan, "direct").find("not few channels per group"), std::string::npos)
-        << plan.describe();
+    if (pass == ConvPass::wgrad) {
+      EXPECT_EQ(plan.kernel, "gemm") << plan.describe();
+    } else {
+      EXPECT_EQ(plan.kernel, "batch-igemm") << plan.describe();
+      EXPECT_EQ(plan.batch.groups, 2) << plan.describe();
+      EXPECT_NE(plan.describe().find(", 2 groups]"), std::string::npos) << plan.describe();
+    }
+    if (pass == ConvPass::wgrad) {
+      EXPECT_NE(reason_of(plan, "direct").find("not few channels per group"), std::string::npos)
+          << plan.describe();
+    }
     if (pass != ConvPass::wgrad) {
       EXPECT_NE(reason_of(plan, "wgmma").find("groups=2"), std::string::npos) << plan.describe();
     }
@@ -840,7 +856,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"encodec_up4", "wgmma", "mma.sync", "wgmma", "batch-wgmma"},
       {"encodec_up2", "mma.sync", "mma.sync", "mma.sync", "mma.sync"},
       {"convtasnet_dec", "gemm", "direct", "gemm", "direct"},
-      {"grouped_g2", "gemm", "gemm", "gemm", "gemm"},
+      {"grouped_g2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"grouped_g4", "direct", "direct", "direct", "direct"},
       {"grouped_g8", "direct", "direct", "direct", "direct"},
       {"fcn_up2_dw", "depthwise", "depthwise", "depthwise", "depthwise"},

@@ -1,8 +1,9 @@
 // The batch-positions implicit GEMMs on the GPU, forced for forward and dgrad: batch-igemm
 // (cuda/conv_transpose_batch_igemm.cu, mma.sync, both precisions) and batch-wgmma
-// (cuda/conv_transpose_batch_wgmma.cu, sm_90a's wgmma, "high"). Every groups-1 layer of the
-// decoder suite at batch 2 (so a tile's columns cross samples) and edge geometries (dilation,
-// output padding, phases without taps, M and C off the tile sizes, unequal strides), each
+// (cuda/conv_transpose_batch_wgmma.cu, sm_90a's wgmma, "high"). Every layer of the decoder
+// suite at batch 2 (so a tile's columns cross samples), grouped and depthwise ones included
+// (one GEMM per group), and edge geometries (dilation, output padding, phases without
+// taps, M and C off the tile sizes, unequal strides, groups of odd sizes), each
 // element of y (with bias) and dx against float64 within its own error budget
 // (tests/conv_budget.h), and the plan that ran is the forced kernel with the precision's multiply.
 #include <gtest/gtest.h>
@@ -34,6 +35,7 @@ Tensor conv(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tens
                                 .stride(l.stride[0])
                                 .padding(l.padding[0])
                                 .output_padding(l.output_padding[0])
+                                .groups(l.groups)
                                 .dilation(l.dilation[0]));
   }
   return conv_transpose2d(x, w, b,
@@ -41,6 +43,7 @@ Tensor conv(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tens
                               .stride(l.stride)
                               .padding(l.padding)
                               .output_padding(l.output_padding)
+                              .groups(l.groups)
                               .dilation(l.dilation));
 }
 
@@ -59,7 +62,7 @@ Result run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tenso
 void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kernel) {
   const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
   Generator gen(11);
-  Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels};
+  Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels / l.groups};
   Shape y_shape = {batch, l.out_channels};
   int64_t taps = 1;
   for (int a = 0; a < l.dims; ++a) {
@@ -95,10 +98,10 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kerne
     const bool high = std::string(precision) == "high";
     const Result got = run(l, x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
     // One more term than the taps: the bias.
-    EXPECT_TRUE(within_budget(got.y, ref.y, mag.y, budget_factor(high, l.in_channels * taps + 1),
-                              "forward"));
-    EXPECT_TRUE(
-        within_budget(got.dx, ref.dx, mag.dx, budget_factor(high, l.out_channels * taps), "dgrad"));
+    EXPECT_TRUE(within_budget(got.y, ref.y, mag.y,
+                              budget_factor(high, l.in_channels / l.groups * taps + 1), "forward"));
+    EXPECT_TRUE(within_budget(got.dx, ref.dx, mag.dx,
+                              budget_factor(high, l.out_channels / l.groups * taps), "dgrad"));
     for (cuda::ConvPass pass : {cuda::ConvPass::forward, cuda::ConvPass::dgrad}) {
       const cuda::ConvPlan plan = cuda::last_conv_plan(pass);
       EXPECT_EQ(plan.kernel, kernel) << plan.describe();
@@ -116,14 +119,12 @@ class CudaBatchIgemmSuite : public ::testing::TestWithParam<ConvLayerSpec> {};
 
 TEST_P(CudaBatchIgemmSuite, ForwardAndDgradWithinBudgetOnTheForcedKernel) {
   TGRAD_SKIP_WITHOUT_CUDA();
-  if (GetParam().groups != 1) GTEST_SKIP() << "grouped: the kernel takes groups 1";
   check_layer(GetParam(), 2, cuda::kKernelBatchIgemm);
 }
 
 TEST_P(CudaBatchIgemmSuite, ForwardAndDgradWithinBudgetOnTheForcedWgmmaKernel) {
   TGRAD_SKIP_WITHOUT_CUDA();
   SKIP_WITHOUT_WGMMA();
-  if (GetParam().groups != 1) GTEST_SKIP() << "grouped: the kernel takes groups 1";
   check_layer(GetParam(), 2, cuda::kKernelBatchWgmma);
 }
 
@@ -159,6 +160,11 @@ std::vector<ConvLayerSpec> edge_layers() {
   v.push_back(e);
   // Padding larger than the kernel reach on the left: the first phases start at q0 > 0.
   v.push_back(layer1d("pad_gt_k", "edge", 3, 48, 36, 40, 4, 2, 3));
+  // Three groups of 20 -> 18 channels (off the tile sizes), k4 s2: one GEMM per group and phase,
+  // each reading and writing its own channels (and bias).
+  ConvLayerSpec g3 = layer2d("groups3", "edge", 3, 60, 54, 7, 4, 2, 1, 0, 3);
+  g3.in_size = {7, 9};
+  v.push_back(g3);
   return v;
 }
 
