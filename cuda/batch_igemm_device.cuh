@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/conv_batch_igemm.h"
+#include "cuda/cuda_util.h"
 
 namespace tgrad::cuda {
 
@@ -72,6 +73,26 @@ __device__ inline void batch_igemm_list_taps(const BiArgs& a, BiTaps& t) {
       batch_igemm_axis(a.gather, a.Wo, a.kW, a.sW, a.pW, a.dW, rw, t.kw, t.sw, kBatchIgemmMaxTaps);
 }
 
+// A CTA's place in the GEMM: its phase's axes (thread 0 lists the taps into tt; every thread
+// waits for them), the phase's columns (batch x positions) and the CTA's first column and row.
+// n0 >= n_total when this phase has fewer positions than the largest one: nothing to do.
+struct BiTile {
+  BatchIgemmAxis ay, ax;
+  int64_t qplane, n_total, n0;
+  int m0;
+};
+__device__ inline BiTile batch_igemm_tile(const BiArgs& a, BiTaps& tt, int bm, int bn) {
+  batch_igemm_list_taps(a, tt);
+  __syncthreads();
+  BiTile t;
+  t.ay = tt.axis[0], t.ax = tt.axis[1];
+  t.qplane = int64_t{t.ay.q} * t.ax.q;
+  t.n_total = a.N * t.qplane;
+  t.n0 = int64_t{blockIdx.x} * bn;
+  t.m0 = static_cast<int>(blockIdx.y) * bm;
+  return t;
+}
+
 // Column j = (n*Qy + qy)*Qx + qx of a phase: its sample and position.
 struct BiColumn {
   int64_t n;
@@ -83,6 +104,23 @@ __device__ inline BiColumn batch_igemm_column(int64_t j, int64_t qplane, int qx_
   const int rest = static_cast<int>(j - c.n * qplane);
   c.qy = rest / qx_count, c.qx = rest - c.qy * qx_count;
   return c;
+}
+
+// Where column j of the CTA's phase reads src: its sample's first src value and the src
+// position of its tap offset 0 (ok false past the phase's columns: src_n stays a.src).
+struct BiSource {
+  bool ok;
+  int sy0, sx0;
+  const float* src_n;
+};
+__device__ inline BiSource batch_igemm_source(const BiArgs& a, const BiTile& t, int64_t j) {
+  BiSource s{j < t.n_total, 0, 0, a.src};
+  if (s.ok) {
+    const BiColumn c = batch_igemm_column(j, t.qplane, t.ax.q);
+    s.sy0 = c.qy * t.ay.ss, s.sx0 = c.qx * t.ax.ss;
+    s.src_n = a.src + c.n * a.src_sample;
+  }
+  return s;
 }
 
 // Writes the CTA's output tile, staged in shared memory as kBM rows of ld floats (row m - m0,
@@ -110,6 +148,21 @@ __device__ inline void batch_igemm_store(const BiArgs& a, const float* tile, int
 #pragma unroll 4
   for (int r = row0; r < rows; r += kRowStep, cs += kRowStep * ld, out_j += out_step)
     *out_j = *cs + (a.bias ? a.bias[m0 + r] : 0.0f);
+}
+
+// Launches one instance: `what` names the kernel in errors; the grid is column tiles x row tiles
+// x (phases x groups); smem_bytes must be what the planner counted for the plan's tile.
+template <class Kernel>
+void batch_igemm_launch(Kernel kernel, const char* what, int threads, int smem_bytes,
+                        const BiArgs& args, const BatchIgemmPlan& plan) {
+  TGRAD_CHECK(smem_bytes == plan.smem_bytes, "conv ", what, ": the plan's ", plan.smem_bytes,
+              " bytes of shared memory are not the instance's ", smem_bytes);
+  TGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.m_tiles),
+                  static_cast<unsigned>(plan.phases_h * plan.phases_w * plan.groups));
+  kernel<<<grid, threads, smem_bytes>>>(args);
+  check_cuda(cudaGetLastError(), what, __FILE__, __LINE__);  // as TGRAD_CUDA_CHECK_LAUNCH
 }
 
 }  // namespace tgrad::cuda

@@ -110,14 +110,11 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks)
   const int* const tap_sw = tt.sw;
 
   const int tid = static_cast<int>(threadIdx.x);
-  batch_igemm_list_taps(a, tt);
-  __syncthreads();
-  const BatchIgemmAxis ay = tt.axis[0], ax = tt.axis[1];
-  const int64_t qplane = int64_t{ay.q} * ax.q;
-  const int64_t n_total = a.N * qplane;
-  const int64_t n0 = int64_t{blockIdx.x} * kBN;
-  if (n0 >= n_total) return;  // this phase has fewer positions than the largest one
-  const int m0 = static_cast<int>(blockIdx.y) * kBM;
+  const BiTile tile = batch_igemm_tile(a, tt, kBM, kBN);
+  if (tile.n0 >= tile.n_total) return;  // this phase has fewer positions than the largest one
+  const BatchIgemmAxis ay = tile.ay, ax = tile.ax;
+  const int64_t n0 = tile.n0;
+  const int m0 = tile.m0;
   const int taps = ay.taps * ax.taps;  // the planner keeps this <= kBatchIgemmMaxTaps
   const int c_steps = static_cast<int>(a.c_pad / kBK);
   const int steps = taps * c_steps;
@@ -126,15 +123,10 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks)
   // This thread's B column, fixed for the whole K loop.
   const int col = tid % kBN, row0 = tid / kBN;
   constexpr int kRowStep = kThreadsBI / kBN, kRows = kBK * kBN / kThreadsBI;
-  const int64_t j = n0 + col;
-  const bool col_ok = j < n_total;
-  int sy0 = 0, sx0 = 0;
-  const float* src_n = a.src;
-  if (col_ok) {
-    const BiColumn c = batch_igemm_column(j, qplane, ax.q);
-    sy0 = c.qy * ay.ss, sx0 = c.qx * ax.ss;
-    src_n = a.src + c.n * a.src_sample;
-  }
+  const BiSource source = batch_igemm_source(a, tile, n0 + col);
+  const bool col_ok = source.ok;
+  const int sy0 = source.sy0, sx0 = source.sx0;
+  const float* const src_n = source.src_n;
 
   float* const smem_f = smem;
   const auto a_tile = [&](int stage) { return smem_f + stage * Cfg::kStageFloats; };
@@ -280,15 +272,8 @@ __global__ void __launch_bounds__(kThreadsBI, Cfg::kMinBlocks)
 
 template <class Cfg>
 void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
-  TGRAD_CHECK(Cfg::kSmemBytes == plan.smem_bytes, "conv batch-igemm: the plan's ", plan.smem_bytes,
-              " bytes of shared memory are not the instance's ", Cfg::kSmemBytes);
-  auto kernel = batch_igemm_kernel<Cfg>;
-  TGRAD_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.m_tiles),
-                  static_cast<unsigned>(plan.phases_h * plan.phases_w * plan.groups));
-  kernel<<<grid, kThreadsBI, Cfg::kSmemBytes>>>(args);
-  TGRAD_CUDA_CHECK_LAUNCH("batch_igemm_kernel");
+  batch_igemm_launch(batch_igemm_kernel<Cfg>, "batch_igemm_kernel", kThreadsBI, Cfg::kSmemBytes,
+                     args, plan);
 }
 
 // The instances: (warps M x N, m16 x n8 blocks per warp, split, CTAs per SM). 1xTF32: 128 x 128,

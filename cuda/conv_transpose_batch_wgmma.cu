@@ -89,14 +89,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   __shared__ BiTaps tt;
 
   const int tid = static_cast<int>(threadIdx.x);
-  batch_igemm_list_taps(a, tt);
-  __syncthreads();
-  const BatchIgemmAxis ay = tt.axis[0], ax = tt.axis[1];
-  const int64_t qplane = int64_t{ay.q} * ax.q;
-  const int64_t n_total = a.N * qplane;
-  const int64_t n0 = int64_t{blockIdx.x} * kBN;
-  if (n0 >= n_total) return;  // this phase has fewer positions than the largest one
-  const int m0 = static_cast<int>(blockIdx.y) * kBM;
+  const BiTile tile = batch_igemm_tile(a, tt, kBM, kBN);
+  if (tile.n0 >= tile.n_total) return;  // this phase has fewer positions than the largest one
+  const BatchIgemmAxis ay = tile.ay, ax = tile.ax;
+  const int64_t n0 = tile.n0;
+  const int m0 = tile.m0;
   const int steps = ay.taps * ax.taps * static_cast<int>(a.c_pad / kBK);
   const int64_t plane_s = int64_t{a.Hs} * a.Ws;
 
@@ -105,15 +102,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   const int warp = tid / 32, lane = tid % 32;
   constexpr int kCgStep = Cfg::kThreads / kBN, kUnits = kBK / 4 / kCgStep;
   const int col = tid % kBN, cg0 = tid / kBN;
-  const int64_t j = n0 + col;
-  const bool col_ok = j < n_total;
-  int sy0 = 0, sx0 = 0;
-  const float* src_n = a.src;
-  if (col_ok) {
-    const BiColumn c = batch_igemm_column(j, qplane, ax.q);
-    sy0 = c.qy * ay.ss, sx0 = c.qx * ax.ss;
-    src_n = a.src + c.n * a.src_sample + int64_t{cg0} * 4 * plane_s;
-  }
+  const BiSource source = batch_igemm_source(a, tile, n0 + col);
+  const bool col_ok = source.ok;
+  const int sy0 = source.sy0, sx0 = source.sx0;
+  const float* const src_n = source.src_n + (col_ok ? int64_t{cg0} * 4 * plane_s : 0);
   const auto a_tile = [&](int stage) { return smem + stage * Cfg::kStageFloats; };
   const auto b_tile = [&](int stage) { return smem + stage * Cfg::kStageFloats + Cfg::kAFloats; };
 
@@ -245,15 +237,8 @@ using Bw64 = BwConfig<1, 2, 64>;
 
 template <class Cfg>
 void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
-  TGRAD_CHECK(Cfg::kSmemBytes == plan.smem_bytes, "conv batch-wgmma: the plan's ", plan.smem_bytes,
-              " bytes of shared memory are not the instance's ", Cfg::kSmemBytes);
-  auto kernel = batch_wgmma_kernel<Cfg>;
-  TGRAD_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.m_tiles),
-                  static_cast<unsigned>(plan.phases_h * plan.phases_w * plan.groups));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(args);
-  TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma_kernel");
+  batch_igemm_launch(batch_wgmma_kernel<Cfg>, "batch_wgmma_kernel", Cfg::kThreads, Cfg::kSmemBytes,
+                     args, plan);
 }
 
 }  // namespace

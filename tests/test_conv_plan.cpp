@@ -817,11 +817,14 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
 }
 
 // The forward and dgrad kernel of every suite layer at both precisions with H100 caps, as the
-// forced A/B runs measured them (docs/performance.md, runs 34 and 38). batch-igemm runs where it
-// was ahead: M <= 256 with enough CTAs, before the row kernels on 2-D rows under 512 (DCGAN,
+// forced A/B runs measured them (docs/performance.md, runs 34, 38 and 54). batch-igemm runs where
+// it was ahead: M <= 256 with enough CTAs, before the row kernels on 2-D rows under 512 (DCGAN,
 // U-Net, CycleGAN, DeconvNet deconv1) and on 1-D calls of at most 2^17 positions (HiFi-GAN,
 // EnCodec x8 forward; dgrad at "highest" only); EnCodec's long layers keep wgmma / mma.sync,
-// wide M the GEMM path; grouped and float64 calls never reach it. Few channels per group (RGB and
+// wide M the GEMM path; float64 calls never reach it, grouped ones one GEMM per group. At
+// "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1 dgrad with
+// M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
+// (EnCodec x5 forward, x4 dgrad), but no dgrad of stride 8. Few channels per group (RGB and
 // mono outputs, grouped layers) run the direct kernels, except forwards whose sums are long
 // (pix2pix's 128 x 4, Conv-TasNet's 512 x 2 products a output): the GEMM path (run 46). A row
 // kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
