@@ -92,6 +92,7 @@ struct BatchIgemmPlan {
   int64_t groups = 1;  // one GEMM per group and phase (the grid's z: groups x phases)
   int64_t max_q = 0;   // most output positions of one phase, times the batch (the grid's x)
   int max_taps = 0;    // most taps of one phase
+  double tap_use = 1;  // share of the GEMMs' (position, tap) pairs that land inside src
   int64_t n_tiles = 0, m_tiles = 0, c_pad = 0, m_pad = 0;
   int smem_bytes = 0;
 };

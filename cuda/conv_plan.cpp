@@ -18,6 +18,15 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// How many q in [0, count) have 0 <= q*step + offset < size (step > 0).
+int64_t positions_inside(int64_t count, int64_t step, int64_t offset, int64_t size) {
+  // q >= ceil(-offset / step) and q <= floor((size - 1 - offset) / step), in floor arithmetic.
+  const auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  const int64_t lo = std::max<int64_t>(0, -floor_div(offset, step));
+  const int64_t hi = std::min<int64_t>(count - 1, floor_div(size - 1 - offset, step));
+  return std::max<int64_t>(0, hi - lo + 1);
+}
+
 // The tensor-core kernels (wgmma, mma.sync, wgrad's mma.sync) run float32 with groups 1.
 std::string tensor_core_reason(const PlanInput& in) {
   if (in.dtype != DType::float32)
@@ -176,8 +185,18 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
   if (two_d) {
     if (wgmma && out_w >= kBatchIgemmRowsBelow) return "2-D rows of 512 or more";
   } else {
-    if (g.batch * out_h * out_w > kBatchIgemmMaxPositions1d) return "1-D, more than 2^17 positions";
-    if (!fwd && g.precision != Precision::highest) return "1-D dgrad at \"high\"";
+    // A strided call's row tiles cover one phase's positions, or (dgrad) gather every s-th src
+    // column, and batch-igemm measured ahead of them at any length for strides 2 to 4 (run 54:
+    // S1 dgrad, EnCodec's x2 and x4), unless the forward's taps all fall in one phase, where
+    // wgmma's fill mode writes the other phases' bias beside them (S1 forward).
+    // Past stride 4 a dgrad's gathers waste most of their loads in either kernel, and mma.sync
+    // kept EnCodec's x5 dgrad at "high".
+    const bool one_phase = fwd && (g.kernel[1] == 1 || g.dilation[1] % g.stride[1] == 0);
+    if (g.stride[1] == 1 || g.stride[1] > 4 || one_phase) {
+      if (g.batch * out_h * out_w > kBatchIgemmMaxPositions1d)
+        return "1-D, more than 2^17 positions";
+      if (!fwd && g.precision != Precision::highest) return "1-D dgrad at \"high\"";
+    }
   }
   return batch_kernel_taking(in) ? "" : "the batch-positions kernels decline";
 }
@@ -190,6 +209,17 @@ std::string few_ctas_reason(const PlanInput& in, int64_t ctas) {
   if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
   return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
          " SMs (under half): the GEMM path spans batch x positions";
+}
+
+// A dgrad with stride > 4 and M > 256: the row kernels' windows then hold one useful src column
+// in s, and the GEMM path, whose column buffer holds only the taps that land, measured up to 2x
+// faster (EnCodec's x8 dgrad at "highest", run 54). Empty when the row kernel keeps the call.
+std::string strided_dgrad_reason(const PlanInput& in, int64_t M) {
+  const int64_t s_max = std::max(in.g.stride[0], in.g.stride[1]);
+  if (!in.prefer || in.pass != ConvPass::dgrad || s_max <= 4 || M <= 256) return "";
+  if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
+  return "dgrad with stride " + std::to_string(s_max) + " and M=" + std::to_string(M) +
+         ": the GEMM path";
 }
 
 // ---- wgmma (sm_90a; forward and dgrad) ------------------------------------------------------
@@ -254,6 +284,7 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
            ": a tap's shift must be whole columns of the window";
   if (std::string low = igemm_use_reason(in, p, tile); !low.empty()) return low;
   if (std::string few = few_ctas_reason(in, igemm_ctas(p)); !few.empty()) return few;
+  if (std::string strided = strided_dgrad_reason(in, p.M); !strided.empty()) return strided;
   plan.igemm = p;
   plan.tile = tile;
   plan.wgmma_max_taps = max_taps;
@@ -301,6 +332,7 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
     if (no == nullptr) {
       if (std::string low = igemm_use_reason(in, p, t); !low.empty()) return low;
       if (std::string few = few_ctas_reason(in, igemm_ctas(p)); !few.empty()) return few;
+      if (std::string strided = strided_dgrad_reason(in, p.M); !strided.empty()) return strided;
       plan.igemm = p;
       plan.tile = t;
       return "";
@@ -315,7 +347,7 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
 // Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) runs the call, with its
 // plan in `plan`; else why not: what it cannot run, then (in.prefer) where the GEMM path measured
 // faster.
-constexpr int64_t kBatchIgemmMaxPreferredM = 256;
+constexpr int64_t kBatchIgemmMaxPreferredM = 512;
 
 // wgmma: the sm_90a instance (batch-wgmma), 1xTF32 only, which multiplies with wgmma from shared
 // memory instead of mma.sync; the same GEMM, arithmetic and preferences.
@@ -359,16 +391,29 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   const int64_t out_size[2] = {fwd ? g.out_size[0] : g.in_size[0],
                                fwd ? g.out_size[1] : g.in_size[1]};
   const int phases[2] = {plan.phases_h, plan.phases_w};
+  // And per axis, the share of (position, tap) pairs of the phases' GEMMs whose src index lands
+  // inside src (the rest are zero fill), over every phase.
+  double tap_use = 1.0;
   for (int a = 0; a < 2; ++a) {
     const auto u = static_cast<size_t>(a);
+    const int64_t src_size = fwd ? g.in_size[u] : g.out_size[u];
+    int64_t pairs = 0, inside = 0;
     for (int r = 0; r < phases[a]; ++r) {
+      int sb[kBatchIgemmMaxTaps];
       const BatchIgemmAxis ax =
           batch_igemm_axis(fwd, i(out_size[a]), i(g.kernel[u]), i(g.stride[u]), i(g.padding[u]),
-                           i(g.dilation[u]), r, nullptr, nullptr, 0);
+                           i(g.dilation[u]), r, nullptr, sb, kBatchIgemmMaxTaps);
       most_taps[a] = std::max(most_taps[a], ax.taps);
       most_q[a] = std::max<int64_t>(most_q[a], ax.q);
+      // Tap t reads src q*ss + sb[t] for q in [0, ax.q): count the q landing in [0, src_size).
+      for (int t = 0; t < std::min(ax.taps, kBatchIgemmMaxTaps); ++t) {
+        inside += positions_inside(ax.q, ax.ss, sb[t], src_size);
+        pairs += ax.q;
+      }
     }
+    if (pairs > 0) tap_use *= static_cast<double>(inside) / static_cast<double>(pairs);
   }
+  plan.tap_use = tap_use;
   const int64_t taps = int64_t{most_taps[0]} * most_taps[1];
   if (taps > kBatchIgemmMaxTaps)
     return std::to_string(taps) + " taps in one output phase, more than " +
@@ -429,6 +474,15 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
          << "% useful work (C=" << C << ", M=" << M << "): the GEMM path";
       return os.str();
     }
+    // - Taps mostly outside src (small inputs under wide kernels: DCGAN's 1x1 latent under a
+    //   4x4 kernel lands 1 tap in 16): the gathered K is mostly zero fill, while the GEMM path
+    //   multiplies each src value once and scatters.
+    if (plan.tap_use < kMinTileUse) {
+      std::ostringstream os;
+      os.precision(2);
+      os << plan.tap_use * 100.0 << "% of the gathered taps land inside src: the GEMM path";
+      return os.str();
+    }
     // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
     //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles.
     const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w * g.groups;
@@ -436,16 +490,17 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
       return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
              " SMs (no split-K): the GEMM path";
     // - Many output channels: the column buffer costs the GEMM path 8 bytes of traffic per
-    //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate once M
-    //   is 512 or more; up to 256 this kernel was the faster of the two.
-    //   batch-wgmma keeps forward and stride-1 dgrad there (its wgmmas outrun the GEMM path's
-    //   cuBLAS at M = 512, run 54); a strided dgrad gathers every s-th src column, which its
-    //   loads waste most of.
-    const bool strided_dgrad = !fwd && (g.stride[0] > 1 || g.stride[1] > 1);
-    if (M > kBatchIgemmMaxPreferredM && (!wgmma || strided_dgrad))
+    //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate at
+    //   M = 1024; up to 512 these kernels were the faster (run 54's benchmark mode, both
+    //   precisions, forward and dgrad), except on a dgrad with stride > 4 past M = 256, which
+    //   loads one src column in s.
+    const int64_t s_max = std::max(g.stride[0], g.stride[1]);
+    if (M > kBatchIgemmMaxPreferredM)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
-             (wgmma ? " with a strided dgrad" : "") +
              ": the GEMM path's column traffic is small next to its GEMM's speed";
+    if (!fwd && s_max > 4 && M > kBatchIgemmMaxPreferredM / 2)
+      return "dgrad with stride " + std::to_string(s_max) + " and M=" + std::to_string(M) + " > " +
+             std::to_string(kBatchIgemmMaxPreferredM / 2) + ": the GEMM path";
   }
   return "";
 }

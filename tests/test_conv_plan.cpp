@@ -162,7 +162,7 @@ TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
   };
   const Row rows[] = {
       {"S1", ConvPass::forward, "wgmma, fill", "wgmma, fill"},
-      {"S1", ConvPass::dgrad, "mma.sync", "wgmma"},
+      {"S1", ConvPass::dgrad, "batch-igemm", "batch-igemm"},
       {"S1", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
       {"S2", ConvPass::forward, "wgmma", "batch-wgmma"},
       {"S2", ConvPass::dgrad, "wgmma", "wgmma"},
@@ -377,7 +377,7 @@ TEST(ConvPlan, SetConvKernelParsesSpecsAndRejectsBadOnes) {
 }
 
 TEST(ConvPlan, TraceLineNamesPassGeometryKernelConfigAndDeclines) {
-  const ConvGeometry g = geometry(s_workloads()[0], Precision::highest);
+  const ConvGeometry g = geometry(s_workloads()[3], Precision::highest);  // S4
   const std::string line =
       plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100()).describe();
   for (const char* part :
@@ -769,17 +769,15 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
                                         DType::float32, DeviceCaps::h100(), "batch-wgmma");
   EXPECT_EQ(m64_forced.batch.bm, 64) << m64_forced.describe();
   EXPECT_EQ(m64_forced.batch.smem_bytes, cuda::batch_wgmma_smem_bytes(64, 128));
-  // M = 512: forward and stride-1 dgrad stay on batch-wgmma (batch-igemm gives them to the GEMM
-  // path); a strided dgrad goes to the GEMM path.
+  // M = 512: forward, stride-1 and stride-2 dgrad stay on the batch kernels (on 8.0,
+  // batch-igemm); past 512 rows, and for a dgrad with stride > 4 past 256, the GEMM path.
   const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 1024, 512, 28, 2, 2, 0);
   const ConvPlan wide_fwd = plan_conv(ConvPass::forward, geometry(wide, Precision::high),
                                       DType::float32, DeviceCaps::h100());
   EXPECT_EQ(wide_fwd.kernel, "batch-wgmma") << wide_fwd.describe();
-  const ConvPlan wide_a100 =
-      plan_conv(ConvPass::forward, geometry(wide, Precision::high), DType::float32, a100);
-  EXPECT_EQ(wide_a100.kernel, "gemm") << wide_a100.describe();
-  EXPECT_NE(reason_of(wide_a100, "batch-igemm").find("M=512 > 256"), std::string::npos)
-      << wide_a100.describe();
+  EXPECT_EQ(
+      plan_conv(ConvPass::forward, geometry(wide, Precision::high), DType::float32, a100).kernel,
+      "batch-igemm");
   const ConvLayerSpec wide_s1 = bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1);
   EXPECT_EQ(plan_conv(ConvPass::dgrad, geometry(wide_s1, Precision::high), DType::float32,
                       DeviceCaps::h100())
@@ -787,11 +785,27 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
             "batch-wgmma");
   ConvLayerSpec wide_s2 = wide;
   std::swap(wide_s2.in_channels, wide_s2.out_channels);  // dgrad M = C_in = 512
-  const ConvPlan strided = plan_conv(ConvPass::dgrad, geometry(wide_s2, Precision::high),
+  EXPECT_EQ(plan_conv(ConvPass::dgrad, geometry(wide_s2, Precision::high), DType::float32,
+                      DeviceCaps::h100())
+                .kernel,
+            "batch-wgmma");
+  const ConvPlan m1024 = plan_conv(ConvPass::dgrad, geometry(wide, Precision::high), DType::float32,
+                                   DeviceCaps::h100());  // M = C_in = 1024
+  EXPECT_EQ(m1024.kernel, "gemm") << m1024.describe();
+  EXPECT_NE(reason_of(m1024, "batch-wgmma").find("M=1024 > 512"), std::string::npos)
+      << m1024.describe();
+  EXPECT_NE(reason_of(m1024, "batch-igemm").find("M=1024 > 512"), std::string::npos)
+      << m1024.describe();
+  const ConvLayerSpec wide_s8 = bench::layer1d("t", "t", 64, 512, 256, 75, 16, 8, 0);
+  const ConvPlan s8_wide = plan_conv(ConvPass::dgrad, geometry(wide_s8, Precision::highest),
                                      DType::float32, DeviceCaps::h100());
-  EXPECT_EQ(strided.kernel, "gemm") << strided.describe();
-  EXPECT_NE(reason_of(strided, "batch-wgmma").find("with a strided dgrad"), std::string::npos)
-      << strided.describe();
+  EXPECT_EQ(s8_wide.kernel, "gemm") << s8_wide.describe();
+  EXPECT_NE(reason_of(s8_wide, "batch-igemm").find("dgrad with stride 8 and M=512 > 256"),
+            std::string::npos)
+      << s8_wide.describe();
+  EXPECT_NE(reason_of(s8_wide, "mma.sync").find("dgrad with stride 8 and M=512: the GEMM path"),
+            std::string::npos)
+      << s8_wide.describe();
   // dgrad with stride 8 (k16 s8, M = 128): strided loads; stride 4 keeps batch-wgmma.
   const ConvLayerSpec s8 = bench::layer1d("t", "t", 64, 128, 64, 512, 16, 8, 4);
   const ConvPlan s8_dgrad =
@@ -816,6 +830,34 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
             "wgmma");
 }
 
+// The batch-positions kernels gather every tap of a phase; where most land outside src (a small
+// input under a wide kernel) the GEMM path takes the call. DCGAN's first layer: a 1x1 latent
+// under a 4x4 kernel (stride 1, padding 0) lands one tap of 4 per axis.
+TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToTheGemmPath) {
+  const ConvLayerSpec latent = bench::decoder_layers()[0];
+  ASSERT_EQ(latent.id, "dcgan_g1");
+  const ConvGeometry g = geometry(latent, Precision::highest);
+  const ConvPlan plan = plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(plan.kernel, "gemm") << plan.describe();
+  EXPECT_NE(reason_of(plan, "batch-igemm").find("6.2% of the gathered taps land inside src"),
+            std::string::npos)
+      << plan.describe();
+  const ConvPlan forced =
+      plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), "batch-igemm");
+  EXPECT_DOUBLE_EQ(forced.batch.tap_use, 1.0 / 16.0);
+  // 8x8 -> 16x16, k4 s2 p1 (DCGAN's third layer): per axis and phase, 2 taps on 8 positions,
+  // and one of the two reads src index 8 or -1 once: 15 of 16 pairs land, (15/16)^2 in 2-D.
+  const ConvLayerSpec g3 = bench::decoder_layers()[2];
+  ASSERT_EQ(g3.id, "dcgan_g3");
+  const ConvPlan inside = plan_conv(ConvPass::forward, geometry(g3, Precision::highest),
+                                    DType::float32, DeviceCaps::h100(), "batch-igemm");
+  EXPECT_DOUBLE_EQ(inside.batch.tap_use, 225.0 / 256.0);
+  // A dgrad gathers strided src, dy index 2q - 1 + k for dx position q: taps 0 and 3 miss once.
+  const ConvPlan dgrad = plan_conv(ConvPass::dgrad, geometry(g3, Precision::highest),
+                                   DType::float32, DeviceCaps::h100(), "batch-igemm");
+  EXPECT_DOUBLE_EQ(dgrad.batch.tap_use, 225.0 / 256.0);
+}
+
 // The forward and dgrad kernel of every suite layer at both precisions with H100 caps, as the
 // forced A/B runs measured them (docs/performance.md, runs 34, 38 and 54). batch-igemm runs where
 // it was ahead: M <= 256 with enough CTAs, before the row kernels on 2-D rows under 512 (DCGAN,
@@ -836,12 +878,12 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   };
   const Row rows[] = {
       {"dcgan_g1", "gemm", "gemm", "gemm", "gemm"},
-      {"dcgan_g2", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
+      {"dcgan_g2", "batch-igemm", "batch-igemm", "batch-wgmma", "gemm"},
       {"dcgan_g3", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"dcgan_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"dcgan_g5", "direct", "direct", "direct", "direct"},
-      {"unet_up1", "gemm", "gemm", "batch-wgmma", "gemm"},
-      {"unet_up2", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
+      {"unet_up1", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
+      {"unet_up2", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"unet_up3", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"unet_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"cyclegan_up1", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
@@ -850,21 +892,21 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"hifigan_v1_up1", "batch-igemm", "gemm", "gemm", "gemm"},
       {"hifigan_v1_up2", "batch-igemm", "batch-igemm", "batch-wgmma", "gemm"},
       {"hifigan_v1_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
-      {"hifigan_v1_up4", "batch-igemm", "batch-igemm", "batch-igemm", "mma.sync"},
+      {"hifigan_v1_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"hifigan_v3_up1", "wgmma", "gemm", "gemm", "gemm"},
       {"hifigan_v3_up2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
       {"hifigan_v3_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"encodec_up8", "batch-igemm", "mma.sync", "batch-wgmma", "gemm"},
+      {"encodec_up8", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
       {"encodec_up5", "wgmma", "batch-igemm", "batch-wgmma", "mma.sync"},
-      {"encodec_up4", "wgmma", "mma.sync", "wgmma", "batch-wgmma"},
-      {"encodec_up2", "mma.sync", "mma.sync", "mma.sync", "mma.sync"},
+      {"encodec_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
+      {"encodec_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"convtasnet_dec", "gemm", "direct", "gemm", "direct"},
       {"grouped_g2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"grouped_g4", "direct", "direct", "direct", "direct"},
       {"grouped_g8", "direct", "direct", "direct", "direct"},
       {"fcn_up2_dw", "depthwise", "depthwise", "depthwise", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise", "depthwise", "depthwise"},
-      {"deconvnet_5", "gemm", "gemm", "batch-wgmma", "batch-wgmma"},
+      {"deconvnet_5", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"deconvnet_1", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
@@ -1209,12 +1251,12 @@ TEST(ConvPlanCache, ChangedSettingsAndInputsGetTheirOwnPlans) {
   EXPECT_EQ(fwd(g, DType::float32, h100), "wgmma");
   EXPECT_EQ(fwd(g, DType::float32, no_wgmma), "mma.sync");
   cuda::set_conv_preferences(true);
-  // The precision: S1's dgrad runs mma.sync at "highest" and wgmma at "high".
-  const ConvLayerSpec s1 = s_workloads()[0];
+  // The precision: S4's dgrad runs mma.sync at "highest" and wgmma at "high".
+  const ConvLayerSpec s1 = s_workloads()[0], s4 = s_workloads()[3];
   for (int round = 0; round < 2; ++round) {
-    EXPECT_EQ(call_kernel(ConvPass::dgrad, geometry(s1, Precision::highest), DType::float32, h100),
+    EXPECT_EQ(call_kernel(ConvPass::dgrad, geometry(s4, Precision::highest), DType::float32, h100),
               "mma.sync");
-    EXPECT_EQ(call_kernel(ConvPass::dgrad, geometry(s1, Precision::high), DType::float32, h100),
+    EXPECT_EQ(call_kernel(ConvPass::dgrad, geometry(s4, Precision::high), DType::float32, h100),
               "wgmma");
   }
   // A geometry field the kernel choice does not read still names its own plan (the trace line
