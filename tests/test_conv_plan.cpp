@@ -746,6 +746,18 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_FALSE(highest.batch.wgmma);
   EXPECT_NE(reason_of(highest, "batch-wgmma").find("3xTF32"), std::string::npos)
       << highest.describe();
+  // Forced where it cannot run, it throws naming itself and the reason.
+  const std::string forced_highest = testing::error_of([&] {
+    plan_conv(ConvPass::forward, geometry(l, Precision::highest), DType::float32,
+              DeviceCaps::h100(), "batch-wgmma");
+  });
+  EXPECT_NE(forced_highest.find("batch-wgmma"), std::string::npos) << forced_highest;
+  EXPECT_NE(forced_highest.find("3xTF32"), std::string::npos) << forced_highest;
+  EXPECT_NE(testing::error_of([&] {
+              plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float64,
+                        DeviceCaps::h100(), "batch-wgmma");
+            }).find("float32 only"),
+            std::string::npos);
   // An 8.0 device, or a build without the sm_90a code: batch-igemm.
   DeviceCaps a100 = DeviceCaps::h100();
   a100.sm_major = 8, a100.sm_minor = 0;
