@@ -1,5 +1,5 @@
-// conv_device_caps (conv_caps.h): the attributes the planner reads, queried once per device; and
-// time_conv_plan, benchmark mode's timer.
+// conv_device_caps (conv_caps.h): the attributes the planner reads, queried once per device;
+// time_conv_plan, benchmark mode's timer; and conv_planned_kernel (kernel_stats.h) for tests.
 #include "cuda/conv_caps.h"
 
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "cuda/check.h"
+#include "cuda/kernel_stats.h"
 
 namespace tgrad::cuda {
 
@@ -64,6 +65,10 @@ double time_conv_plan(const ConvRunner& run, const ConvPlan& plan) {
   float ms = 0.0f;
   TGRAD_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
   return static_cast<double>(ms) / kConvBenchmarkRuns;
+}
+
+std::string conv_planned_kernel(ConvPass pass, const ConvGeometry& g, DType dtype, int device) {
+  return plan_conv(pass, g, dtype, conv_device_caps(device)).kernel;
 }
 
 }  // namespace tgrad::cuda

@@ -4,6 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "core/conv_geometry.h"
+#include "core/dtype.h"
+#include "cuda/conv_plan.h"
 
 namespace tgrad::cuda {
 
@@ -20,5 +25,10 @@ int64_t conv_wgmma_launches();
 int64_t conv_gemm_launches();
 int64_t conv_depthwise_launches();
 int64_t conv_direct_launches();
+
+// The kernel the planner chooses for a call on CUDA device `device` (plan_conv with the device's
+// caps, preferences on, nothing forced), to compare with last_conv_plan after the call ran;
+// empty in a build without CUDA.
+std::string conv_planned_kernel(ConvPass pass, const ConvGeometry& g, DType dtype, int device);
 
 }  // namespace tgrad::cuda

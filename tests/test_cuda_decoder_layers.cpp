@@ -1,7 +1,8 @@
 // Every layer of the decoder-layer suite (bench/decoder_layers.h) on the GPU at a reduced batch,
 // at both float32 precisions: forward, input gradient and weight gradient through the public API,
 // each element checked against a float64 CPU run of the same inputs within its own error budget,
-// so a single wrong element fails the test (a relative L2 over a whole tensor would hide it).
+// so a single wrong element fails the test (a relative L2 over a whole tensor would hide it),
+// and each pass ran the kernel the planner chose for it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include "core/autograd.h"
 #include "core/device.h"
 #include "core/ops.h"
+#include "cuda/conv_plan.h"
+#include "cuda/kernel_stats.h"
 #include "tests/conv_budget.h"
 #include "tests/test_util.h"
 
@@ -102,6 +105,17 @@ TEST_P(CudaDecoderLayers, EveryElementWithinItsBudgetAtBothPrecisions) {
     EXPECT_TRUE(within_budget(got.y, ref.y, mag.y, budget_factor(high, k_fwd), "forward"));
     EXPECT_TRUE(within_budget(got.dx, ref.dx, mag.dx, budget_factor(high, k_dgrad), "dgrad"));
     EXPECT_TRUE(within_budget(got.dw, ref.dw, mag.dw, budget_factor(high, k_wgrad), "wgrad"));
+    // Which kernel ran each pass: the one the planner names for this call on this device (so
+    // the elements above checked that kernel, not a fallback), printed on failure.
+    ConvGeometry gp = g;
+    gp.precision = high ? Precision::high : Precision::highest;
+    for (cuda::ConvPass pass :
+         {cuda::ConvPass::forward, cuda::ConvPass::dgrad, cuda::ConvPass::wgrad}) {
+      const cuda::ConvPlan ran = cuda::last_conv_plan(pass);
+      EXPECT_FALSE(ran.kernel.empty()) << cuda::conv_pass_name(pass);
+      EXPECT_EQ(ran.kernel, cuda::conv_planned_kernel(pass, gp, DType::float32, 0))
+          << ran.describe();
+    }
   }
 }
 
