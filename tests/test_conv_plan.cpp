@@ -728,6 +728,9 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
 // calls with M > 256 from the GEMM path, and leaves dgrad with stride > 4 to the others. Each
 // decline names its reason (measured in docs/performance.md, run 54).
 TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
+  const auto kernel_of = [](ConvPass pass, const ConvLayerSpec& l, Precision precision) {
+    return plan_conv(pass, geometry(l, precision), DType::float32, DeviceCaps::h100()).kernel;
+  };
   const ConvLayerSpec l = bench::layer2d("t", "t", 64, 256, 128, 8, 4, 2, 1);  // M = 128
   const ConvPlan high = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
                                   DeviceCaps::h100());
@@ -791,16 +794,10 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
       plan_conv(ConvPass::forward, geometry(wide, Precision::high), DType::float32, a100).kernel,
       "batch-igemm");
   const ConvLayerSpec wide_s1 = bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1);
-  EXPECT_EQ(plan_conv(ConvPass::dgrad, geometry(wide_s1, Precision::high), DType::float32,
-                      DeviceCaps::h100())
-                .kernel,
-            "batch-wgmma");
+  EXPECT_EQ(kernel_of(ConvPass::dgrad, wide_s1, Precision::high), "batch-wgmma");
   ConvLayerSpec wide_s2 = wide;
   std::swap(wide_s2.in_channels, wide_s2.out_channels);  // dgrad M = C_in = 512
-  EXPECT_EQ(plan_conv(ConvPass::dgrad, geometry(wide_s2, Precision::high), DType::float32,
-                      DeviceCaps::h100())
-                .kernel,
-            "batch-wgmma");
+  EXPECT_EQ(kernel_of(ConvPass::dgrad, wide_s2, Precision::high), "batch-wgmma");
   const ConvPlan m1024 = plan_conv(ConvPass::dgrad, geometry(wide, Precision::high), DType::float32,
                                    DeviceCaps::h100());  // M = C_in = 1024
   EXPECT_EQ(m1024.kernel, "gemm") << m1024.describe();
@@ -826,20 +823,11 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_NE(reason_of(s8_dgrad, "batch-wgmma").find("stride 8 > 4"), std::string::npos)
       << s8_dgrad.describe();
   const ConvLayerSpec s4 = bench::layer1d("t", "t", 64, 128, 64, 512, 8, 4, 2);
-  EXPECT_EQ(
-      plan_conv(ConvPass::dgrad, geometry(s4, Precision::high), DType::float32, DeviceCaps::h100())
-          .kernel,
-      "batch-wgmma");
+  EXPECT_EQ(kernel_of(ConvPass::dgrad, s4, Precision::high), "batch-wgmma");
   // Long 1-D sequences with M > 64 leave the row kernels for batch-wgmma at "high" only.
   const ConvLayerSpec seq = bench::layer1d("t", "t", 64, 128, 128, 65536, 3, 1, 0);
-  EXPECT_EQ(plan_conv(ConvPass::forward, geometry(seq, Precision::high), DType::float32,
-                      DeviceCaps::h100())
-                .kernel,
-            "batch-wgmma");
-  EXPECT_EQ(plan_conv(ConvPass::forward, geometry(seq, Precision::highest), DType::float32,
-                      DeviceCaps::h100())
-                .kernel,
-            "wgmma");
+  EXPECT_EQ(kernel_of(ConvPass::forward, seq, Precision::high), "batch-wgmma");
+  EXPECT_EQ(kernel_of(ConvPass::forward, seq, Precision::highest), "wgmma");
 }
 
 // The batch-positions kernels gather every tap of a phase; where most land outside src (a small
