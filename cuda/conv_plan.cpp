@@ -27,6 +27,32 @@ int64_t positions_inside(int64_t count, int64_t step, int64_t offset, int64_t si
   return std::max<int64_t>(0, hi - lo + 1);
 }
 
+// The share of the batch-positions GEMMs' (position, tap) pairs whose src index lands inside
+// src (the rest gather zero fill), over every phase, per axis multiplied. forward: src = x.
+double gathered_tap_use(const ConvGeometry& g, bool fwd) {
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  double use = 1.0;
+  for (size_t u = 0; u < 2; ++u) {
+    const int64_t src_size = fwd ? g.in_size[u] : g.out_size[u];
+    const int64_t out_size = fwd ? g.out_size[u] : g.in_size[u];
+    const int64_t phases = fwd ? std::min<int64_t>(g.stride[u], 65536) : 1;
+    int64_t pairs = 0, inside = 0;
+    for (int64_t r = 0; r < phases; ++r) {
+      int sb[kBatchIgemmMaxTaps];
+      const BatchIgemmAxis ax =
+          batch_igemm_axis(fwd, i(out_size), i(g.kernel[u]), i(g.stride[u]), i(g.padding[u]),
+                           i(g.dilation[u]), i(r), nullptr, sb, kBatchIgemmMaxTaps);
+      // Tap t reads src q*ss + sb[t] for q in [0, ax.q): count the q landing in [0, src_size).
+      for (int t = 0; t < std::min(ax.taps, kBatchIgemmMaxTaps); ++t) {
+        inside += positions_inside(ax.q, ax.ss, sb[t], src_size);
+        pairs += ax.q;
+      }
+    }
+    if (pairs > 0) use *= static_cast<double>(inside) / static_cast<double>(pairs);
+  }
+  return use;
+}
+
 // The tensor-core kernels (wgmma, mma.sync, wgrad's mma.sync) run float32 with groups 1.
 std::string tensor_core_reason(const PlanInput& in) {
   if (in.dtype != DType::float32)
@@ -391,29 +417,17 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   const int64_t out_size[2] = {fwd ? g.out_size[0] : g.in_size[0],
                                fwd ? g.out_size[1] : g.in_size[1]};
   const int phases[2] = {plan.phases_h, plan.phases_w};
-  // And per axis, the share of (position, tap) pairs of the phases' GEMMs whose src index lands
-  // inside src (the rest are zero fill), over every phase.
-  double tap_use = 1.0;
   for (int a = 0; a < 2; ++a) {
     const auto u = static_cast<size_t>(a);
-    const int64_t src_size = fwd ? g.in_size[u] : g.out_size[u];
-    int64_t pairs = 0, inside = 0;
     for (int r = 0; r < phases[a]; ++r) {
-      int sb[kBatchIgemmMaxTaps];
       const BatchIgemmAxis ax =
           batch_igemm_axis(fwd, i(out_size[a]), i(g.kernel[u]), i(g.stride[u]), i(g.padding[u]),
-                           i(g.dilation[u]), r, nullptr, sb, kBatchIgemmMaxTaps);
+                           i(g.dilation[u]), r, nullptr, nullptr, 0);
       most_taps[a] = std::max(most_taps[a], ax.taps);
       most_q[a] = std::max<int64_t>(most_q[a], ax.q);
-      // Tap t reads src q*ss + sb[t] for q in [0, ax.q): count the q landing in [0, src_size).
-      for (int t = 0; t < std::min(ax.taps, kBatchIgemmMaxTaps); ++t) {
-        inside += positions_inside(ax.q, ax.ss, sb[t], src_size);
-        pairs += ax.q;
-      }
     }
-    if (pairs > 0) tap_use *= static_cast<double>(inside) / static_cast<double>(pairs);
   }
-  plan.tap_use = tap_use;
+  plan.tap_use = gathered_tap_use(g, fwd);
   const int64_t taps = int64_t{most_taps[0]} * most_taps[1];
   if (taps > kBatchIgemmMaxTaps)
     return std::to_string(taps) + " taps in one output phase, more than " +
@@ -480,7 +494,8 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     if (plan.tap_use < kMinTileUse) {
       std::ostringstream os;
       os.precision(2);
-      os << plan.tap_use * 100.0 << "% of the gathered taps land inside src: the GEMM path";
+      os << plan.tap_use * 100.0
+         << "% of the gathered taps land inside src: the direct kernels or the GEMM path";
       return os.str();
     }
     // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
@@ -592,10 +607,28 @@ std::string rule_depthwise(const PlanInput& in, ConvPlan& /*plan*/) {
 
 // The direct kernels run narrow calls (narrow_call), and any call they can when forced; the
 // others are left to the GEMM path, whose GEMMs fill their tiles there.
+// A forward where under a quarter of the taps land in x (a small input under a wide kernel:
+// DCGAN's 1x1 latent under 4x4 lands one tap in 16) with short sums over those: the direct kernel
+// visits only those, while the GEMM kernels multiply the zero fill or scatter a column buffer
+// (the direct kernel measured faster than the GEMM path there, docs/performance.md run 54).
+constexpr double kSparseTapUse = 0.25;  // under a quarter of the taps land
+
+bool sparse_forward(const PlanInput& in) {
+  if (in.pass != ConvPass::forward) return false;
+  const double use = gathered_tap_use(in.g, true);
+  int64_t taps_per_phase = 1;
+  for (size_t a = 0; a < 2; ++a)
+    taps_per_phase *=
+        ceil_div(in.g.kernel[a], in.g.stride[a] / std::gcd(in.g.dilation[a], in.g.stride[a]));
+  return use < kSparseTapUse &&
+         static_cast<double>(in.g.in_channels_per_group() * taps_per_phase) * use <=
+             static_cast<double>(kDirectFwdMaxSum);
+}
+
 std::string rule_direct(const PlanInput& in, ConvPlan& plan) {
   if (std::string no = direct_path_declined(in.pass, in.g, in.dtype, &plan.direct); !no.empty())
     return no;
-  if (!in.forced && !narrow_call(in.pass, in.g, in.dtype))
+  if (!in.forced && !narrow_call(in.pass, in.g, in.dtype) && !(in.prefer && sparse_forward(in)))
     return "C_in/groups=" + std::to_string(in.g.in_channels_per_group()) +
            ", C_out/groups=" + std::to_string(in.g.out_channels_per_group()) +
            (in.pass == ConvPass::forward
