@@ -237,15 +237,27 @@ std::string few_ctas_reason(const PlanInput& in, int64_t ctas) {
          " SMs (under half): the GEMM path spans batch x positions";
 }
 
-// A dgrad with stride > 4 and M > 256: the row kernels' windows then hold one useful src column
-// in s, and the GEMM path, whose column buffer holds only the taps that land, measured up to 2x
-// faster (EnCodec's x8 dgrad at "highest", run 54). Empty when the row kernel keeps the call.
+// A dgrad with stride > 4 and M > 256: the row and batch kernels' gathers then use one src
+// column in s, and the GEMM path, whose column buffer holds only the taps that land, measured up
+// to 2x faster (EnCodec's x8 dgrad at "highest", run 54). Empty when that is not the call, else
+// the reason to give way.
+constexpr int64_t kStridedDgradMaxStride = 4, kStridedDgradMaxM = 256;
+
+std::string wide_strided_dgrad(ConvPass pass, const ConvGeometry& g, int64_t M) {
+  const int64_t s_max = std::max(g.stride[0], g.stride[1]);
+  if (pass != ConvPass::dgrad || s_max <= kStridedDgradMaxStride || M <= kStridedDgradMaxM)
+    return "";
+  return "dgrad with stride " + std::to_string(s_max) + " and M=" + std::to_string(M) + " > " +
+         std::to_string(kStridedDgradMaxM) + ": the GEMM path";
+}
+
+// The row kernels give way on such a dgrad when the GEMM path can take it.
 std::string strided_dgrad_reason(const PlanInput& in, int64_t M) {
-  const int64_t s_max = std::max(in.g.stride[0], in.g.stride[1]);
-  if (!in.prefer || in.pass != ConvPass::dgrad || s_max <= 4 || M <= 256) return "";
-  if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
-  return "dgrad with stride " + std::to_string(s_max) + " and M=" + std::to_string(M) +
-         ": the GEMM path";
+  if (!in.prefer) return "";
+  std::string why = wide_strided_dgrad(in.pass, in.g, M);
+  if (why.empty() || !gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty())
+    return "";
+  return why;
 }
 
 // ---- wgmma (sm_90a; forward and dgrad) ------------------------------------------------------
@@ -509,13 +521,10 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     //   M = 1024; up to 512 these kernels were the faster (run 54's benchmark mode, both
     //   precisions, forward and dgrad), except on a dgrad with stride > 4 past M = 256, which
     //   loads one src column in s.
-    const int64_t s_max = std::max(g.stride[0], g.stride[1]);
     if (M > kBatchIgemmMaxPreferredM)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
              ": the GEMM path's column traffic is small next to its GEMM's speed";
-    if (!fwd && s_max > 4 && M > kBatchIgemmMaxPreferredM / 2)
-      return "dgrad with stride " + std::to_string(s_max) + " and M=" + std::to_string(M) + " > " +
-             std::to_string(kBatchIgemmMaxPreferredM / 2) + ": the GEMM path";
+    if (std::string strided = wide_strided_dgrad(in.pass, g, M); !strided.empty()) return strided;
   }
   return "";
 }

@@ -844,8 +844,9 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_NE(reason_of(s8_wide, "batch-igemm").find("dgrad with stride 8 and M=512 > 256"),
             std::string::npos)
       << s8_wide.describe();
-  EXPECT_NE(reason_of(s8_wide, "mma.sync").find("dgrad with stride 8 and M=512: the GEMM path"),
-            std::string::npos)
+  EXPECT_NE(
+      reason_of(s8_wide, "mma.sync").find("dgrad with stride 8 and M=512 > 256: the GEMM path"),
+      std::string::npos)
       << s8_wide.describe();
   // dgrad with stride 8 (k16 s8, M = 128): strided loads; stride 4 keeps batch-wgmma.
   const ConvLayerSpec s8 = bench::layer1d("t", "t", 64, 128, 64, 512, 16, 8, 4);
