@@ -80,6 +80,15 @@ constexpr int64_t kNarrowGroupProduct = 1024;
 constexpr int64_t kDirectFwdMaxSum = 256;
 constexpr int64_t kDirectWgradHighMaxCols = 16;
 
+// The taps of one forward stride phase: a phase's taps step by stride / gcd(dilation, stride)
+// along each axis.
+int64_t forward_taps_per_phase(const ConvGeometry& g) {
+  int64_t taps = 1;
+  for (size_t a = 0; a < 2; ++a)
+    taps *= ceil_div(g.kernel[a], g.stride[a] / std::gcd(g.dilation[a], g.stride[a]));
+  return taps;
+}
+
 bool narrow_call(ConvPass pass, const ConvGeometry& g, DType dtype) {
   const int64_t cig = g.in_channels_per_group(), cog = g.out_channels_per_group();
   const bool narrow =
@@ -91,11 +100,7 @@ bool narrow_call(ConvPass pass, const ConvGeometry& g, DType dtype) {
              cog * g.kernel[0] * g.kernel[1] > kDirectWgradHighMaxCols);
   }
   if (pass != ConvPass::forward) return true;
-  // A phase's taps step by stride / gcd(dilation, stride) along each axis.
-  int64_t taps_per_phase = 1;
-  for (size_t a = 0; a < 2; ++a)
-    taps_per_phase *= ceil_div(g.kernel[a], g.stride[a] / std::gcd(g.dilation[a], g.stride[a]));
-  return cig * taps_per_phase <= kDirectFwdMaxSum;
+  return cig * forward_taps_per_phase(g) <= kDirectFwdMaxSum;
 }
 
 // Empty when the rows above the direct kernels keep the call; else why they give way to them:
@@ -625,12 +630,8 @@ constexpr double kSparseTapUse = 0.25;  // under a quarter of the taps land
 bool sparse_forward(const PlanInput& in) {
   if (in.pass != ConvPass::forward) return false;
   const double use = gathered_tap_use(in.g, true);
-  int64_t taps_per_phase = 1;
-  for (size_t a = 0; a < 2; ++a)
-    taps_per_phase *=
-        ceil_div(in.g.kernel[a], in.g.stride[a] / std::gcd(in.g.dilation[a], in.g.stride[a]));
   return use < kSparseTapUse &&
-         static_cast<double>(in.g.in_channels_per_group() * taps_per_phase) * use <=
+         static_cast<double>(in.g.in_channels_per_group() * forward_taps_per_phase(in.g)) * use <=
              static_cast<double>(kDirectFwdMaxSum);
 }
 
