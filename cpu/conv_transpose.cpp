@@ -1,6 +1,7 @@
 // ConvTranspose on the CPU as GEMMs over blocks of columns (the (n, p) pairs of a group,
-// conv_transpose_cols.h), forward (the backend's GEMM, cpu/gemm.h) and dgrad (Eigen's); wgrad is
-// in conv_transpose_wgrad.cpp.
+// conv_transpose_cols.h), forward (the backend's GEMM, cpu/gemm.h) and dgrad (Eigen's, where
+// conv_transpose_direct.cpp's kernel does not suit the shape); wgrad is in
+// conv_transpose_wgrad.cpp.
 //   forward: cols = W_g^T x_g, then col2im: y[co, oh, ow] += cols[r, p] (y starts as bias or 0)
 //   dgrad:   cols = im2col(dy) (0 where (oh, ow) is outside y), dx_g = W_g cols
 // Every decomposition into tasks depends on the shape only, never on the thread count, except
@@ -257,6 +258,10 @@ template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel, int threads) {
   if (depthwise(pl)) {
     depthwise_dgrad(pl, dy, w, dx, threads);
+    return;
+  }
+  if (direct_dgrad_suits(pl, sizeof(T))) {
+    direct_dgrad(pl, dy, w, dx, threads);
     return;
   }
   constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;

@@ -135,6 +135,13 @@ void depthwise_dgrad(const Plan& pl, const double* dy, const double* w, double* 
 void depthwise_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
 void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads);
 
+// conv_transpose_direct.cpp: dgrad with no column buffer, for the shapes direct_dgrad_suits
+// (enough input channels to fill its vector tile, rows of at least a few positions, enough
+// positions to pay for packing the weight once per call). Depends on the shape only.
+bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes);
+void direct_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
+void direct_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
+
 // One block of GEMM columns: positions [p0, p0 + len) of each of the items n0 .. n0 + items - 1,
 // side by side (item n0 + j at columns j*len ..).
 struct ColBlock {

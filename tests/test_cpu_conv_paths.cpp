@@ -58,6 +58,23 @@ std::vector<PathCase> path_cases() {
       // slices of its reduction).
       {"one long sequence, few rows",
        conv_case_from_shapes(1, {1, 64, 4000}, {64, 1, 16}, true, {8}, {0}, {0}, {1}, 1)},
+      // Direct dgrad (conv_transpose_direct.cpp): 56 input channels fill 7/8 of two tile blocks
+      // on every level, the last vector half full; 2 x 12 x 14 = 336 positions; 3x7 taps,
+      // dilated in H, with an output padding that dy's padded planes must not read.
+      {"direct dgrad 2-D stride 1, partial channel block",
+       conv_case_from_shapes(2, {2, 56, 12, 14}, {56, 8, 3, 7}, true, {1, 1}, {1, 3}, {0, 0},
+                             {2, 1}, 1)},
+      // A W stride with no constant loop (5), k = 2s, output padding, rows of 100 positions.
+      {"direct dgrad 1-D stride 5",
+       conv_case_from_shapes(1, {3, 32, 100}, {32, 16, 10}, false, {5}, {2}, {3}, {1}, 1)},
+      // Stride 8, k16 (a vocoder's upsampler): one sequence of 500 positions in several tasks'
+      // runs of positions, zero padding.
+      {"direct dgrad 1-D stride 8, long sequence",
+       conv_case_from_shapes(1, {1, 32, 500}, {32, 8, 16}, true, {8}, {0}, {0}, {1}, 1)},
+      // Stride 2, k4 (16 taps: 4 per stride phase) in 2 groups of 32 input channels, 4 x 8 x 8.
+      {"direct dgrad 2-D stride 2, grouped",
+       conv_case_from_shapes(2, {4, 64, 8, 8}, {64, 8, 4, 4}, true, {2, 2}, {1, 1}, {0, 0}, {1, 1},
+                             2)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
@@ -76,7 +93,6 @@ std::vector<PathCase> path_cases() {
 
 // float32 against the float64 loops: relative L2 of a few ulps; 1e-5 catches a wrong term.
 constexpr Tolerance kFloat32L2{0.0, 0.0, 1e-5};
-
 
 void check_against_reference(DType dtype, Tolerance tol) {
   uint64_t seed = 7100;

@@ -54,6 +54,10 @@ std::vector<Tensor> level_results() {
   const Tensor x1 = randn({1, 24, 3000}, gen).requires_grad_(true);
   const Tensor w1 = randn({24, 16, 5}, gen).requires_grad_(true);
   const Tensor y1 = conv_transpose1d(x1, w1, Tensor(), ConvTranspose1dFuncOptions().stride(2));
+  // 32 input channels, 9 taps, 480 positions: dgrad takes the direct kernel.
+  const Tensor x2 = randn({2, 32, 12, 20}, gen).requires_grad_(true);
+  const Tensor w2 = randn({32, 8, 3, 3}, gen).requires_grad_(true);
+  const Tensor y2 = conv_transpose2d(x2, w2, Tensor(), ConvTranspose2dFuncOptions().padding(1));
   const Tensor xd = randn({2, 8, 30, 30}, gen).to(DType::float64).requires_grad_(true);
   const Tensor wd = randn({8, 4, 3, 3}, gen).to(DType::float64).requires_grad_(true);
   const Tensor yd = conv_transpose2d(xd, wd);
@@ -61,11 +65,12 @@ std::vector<Tensor> level_results() {
   const Tensor m = matmul(a, randn({170, 90}, gen));
   const Tensor e =
       sigmoid(randn({200, 300}, gen)) * randn({1, 300}, gen) + exp(randn({200, 1}, gen));
-  const Tensor loss =
-      sum(y * y) + sum(tanh(y1)) + sum(m * m) + sum(e) + sum(yd * yd).to(DType::float32);
+  const Tensor loss = sum(y * y) + sum(tanh(y1)) + sum(y2 * y2) + sum(m * m) + sum(e) +
+                      sum(yd * yd).to(DType::float32);
   loss.backward();
-  return {y.detach(), y1.detach(), yd.detach(), m.detach(), e.detach(), loss.detach(), x.grad(),
-          w.grad(),   b.grad(),    x1.grad(),   w1.grad(),  xd.grad(),  wd.grad(),     a.grad()};
+  return {y.detach(),    y1.detach(), y2.detach(), yd.detach(), m.detach(), e.detach(),
+          loss.detach(), x.grad(),    w.grad(),    b.grad(),    x1.grad(),  w1.grad(),
+          x2.grad(),     w2.grad(),   xd.grad(),   wd.grad(),   a.grad()};
 }
 
 TEST(CpuIsa, EveryLevelAgreesWithTheBaseline) {
