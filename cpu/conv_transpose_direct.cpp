@@ -31,8 +31,8 @@ template <class T>
 constexpr int64_t kBlock = kVecs* gemm::kLanes<T>;  // input channels per tile
 // Output channels per sweep over a task's tiles (below).
 constexpr int64_t kChannelsPerSweep = 16;
-// A task's run of positions along a row: a few tiles, so that tasks are many but not tiny.
-constexpr int64_t kSegmentTiles = 16;
+// A task's run of tiles: a few, so that tasks are many but not tiny.
+constexpr int64_t kTaskTiles = 16;
 // Padded dy of a round of items is held at once up to this size.
 constexpr int64_t kMaxPaddedBytes = int64_t{32} << 20;
 // The weight is packed once per call: that pays when every packed element serves at least this
@@ -171,8 +171,18 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
       kMaxPaddedBytes / std::max<int64_t>(1, item_elems * static_cast<int64_t>(sizeof(T))), 1,
       pl.batch);
   Workspace<T> padded(per_round * item_elems);
-  const int64_t seg_len = kSegmentTiles * kMaxPositions;
-  const int64_t segs = ceil_div(pl.in_w, seg_len);
+  // An item's tiles, row-major: each row in tiles of near-equal length (14 positions are 7 + 7,
+  // not 12 + 2). A task takes a run of up to kTaskTiles consecutive tiles, across rows on small
+  // images; runs are shortened while the tasks are fewer than twice the threads. The cut cannot
+  // change a bit: every element is one chain whatever run its tile is in.
+  const int64_t row_tiles = ceil_div(pl.in_w, kMaxPositions);
+  const int64_t item_tiles = pl.in_h * row_tiles;
+  const auto tile_span = [&](int64_t k, int64_t& ih, int64_t& p0, int64_t& p1) {
+    ih = k / row_tiles;
+    const int64_t j = k % row_tiles;
+    p0 = pl.in_w * j / row_tiles;
+    p1 = pl.in_w * (j + 1) / row_tiles;
+  };
   const int64_t row_step = pl.dil_h * pd.w;
   for (int64_t first = 0; first < pl.batch; first += per_round) {
     const int64_t count = std::min(per_round, pl.batch - first);
@@ -180,52 +190,50 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
       pad_plane(pl, pd, dy + (first * pl.out_channels + t) * pl.out_hw,
                 padded.data() + t * pd.plane());
     });
+    const int64_t all_tiles = pl.groups * blocks * count * item_tiles;
+    const int64_t run = std::clamp<int64_t>(ceil_div(all_tiles, 2 * int64_t{threads}), 1,
+                                            std::min(kTaskTiles, item_tiles));
+    const int64_t runs = ceil_div(item_tiles, run);
     // Tasks (g, channel block) outer, so that neighbouring tasks share a packed weight block.
-    const int64_t per_block = count * pl.in_h * segs;
+    const int64_t per_block = count * runs;
     parallel_for(
         threads, pl.groups * blocks * per_block,
-        [] { return Workspace<T>(kSegmentTiles * B * kMaxPositions); },
+        [] { return Workspace<T>(kTaskTiles * B * kMaxPositions); },
         [&](Workspace<T>& accs, int64_t t) {
           const int64_t gb = t / per_block, g = gb / blocks, cb = gb % blocks;
-          const int64_t rest = t % per_block;
-          const int64_t i = rest / (pl.in_h * segs), ih = rest / segs % pl.in_h;
-          const int64_t seg = rest % segs;
-          const int64_t n = first + i;
-          const int64_t iw_begin = seg * seg_len, iw_end = std::min(pl.in_w, iw_begin + seg_len);
+          const int64_t i = t % per_block / runs, n = first + i;
+          const int64_t k0 = t % runs * run, k1 = std::min(item_tiles, k0 + run);
           const T* wp = packed.data() + gb * packed_elems;
-          const T* d_group = padded.data() + (i * pl.out_channels + g * pl.cog) * pd.plane() +
-                             ih * pl.stride_h * pd.w;
-          // Tiles of near-equal length: 14 positions are 7 + 7, not 12 + 2.
-          const int64_t len = iw_end - iw_begin;
-          const int64_t tiles = ceil_div(len, kMaxPositions);
-          const auto tile_begin = [&](int64_t k) { return iw_begin + len * k / tiles; };
-          // Output channels in blocks, each swept over every tile of the segment: the tiles
-          // then read dy as kChannelsPerSweep sequential streams, and a block's weight stays in
-          // L1. The tiles' sums wait in `accs` between blocks, so that each element is still one
+          const T* d_group = padded.data() + (i * pl.out_channels + g * pl.cog) * pd.plane();
+          // Output channels in blocks, each swept over every tile of the run: the tiles then
+          // read dy as kChannelsPerSweep sequential streams, and a block's weight stays in L1.
+          // The tiles' sums wait in `accs` between blocks, so that each element is still one
           // chain over (co, kh, kw) in order.
           for (int64_t co0 = 0; co0 < pl.cog; co0 += kChannelsPerSweep) {
             const int64_t co1 = std::min(pl.cog, co0 + kChannelsPerSweep);
-            for (int64_t k = 0; k < tiles; ++k) {
-              const int64_t p0 = tile_begin(k);
-              const int positions = static_cast<int>(tile_begin(k + 1) - p0);
+            for (int64_t k = k0; k < k1; ++k) {
+              int64_t ih, p0, p1;
+              tile_span(k, ih, p0, p1);
+              const T* d = d_group + ih * pl.stride_h * pd.w + p0 * pl.stride_w;
               with_tile_stride(pl.stride_w, [&]<int64_t S>() {
-                dgrad_tile_of<T, static_cast<int>(S)>(positions, wp, d_group + p0 * pl.stride_w, pl,
-                                                      co0, co1, pd.plane(), row_step, co0 == 0,
-                                                      accs.data() + k * B * kMaxPositions);
+                dgrad_tile_of<T, static_cast<int>(S)>(static_cast<int>(p1 - p0), wp, d, pl, co0,
+                                                      co1, pd.plane(), row_step, co0 == 0,
+                                                      accs.data() + (k - k0) * B * kMaxPositions);
               });
             }
           }
           // A tile's sums [v][p][lane] are channel c0 + v*L + lane at position p0 + p: whole
           // vectors of channels go to dx through register transposes.
           const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
-          T* dx_row = dx + ((n * pl.in_channels + g * pl.cig + c0) * pl.in_h + ih) * pl.in_w;
-          for (int64_t k = 0; k < tiles; ++k) {
-            const int64_t p0 = tile_begin(k);
-            const int positions = static_cast<int>(tile_begin(k + 1) - p0);
-            const T* sums = accs.data() + k * B * kMaxPositions;
+          T* dx_block = dx + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
+          for (int64_t k = k0; k < k1; ++k) {
+            int64_t ih, p0, p1;
+            tile_span(k, ih, p0, p1);
+            const int positions = static_cast<int>(p1 - p0);
+            const T* sums = accs.data() + (k - k0) * B * kMaxPositions;
             for (int64_t v = 0; v < kVecs; ++v) {
               const T* src = sums + v * positions * L;
-              T* dst = dx_row + v * L * pl.in_hw + p0;
+              T* dst = dx_block + v * L * pl.in_hw + ih * pl.in_w + p0;
               if ((v + 1) * L <= channels) {
                 for (int q = 0; q < positions; q += L) {  // transpose_tile takes L positions
                   const int width = std::min(L, positions - q);
