@@ -141,6 +141,10 @@ void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* 
 bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes);
 void direct_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
 void direct_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
+// The same file's wgrad, for the shapes direct_wgrad_suits.
+bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes);
+void direct_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
+void direct_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads);
 
 // One block of GEMM columns: positions [p0, p0 + len) of each of the items n0 .. n0 + items - 1,
 // side by side (item n0 + j at columns j*len ..).

@@ -13,6 +13,7 @@
 // "Determinism").
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "cpu/conv_transpose_cols.h"
 #include "cpu/gemm.h"
@@ -39,6 +40,8 @@ constexpr int64_t kMaxPaddedBytes = int64_t{32} << 20;
 // many positions (batch x input positions).
 constexpr int64_t kDirectMinPositions = 256;
 constexpr int64_t kDirectMinSteps = 64;
+constexpr int64_t kWgradMinOutChannels = 4;
+constexpr int64_t kWgradMinPositions = 512;
 
 // dy of one (n, co) plane with every tap's reach zero-padded: element (r, c) is
 // dy[r - ph, c - pw], 0 outside dy. Row ih*sh + kh*dh, column iw*sw + kw*dw is tap (kh, kw) of
@@ -250,30 +253,275 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
   }
 }
 
+// ---- wgrad ----
+//   dw[ci, co, kh, kw] = sum over n, ih, iw of x[ci, ih, iw] dy[co, oh, ow], (oh, ow) as above.
+// Per tap this is a product over positions. The register tile is a block of kBlock input
+// channels (lanes) by up to kTileChannels output channels; each step over a position loads
+// kVecs vectors of x and broadcasts kTileChannels elements of dy. For those loads to be
+// contiguous, x goes channels-last in blocks of kBlock channels ([position][channel]) and dy
+// channels-last, zero-padded as for dgrad ([row][column][co]), once per call. Each element of
+// dw is one chain over (n, ih, iw) in that order, whatever the task: no dependence on the thread
+// count.
+
+constexpr int kTileChannels = gemm::kRows;  // output channels per tile: 24 accumulators
+constexpr int64_t kChunkPositions = 256;    // positions a task's tiles sweep in turn
+// Positions of the sweeps that every task runs between two synchronisations.
+constexpr int64_t kRoundPositions = 4096;
+
+// x of item n, group g, channels [c0, c0 + kBlock) as [position][channel], zero past cig.
+template <class T>
+void x_channels_last(const Plan& pl, const T* x, int64_t n, int64_t g, int64_t cb, T* out) {
+  constexpr int64_t B = kBlock<T>;
+  constexpr int L = gemm::kLanes<T>;
+  const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
+  const T* src = x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
+  for (int64_t v = 0; v < kVecs; ++v) {
+    const int count = static_cast<int>(std::clamp<int64_t>(channels - v * L, 0, L));
+    int64_t p = 0;
+    for (; p + L <= pl.in_hw; p += L)
+      gemm::transpose_tile(src + v * L * pl.in_hw + p, pl.in_hw, count, out + p * B + v * L, B, L);
+    for (; p < pl.in_hw; ++p)
+      for (int l = 0; l < L; ++l)
+        out[p * B + v * L + l] = l < count ? src[(v * L + l) * pl.in_hw + p] : T(0);
+  }
+}
+
+// dy of item n, group g as [row][column][co] over the padded extent: element (r, c, co) is
+// dy[co, r - ph, c - pw], 0 outside dy.
+template <class T>
+void dy_channels_last(const Plan& pl, const Padded& pd, const T* dy, int64_t n, int64_t g, T* out) {
+  constexpr int L = gemm::kLanes<T>;
+  std::fill_n(out, pd.plane() * pl.cog, T(0));
+  const T* src = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
+  // Rows and columns of dy past the padded extent (an output padding) are read by no tap.
+  const int64_t oh_end = std::min(pl.out_h, pd.h - pl.pad_h);
+  const int64_t ow_end = std::min(pl.out_w, pd.w - pl.pad_w);
+  for (int64_t oh = 0; oh < oh_end; ++oh) {
+    T* row = out + (oh + pl.pad_h) * pd.w * pl.cog + pl.pad_w * pl.cog;  // column ow = 0
+    const T* s_row = src + oh * pl.out_w;
+    int64_t co0 = 0;
+    for (; co0 + L <= pl.cog; co0 += L) {
+      int64_t ow = 0;
+      for (; ow + L <= ow_end; ow += L)
+        gemm::transpose_tile(s_row + co0 * pl.out_hw + ow, pl.out_hw, L, row + ow * pl.cog + co0,
+                             pl.cog, L);
+      for (; ow < ow_end; ++ow)
+        for (int l = 0; l < L; ++l)
+          row[ow * pl.cog + co0 + l] = s_row[(co0 + l) * pl.out_hw + ow];
+    }
+    for (; co0 < pl.cog; ++co0)
+      for (int64_t ow = 0; ow < ow_end; ++ow)
+        row[ow * pl.cog + co0] = s_row[co0 * pl.out_hw + ow];
+  }
+}
+
+// The positions a tile sweeps in one call: `items` items of `rows` rows of `len` positions,
+// with the steps between them in the two channels-last buffers.
+struct Sweep {
+  int64_t i0, ih0, iw0;  // the first position: item of the round, row, column
+  int64_t items, rows, len;
+  int64_t x_item, x_row, d_item, d_row, d_pos;
+};
+
+// acc[v][j][lane] += sum over the sweep's positions, in order, of x[position][v*lanes + lane]
+// d[position][j], acc starting from 0 when `first`.
+template <class T, int J>
+void wgrad_tile(const T* __restrict x, const T* __restrict d, const Sweep& sw, bool first,
+                T* __restrict acc_mem) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  constexpr int64_t B = kBlock<T>;
+  Vec acc[kVecs][J];
+  for (int v = 0; v < kVecs; ++v) {
+    for (int j = 0; j < J; ++j) {
+      if (first) {
+        acc[v][j] = Vec{};
+      } else {
+        std::memcpy(&acc[v][j], acc_mem + (v * J + j) * L, sizeof(Vec));
+      }
+    }
+  }
+  for (int64_t it = 0; it < sw.items; ++it) {
+    for (int64_t r = 0; r < sw.rows; ++r) {
+      const T* xp = x + it * sw.x_item + r * sw.x_row;
+      const T* dp = d + it * sw.d_item + r * sw.d_row;
+      for (int64_t p = 0; p < sw.len; ++p) {
+        Vec xv[kVecs];
+        for (int v = 0; v < kVecs; ++v)
+          std::memcpy(&xv[v], xp + v * L, sizeof(Vec));
+        for (int j = 0; j < J; ++j) {
+          const T s = dp[j];
+          for (int v = 0; v < kVecs; ++v)
+            acc[v][j] += s * xv[v];
+        }
+        xp += B;
+        dp += sw.d_pos;
+      }
+    }
+  }
+  for (int v = 0; v < kVecs; ++v)
+    for (int j = 0; j < J; ++j)
+      std::memcpy(acc_mem + (v * J + j) * L, &acc[v][j], sizeof(Vec));
+}
+
+template <class T>
+void wgrad_tile_of(int channels, const T* x, const T* d, const Sweep& sw, bool first, T* acc_mem) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((channels == I + 1 ? wgrad_tile<T, I + 1>(x, d, sw, first, acc_mem) : void()), ...);
+  }
+  (std::make_integer_sequence<int, kTileChannels>{});
+}
+
+template <class T>
+void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
+  constexpr int64_t B = kBlock<T>;
+  constexpr int L = gemm::kLanes<T>;
+  const Padded pd = padded_of(pl);
+  const int64_t blocks = ceil_div(pl.cig, B);
+  const int64_t co_blocks = ceil_div(pl.cog, int64_t{kTileChannels});
+  // Per (g, channel block), tiles (co block, tap): neighbouring tiles read the same output
+  // channels of dy, whose cache lines then serve every tap.
+  const int64_t tiles = co_blocks * pl.taps;
+  const int64_t tile_elems = B * kTileChannels;
+  // Every tile's sums, kept across the rounds of items.
+  Workspace<T> sums(pl.groups * blocks * tiles * tile_elems);
+  // Rounds of items whose channels-last x and dy are held at once.
+  const int64_t x_item = pl.groups * blocks * pl.in_hw * B;
+  const int64_t d_item = pl.groups * pd.plane() * pl.cog;
+  const int64_t per_round = std::clamp<int64_t>(
+      kMaxPaddedBytes / std::max<int64_t>(1, (x_item + d_item) * static_cast<int64_t>(sizeof(T))),
+      1, pl.batch);
+  Workspace<T> xt(per_round * x_item);
+  Workspace<T> dyt(per_round * d_item);
+  // How a round's positions are cut into sweeps: segments of long rows, runs of rows, or runs
+  // of small items, about kChunkPositions each.
+  Sweep base{};
+  base.x_item = x_item;
+  base.x_row = pl.in_w * B;
+  base.d_item = d_item;
+  base.d_row = pl.stride_h * pd.w * pl.cog;
+  base.d_pos = pl.stride_w * pl.cog;
+  const int64_t seg = std::min(pl.in_w, kChunkPositions);
+  const int64_t row_run =
+      pl.in_w >= kChunkPositions ? 1 : std::clamp<int64_t>(kChunkPositions / pl.in_w, 1, pl.in_h);
+  const int64_t item_run = row_run < pl.in_h ? 1 : std::max<int64_t>(1, kChunkPositions / pl.in_hw);
+  // Tasks (g, channel block, group of tiles): at least twice the threads where the tiles allow.
+  // Each task owns its tiles' elements of dw whole, so the cut cannot change a bit.
+  const int64_t groups_of_tiles =
+      std::clamp<int64_t>(ceil_div(int64_t{threads}, pl.groups * blocks), 1, tiles);
+  for (int64_t first = 0; first < pl.batch; first += per_round) {
+    const int64_t count = std::min(per_round, pl.batch - first);
+    parallel_for(threads, count * pl.groups * (blocks + 1), [&](int64_t t) {
+      const int64_t i = t / (pl.groups * (blocks + 1)), g = t / (blocks + 1) % pl.groups;
+      const int64_t k = t % (blocks + 1);
+      if (k < blocks) {
+        x_channels_last(pl, x, first + i, g, k,
+                        xt.data() + i * x_item + (g * blocks + k) * pl.in_hw * B);
+      } else {
+        dy_channels_last(pl, pd, dy, first + i, g,
+                         dyt.data() + i * d_item + g * pd.plane() * pl.cog);
+      }
+    });
+    // The round's sweeps, in order; they are run a group at a time, every task on the same
+    // group, so that its stretch of x and dy is shared in cache rather than read once per task.
+    std::vector<Sweep> sweeps;
+    for (int64_t i0 = 0; i0 < count; i0 += item_run) {
+      for (int64_t ih0 = 0; ih0 < pl.in_h; ih0 += row_run) {
+        for (int64_t iw0 = 0; iw0 < pl.in_w; iw0 += seg) {
+          Sweep sw = base;
+          sw.i0 = i0;
+          sw.ih0 = ih0;
+          sw.iw0 = iw0;
+          sw.items = std::min(item_run, count - i0);
+          sw.rows = std::min(row_run, pl.in_h - ih0);
+          sw.len = std::min(seg, pl.in_w - iw0);
+          sweeps.push_back(sw);
+        }
+      }
+    }
+    for (size_t s0 = 0; s0 < sweeps.size();) {
+      size_t s1 = s0;
+      for (int64_t positions = 0; s1 < sweeps.size() && positions < kRoundPositions; ++s1)
+        positions += sweeps[s1].items * sweeps[s1].rows * sweeps[s1].len;
+      parallel_for(threads, pl.groups * blocks * groups_of_tiles, [&](int64_t t) {
+        const int64_t gb = t / groups_of_tiles, g = gb / blocks, cb = gb % blocks;
+        const int64_t part = t % groups_of_tiles;
+        const int64_t k0 = tiles * part / groups_of_tiles;
+        const int64_t k1 = tiles * (part + 1) / groups_of_tiles;
+        T* tile_sums = sums.data() + gb * tiles * tile_elems;
+        const T* x_gb = xt.data() + (g * blocks + cb) * pl.in_hw * B;
+        const T* d_g = dyt.data() + g * pd.plane() * pl.cog;
+        for (size_t si = s0; si < s1; ++si) {
+          const Sweep& sw = sweeps[si];
+          const bool first_sweep = first == 0 && si == 0;
+          const T* x0 = x_gb + sw.i0 * x_item + (sw.ih0 * pl.in_w + sw.iw0) * B;
+          for (int64_t k = k0; k < k1; ++k) {
+            const int64_t tap = k % pl.taps, kh = tap / pl.kernel_w, kw = tap % pl.kernel_w;
+            const int64_t co0 = k / pl.taps * kTileChannels;
+            const int channels = static_cast<int>(std::min<int64_t>(kTileChannels, pl.cog - co0));
+            const int64_t r = sw.ih0 * pl.stride_h + kh * pl.dil_h;
+            const int64_t c = sw.iw0 * pl.stride_w + kw * pl.dil_w;
+            const T* d0 = d_g + sw.i0 * d_item + (r * pd.w + c) * pl.cog + co0;
+            wgrad_tile_of(channels, x0, d0, sw, first_sweep, tile_sums + k * tile_elems);
+          }
+        }
+      });
+      s0 = s1;
+    }
+  }
+  // dw[g*cig + c0 + v*L + lane, co0 + j, tap] = tile (co block, tap)'s sums[v][j][lane], written
+  // in dw's order (a channel's (co, tap) run is contiguous): written tap by tap, every store of
+  // a large dw would fall in a cache line of its own.
+  parallel_for(threads, pl.groups * blocks * co_blocks, [&](int64_t t) {
+    const int64_t gb = t / co_blocks, g = gb / blocks, c0 = gb % blocks * B;
+    const int64_t cob = t % co_blocks, co0 = cob * kTileChannels;
+    const int64_t channels = std::min(B, pl.cig - c0);
+    const int64_t j_count = std::min<int64_t>(kTileChannels, pl.cog - co0);
+    const T* cob_sums = sums.data() + (gb * tiles + cob * pl.taps) * tile_elems;
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* lane_sums = cob_sums + (c / L * j_count) * L + c % L;
+      T* dst = dw + ((g * pl.cig + c0 + c) * pl.cog + co0) * pl.taps;
+      for (int64_t j = 0; j < j_count; ++j)
+        for (int64_t tap = 0; tap < pl.taps; ++tap)
+          dst[j * pl.taps + tap] = lane_sums[tap * tile_elems + j * L];
+    }
+  });
+}
+
+// What both passes' rules share: channels that fill the tile's lanes, and a shape where doing
+// without the column buffer gains. The column buffer holds taps / (sh x sw) copies of dy, cheap
+// when that is small, and im2col has loops of its own for W strides 1 and 2: the direct kernels
+// measured faster with 4 or more taps per stride phase, or a W stride above 2.
+bool direct_gains(const Plan& pl, int64_t elem_bytes) {
+  const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
+  // Lanes past cig compute zeros: at most a quarter of the tile wasted.
+  const bool channels = 4 * pl.cig >= 3 * gemm::round_up(pl.cig, block);
+  const bool gain = pl.taps >= 4 * pl.stride_h * pl.stride_w || pl.stride_w > 2;
+  return channels && gain && pl.in_h >= 1 && pl.in_w >= 1;
+}
+
+// The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
+// geometry accepts strides and dilations whose padded extent would overflow.
+int128 padded_elems(const Plan& pl) {
+  const int128 h = int128{pl.in_h - 1} * pl.stride_h + int128{pl.kernel_h - 1} * pl.dil_h + 1;
+  const int128 w = int128{pl.in_w - 1} * pl.stride_w + int128{pl.kernel_w - 1} * pl.dil_w + 1;
+  return h * w;
+}
+
 }  // namespace
 
 bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
-  const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
-  const int64_t cig_padded = gemm::round_up(pl.cig, block);
-  // Lanes past cig compute zeros: at most a quarter of the tile wasted.
-  const bool channels = 4 * pl.cig >= 3 * cig_padded;
   // Fewer positions per tile than this leave too few accumulators to hide the FMAs' latency.
   const bool row = pl.in_w >= 4;
   const bool reuse = int128{pl.batch} * pl.in_hw >= kDirectMinPositions;
   // A tile's sums go through memory once (the transposed store into dx): the tile needs enough
   // steps of (co, kh, kw) to amortize that.
   const bool steps = pl.rows >= kDirectMinSteps;
-  // Where im2col + GEMM is the better path: the column buffer holds taps / (sh x sw) copies of
-  // dy, cheap when that is small, and im2col has loops of its own for W strides 1 and 2. The
-  // direct kernel measured faster with 4 or more taps per stride phase, or a W stride above 2.
-  const bool gain = pl.taps >= 4 * pl.stride_h * pl.stride_w || pl.stride_w > 2;
-  if (!(channels && row && reuse && steps && gain && pl.in_h >= 1)) return false;
-  // The padded planes of one item, and the packed weight, within bounds (computed in 128 bits:
-  // the geometry accepts strides and dilations whose padded extent would overflow).
-  const int128 h = int128{pl.in_h - 1} * pl.stride_h + int128{pl.kernel_h - 1} * pl.dil_h + 1;
-  const int128 w = int128{pl.in_w - 1} * pl.stride_w + int128{pl.kernel_w - 1} * pl.dil_w + 1;
-  return int128{pl.out_channels} * h * w * elem_bytes <= kMaxPaddedBytes &&
-         fits(pl.rows * pl.groups, cig_padded, elem_bytes, kMaxWholeColsBytes);
+  if (!(direct_gains(pl, elem_bytes) && row && reuse && steps)) return false;
+  // One item's padded planes, and the packed weight, within bounds.
+  const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
+  return int128{pl.out_channels} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
+         fits(pl.rows * pl.groups, gemm::round_up(pl.cig, block), elem_bytes, kMaxWholeColsBytes);
 }
 
 void direct_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
@@ -281,6 +529,30 @@ void direct_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, in
 }
 void direct_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads) {
   direct_dgrad_typed(pl, dy, w, dx, threads);
+}
+
+bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
+  // Fewer output channels than this leave too few accumulators to hide the FMAs' latency.
+  const bool out_channels = pl.cog >= kWgradMinOutChannels;
+  // Every element of dw goes through memory a few times (its tile's sums between sweeps, the
+  // final store): it needs enough positions to amortize that.
+  const bool reuse = int128{pl.batch} * pl.in_hw >= kWgradMinPositions;
+  // On 1-D calls it measured slower at 2 threads than the GEMM path (S4, HiFi-GAN V3 up3,
+  // EnCodec x4), though faster at 1: it takes 2-D calls only.
+  const bool two_d = pl.in_h > 1;
+  if (!(direct_gains(pl, elem_bytes) && out_channels && reuse && two_d)) return false;
+  // One item's channels-last x and dy within bounds.
+  const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
+  const int128 item = int128{pl.groups} * (padded_elems(pl) * pl.cog +
+                                           int128{pl.in_hw} * gemm::round_up(pl.cig, block));
+  return item * elem_bytes <= kMaxPaddedBytes;
+}
+
+void direct_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads) {
+  direct_wgrad_typed(pl, x, dy, dw, threads);
+}
+void direct_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads) {
+  direct_wgrad_typed(pl, x, dy, dw, threads);
 }
 
 }  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv

@@ -31,6 +31,10 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
     depthwise_wgrad(pl, x, dy, dw, threads);
     return;
   }
+  if (direct_wgrad_suits(pl, sizeof(T))) {
+    direct_wgrad(pl, x, dy, dw, threads);
+    return;
+  }
   const ChannelBlocks chb = channel_blocks(pl, pl.groups);
   const int64_t max_rows = chb.per_block * pl.taps;
   const ColBlocks cb = col_blocks(pl, max_rows, sizeof(T), /*for_tasks=*/true);

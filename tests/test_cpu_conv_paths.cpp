@@ -75,6 +75,16 @@ std::vector<PathCase> path_cases() {
       {"direct dgrad 2-D stride 2, grouped",
        conv_case_from_shapes(2, {4, 64, 8, 8}, {64, 8, 4, 4}, true, {2, 2}, {1, 1}, {0, 0}, {1, 1},
                              2)},
+      // Direct wgrad (2-D calls with 512 or more positions): 13 output channels are a tile of
+      // 12 and one of 1; 2 x 16 x 18 = 576 positions in sweeps of 14 rows and 2; dilated in H.
+      {"direct wgrad 2-D stride 1, output channels 12 + 1",
+       conv_case_from_shapes(2, {2, 56, 16, 18}, {56, 13, 3, 7}, true, {1, 1}, {1, 3}, {0, 0},
+                             {2, 1}, 1)},
+      // Small images: sweeps of 4 items of 8 x 8, the last of one; 2 groups, stride 2, an output
+      // padding that no tap reads.
+      {"direct wgrad 2-D stride 2, grouped, output padding",
+       conv_case_from_shapes(2, {9, 64, 8, 8}, {64, 8, 4, 4}, false, {2, 2}, {1, 1}, {1, 1}, {1, 1},
+                             2)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.

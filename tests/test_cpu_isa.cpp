@@ -54,8 +54,8 @@ std::vector<Tensor> level_results() {
   const Tensor x1 = randn({1, 24, 3000}, gen).requires_grad_(true);
   const Tensor w1 = randn({24, 16, 5}, gen).requires_grad_(true);
   const Tensor y1 = conv_transpose1d(x1, w1, Tensor(), ConvTranspose1dFuncOptions().stride(2));
-  // 32 input channels, 9 taps, 480 positions: dgrad takes the direct kernel.
-  const Tensor x2 = randn({2, 32, 12, 20}, gen).requires_grad_(true);
+  // 32 input channels, 9 taps, 640 positions: dgrad and wgrad take the direct kernels.
+  const Tensor x2 = randn({2, 32, 16, 20}, gen).requires_grad_(true);
   const Tensor w2 = randn({32, 8, 3, 3}, gen).requires_grad_(true);
   const Tensor y2 = conv_transpose2d(x2, w2, Tensor(), ConvTranspose2dFuncOptions().padding(1));
   const Tensor xd = randn({2, 8, 30, 30}, gen).to(DType::float64).requires_grad_(true);
