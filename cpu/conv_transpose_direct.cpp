@@ -267,6 +267,11 @@ constexpr int kTileChannels = gemm::kRows;  // output channels per tile: 24 accu
 constexpr int64_t kChunkPositions = 256;    // positions a task's tiles sweep in turn
 // Positions of the sweeps that every task runs between two synchronisations.
 constexpr int64_t kRoundPositions = 4096;
+// Slices of the positions (below): about this many positions each, at most kMaxSlices of them
+// and kMaxSliceBytes of sums.
+constexpr int64_t kSlicePositions = 8192;
+constexpr int64_t kMaxSlices = 16;
+constexpr int64_t kMaxSliceBytes = int64_t{64} << 20;
 
 // x of item n, group g, channels [c0, c0 + kBlock) as [position][channel], zero past cig.
 template <class T>
@@ -384,7 +389,7 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
   const int64_t tiles = co_blocks * pl.taps;
   const int64_t tile_elems = B * kTileChannels;
   // Every tile's sums, kept across the rounds of items.
-  Workspace<T> sums(pl.groups * blocks * tiles * tile_elems);
+  const int64_t part_elems = pl.groups * blocks * tiles * tile_elems;
   // Rounds of items whose channels-last x and dy are held at once.
   const int64_t x_item = pl.groups * blocks * pl.in_hw * B;
   const int64_t d_item = pl.groups * pd.plane() * pl.cog;
@@ -409,6 +414,17 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
   // Each task owns its tiles' elements of dw whole, so the cut cannot change a bit.
   const int64_t groups_of_tiles =
       std::clamp<int64_t>(ceil_div(int64_t{threads}, pl.groups * blocks), 1, tiles);
+  // Where one round holds every item, the positions are also cut into slices, by the shape
+  // only, each summed into sums of its own that are then added in slice order: every task reads
+  // only its slice of x and dy, where without slices each of many threads would stream all of
+  // them for a few tiles.
+  const int64_t slices =
+      per_round < pl.batch
+          ? 1
+          : std::clamp<int64_t>(
+                pl.batch * pl.in_hw / kSlicePositions, 1,
+                std::min<int64_t>(kMaxSlices, kMaxSliceBytes / (part_elems * int64_t{sizeof(T)})));
+  Workspace<T> sums(slices * part_elems);
   for (int64_t first = 0; first < pl.batch; first += per_round) {
     const int64_t count = std::min(per_round, pl.batch - first);
     parallel_for(threads, count * pl.groups * (blocks + 1), [&](int64_t t) {
@@ -439,32 +455,47 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
         }
       }
     }
+    const int64_t n_sweeps = static_cast<int64_t>(sweeps.size());
+    const auto run_sweeps = [&](int64_t slice, int64_t gb, int64_t k0, int64_t k1, int64_t s0,
+                                int64_t s1, int64_t slice_begin) {
+      const int64_t g = gb / blocks, cb = gb % blocks;
+      T* tile_sums = sums.data() + slice * part_elems + gb * tiles * tile_elems;
+      const T* x_gb = xt.data() + (g * blocks + cb) * pl.in_hw * B;
+      const T* d_g = dyt.data() + g * pd.plane() * pl.cog;
+      for (int64_t si = s0; si < s1; ++si) {
+        const Sweep& sw = sweeps[static_cast<size_t>(si)];
+        const bool first_sweep = first == 0 && si == slice_begin;
+        const T* x0 = x_gb + sw.i0 * x_item + (sw.ih0 * pl.in_w + sw.iw0) * B;
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t tap = k % pl.taps, kh = tap / pl.kernel_w, kw = tap % pl.kernel_w;
+          const int64_t co0 = k / pl.taps * kTileChannels;
+          const int channels = static_cast<int>(std::min<int64_t>(kTileChannels, pl.cog - co0));
+          const int64_t r = sw.ih0 * pl.stride_h + kh * pl.dil_h;
+          const int64_t c = sw.iw0 * pl.stride_w + kw * pl.dil_w;
+          const T* d0 = d_g + sw.i0 * d_item + (r * pd.w + c) * pl.cog + co0;
+          wgrad_tile_of(channels, x0, d0, sw, first_sweep, tile_sums + k * tile_elems);
+        }
+      }
+    };
+    if (slices > 1) {
+      const int64_t parts =
+          std::clamp<int64_t>(ceil_div(int64_t{threads}, slices * pl.groups * blocks), 1, tiles);
+      parallel_for(threads, slices * pl.groups * blocks * parts, [&](int64_t t) {
+        const int64_t slice = t / (pl.groups * blocks * parts);
+        const int64_t gb = t / parts % (pl.groups * blocks), part = t % parts;
+        const int64_t s0 = n_sweeps * slice / slices, s1 = n_sweeps * (slice + 1) / slices;
+        run_sweeps(slice, gb, tiles * part / parts, tiles * (part + 1) / parts, s0, s1, s0);
+      });
+      continue;
+    }
     for (size_t s0 = 0; s0 < sweeps.size();) {
       size_t s1 = s0;
       for (int64_t positions = 0; s1 < sweeps.size() && positions < kRoundPositions; ++s1)
         positions += sweeps[s1].items * sweeps[s1].rows * sweeps[s1].len;
       parallel_for(threads, pl.groups * blocks * groups_of_tiles, [&](int64_t t) {
-        const int64_t gb = t / groups_of_tiles, g = gb / blocks, cb = gb % blocks;
-        const int64_t part = t % groups_of_tiles;
-        const int64_t k0 = tiles * part / groups_of_tiles;
-        const int64_t k1 = tiles * (part + 1) / groups_of_tiles;
-        T* tile_sums = sums.data() + gb * tiles * tile_elems;
-        const T* x_gb = xt.data() + (g * blocks + cb) * pl.in_hw * B;
-        const T* d_g = dyt.data() + g * pd.plane() * pl.cog;
-        for (size_t si = s0; si < s1; ++si) {
-          const Sweep& sw = sweeps[si];
-          const bool first_sweep = first == 0 && si == 0;
-          const T* x0 = x_gb + sw.i0 * x_item + (sw.ih0 * pl.in_w + sw.iw0) * B;
-          for (int64_t k = k0; k < k1; ++k) {
-            const int64_t tap = k % pl.taps, kh = tap / pl.kernel_w, kw = tap % pl.kernel_w;
-            const int64_t co0 = k / pl.taps * kTileChannels;
-            const int channels = static_cast<int>(std::min<int64_t>(kTileChannels, pl.cog - co0));
-            const int64_t r = sw.ih0 * pl.stride_h + kh * pl.dil_h;
-            const int64_t c = sw.iw0 * pl.stride_w + kw * pl.dil_w;
-            const T* d0 = d_g + sw.i0 * d_item + (r * pd.w + c) * pl.cog + co0;
-            wgrad_tile_of(channels, x0, d0, sw, first_sweep, tile_sums + k * tile_elems);
-          }
-        }
+        const int64_t gb = t / groups_of_tiles, part = t % groups_of_tiles;
+        run_sweeps(0, gb, tiles * part / groups_of_tiles, tiles * (part + 1) / groups_of_tiles,
+                   static_cast<int64_t>(s0), static_cast<int64_t>(s1), 0);
       });
       s0 = s1;
     }
@@ -472,12 +503,15 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
   // dw[g*cig + c0 + v*L + lane, co0 + j, tap] = tile (co block, tap)'s sums[v][j][lane], written
   // in dw's order (a channel's (co, tap) run is contiguous): written tap by tap, every store of
   // a large dw would fall in a cache line of its own.
+  const Workspace<T> total(slices > 1 ? part_elems : 0);
+  if (slices > 1) sum_parts_in_order(sums.data(), slices, part_elems, total.data(), threads);
+  const T* final_sums = slices > 1 ? total.data() : sums.data();
   parallel_for(threads, pl.groups * blocks * co_blocks, [&](int64_t t) {
     const int64_t gb = t / co_blocks, g = gb / blocks, c0 = gb % blocks * B;
     const int64_t cob = t % co_blocks, co0 = cob * kTileChannels;
     const int64_t channels = std::min(B, pl.cig - c0);
     const int64_t j_count = std::min<int64_t>(kTileChannels, pl.cog - co0);
-    const T* cob_sums = sums.data() + (gb * tiles + cob * pl.taps) * tile_elems;
+    const T* cob_sums = final_sums + (gb * tiles + cob * pl.taps) * tile_elems;
     for (int64_t c = 0; c < channels; ++c) {
       const T* lane_sums = cob_sums + (c / L * j_count) * L + c % L;
       T* dst = dw + ((g * pl.cig + c0 + c) * pl.cog + co0) * pl.taps;

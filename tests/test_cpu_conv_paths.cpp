@@ -85,6 +85,11 @@ std::vector<PathCase> path_cases() {
       {"direct wgrad 2-D stride 2, grouped, output padding",
        conv_case_from_shapes(2, {9, 64, 8, 8}, {64, 8, 4, 4}, false, {2, 2}, {1, 1}, {1, 1}, {1, 1},
                              2)},
+      // 128 x 130 = 16640 positions: wgrad's positions in 2 slices (8192 each, by the shape),
+      // summed in order.
+      {"direct wgrad 2-D, positions in slices",
+       conv_case_from_shapes(2, {1, 32, 128, 130}, {32, 4, 2, 2}, true, {1, 1}, {0, 0}, {0, 0},
+                             {1, 1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
