@@ -5,8 +5,9 @@
 // to kMaxPositions consecutive positions of one row of dx. Each step of its loop over (co, kh,
 // kw) loads kVecs vectors of the weight (packed so that a block's channels are contiguous) and
 // broadcasts one element of dy per position: kVecs x positions FMAs for kVecs + positions loads,
-// where im2col + GEMM first writes and then reads kh x kw copies of dy. dy is first copied into
-// zero-padded planes so that no tap needs a bounds check.
+// where im2col + GEMM first writes and then reads kh x kw copies of dy. Each task copies the
+// window of dy its tiles read, a few output channels at a time, into a zero-padded buffer of its
+// own that stays in cache, so that no tap needs a bounds check.
 //
 // Every element of dx is one chain of FMAs over (co, kh, kw) in that order, whatever the tile or
 // task it falls in, so the results do not depend on the thread count (docs/design.md,
@@ -34,7 +35,8 @@ constexpr int64_t kBlock = kVecs* gemm::kLanes<T>;  // input channels per tile
 constexpr int64_t kChannelsPerSweep = 16;
 // A task's run of tiles: a few, so that tasks are many but not tiny.
 constexpr int64_t kTaskTiles = 16;
-// Padded dy of a round of items is held at once up to this size.
+// Scratch bounds: a dgrad task's window of padded dy; wgrad's channels-last x and dy of a round
+// of items.
 constexpr int64_t kMaxPaddedBytes = int64_t{32} << 20;
 // The weight is packed once per call: that pays when every packed element serves at least this
 // many positions (batch x input positions).
@@ -56,20 +58,29 @@ Padded padded_of(const Plan& pl) {
           (pl.in_w - 1) * pl.stride_w + (pl.kernel_w - 1) * pl.dil_w + 1};
 }
 
+// A window of the padded planes of output channels [co0, co1) of one item's group (dy_ng: its
+// channel 0): rows [r0, r0 + h) and columns [c0, c0 + w) of the padding's coordinates, element
+// (co, r, c) at out[((co - co0) * h + r) * w + c].
 template <class T>
-void pad_plane(const Plan& pl, const Padded& pd, const T* src, T* dst) {
-  const int64_t c_begin = std::min(pd.w, pl.pad_w);  // first column inside
-  const int64_t c_end = std::clamp<int64_t>(pl.pad_w + pl.out_w, c_begin, pd.w);  // past the last
-  for (int64_t r = 0; r < pd.h; ++r) {
-    T* row = dst + r * pd.w;
-    const int64_t oh = r - pl.pad_h;
-    if (oh < 0 || oh >= pl.out_h) {
-      std::fill_n(row, pd.w, T(0));
-      continue;
+void pad_window(const Plan& pl, const T* dy_ng, int64_t co0, int64_t co1, int64_t r0, int64_t h,
+                int64_t c0, int64_t w, T* out) {
+  // Columns c with c0 + c - pw inside [0, out_w).
+  const int64_t c_begin = std::clamp<int64_t>(pl.pad_w - c0, 0, w);
+  const int64_t c_end = std::clamp<int64_t>(pl.pad_w + pl.out_w - c0, c_begin, w);
+  for (int64_t co = co0; co < co1; ++co) {
+    const T* plane = dy_ng + co * pl.out_hw;
+    for (int64_t r = 0; r < h; ++r) {
+      T* row = out + ((co - co0) * h + r) * w;
+      const int64_t oh = r0 + r - pl.pad_h;
+      if (oh < 0 || oh >= pl.out_h) {
+        std::fill_n(row, w, T(0));
+        continue;
+      }
+      std::fill_n(row, c_begin, T(0));
+      std::copy_n(plane + oh * pl.out_w + (c0 + c_begin - pl.pad_w), c_end - c_begin,
+                  row + c_begin);
+      std::fill(row + c_end, row + w, T(0));
     }
-    std::fill_n(row, c_begin, T(0));
-    std::copy_n(src + oh * pl.out_w + (c_begin - pl.pad_w), c_end - c_begin, row + c_begin);
-    std::fill(row + c_end, row + pd.w, T(0));
   }
 }
 
@@ -94,13 +105,13 @@ void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, T* out) {
   }
 }
 
-// acc[v][p][lane] += sum over co in [co0, co1), then kh, kw, of wp[co, kh, kw][v*lanes + lane]
-// d[co, kh, kw, p], with d[co, kh, kw, p] = dy_pad[co*plane + kh*row_step + kw*dil_w + p*stride_w]
-// and acc starting from 0 when `first`. SW: stride_w when it is a compile-time constant (the
-// loads then have fixed offsets), else 0.
+// acc[v][p][lane] += sum over co in [0, channels), then kh, kw, of wp[co, kh, kw][v*lanes + lane]
+// d[co, kh, kw, p], with d[co, kh, kw, p] = d[co*plane + kh*row_step + kw*dil_w + p*stride_w]
+// (zero-padded dy) and acc starting from 0 when `first`. SW: stride_w when it is a compile-time
+// constant (the loads then have fixed offsets), else 0.
 template <class T, int P, int SW>
-void dgrad_tile(const T* __restrict wp, const T* __restrict d, const Plan& pl, int64_t co0,
-                int64_t co1, int64_t plane, int64_t row_step, bool first, T* __restrict acc_mem) {
+void dgrad_tile(const T* __restrict wp, const T* __restrict d, const Plan& pl, int64_t channels,
+                int64_t plane, int64_t row_step, bool first, T* __restrict acc_mem) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
   const int64_t sw = SW != 0 ? SW : pl.stride_w;
@@ -114,8 +125,7 @@ void dgrad_tile(const T* __restrict wp, const T* __restrict d, const Plan& pl, i
       }
     }
   }
-  wp += co0 * pl.taps * kVecs * L;
-  for (int64_t co = co0; co < co1; ++co) {
+  for (int64_t co = 0; co < channels; ++co) {
     for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
       const T* d_row = d + co * plane + kh * row_step;
       for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
@@ -146,12 +156,12 @@ void with_tile_stride(int64_t stride, F&& f) {
 }
 
 template <class T, int SW>
-void dgrad_tile_of(int positions, const T* wp, const T* d, const Plan& pl, int64_t co0, int64_t co1,
+void dgrad_tile_of(int positions, const T* wp, const T* d, const Plan& pl, int64_t channels,
                    int64_t plane, int64_t row_step, bool first, T* acc_mem) {
   // Positions 1 .. kMaxPositions, each its own instance (the tile is a register array).
   [&]<int... I>(std::integer_sequence<int, I...>) {
     ((positions == I + 1
-          ? dgrad_tile<T, I + 1, SW>(wp, d, pl, co0, co1, plane, row_step, first, acc_mem)
+          ? dgrad_tile<T, I + 1, SW>(wp, d, pl, channels, plane, row_step, first, acc_mem)
           : void()),
      ...);
   }
@@ -162,18 +172,12 @@ template <class T>
 void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   constexpr int64_t B = kBlock<T>;
   constexpr int L = gemm::kLanes<T>;
-  const Padded pd = padded_of(pl);
   const int64_t blocks = ceil_div(pl.cig, B);
   const int64_t packed_elems = pl.rows * B;
   Workspace<T> packed(pl.groups * blocks * packed_elems);
   parallel_for(threads, pl.groups * blocks, [&](int64_t t) {
     pack_weight(pl, w, t / blocks, t % blocks, packed.data() + t * packed_elems);
   });
-  const int64_t item_elems = pl.out_channels * pd.plane();
-  const int64_t per_round = std::clamp<int64_t>(
-      kMaxPaddedBytes / std::max<int64_t>(1, item_elems * static_cast<int64_t>(sizeof(T))), 1,
-      pl.batch);
-  Workspace<T> padded(per_round * item_elems);
   // An item's tiles, row-major: each row in tiles of near-equal length (14 positions are 7 + 7,
   // not 12 + 2). A task takes a run of up to kTaskTiles consecutive tiles, across rows on small
   // images; runs are shortened while the tasks are fewer than twice the threads. The cut cannot
@@ -186,71 +190,87 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
     p0 = pl.in_w * j / row_tiles;
     p1 = pl.in_w * (j + 1) / row_tiles;
   };
-  const int64_t row_step = pl.dil_h * pd.w;
-  for (int64_t first = 0; first < pl.batch; first += per_round) {
-    const int64_t count = std::min(per_round, pl.batch - first);
-    parallel_for(threads, count * pl.out_channels, [&](int64_t t) {
-      pad_plane(pl, pd, dy + (first * pl.out_channels + t) * pl.out_hw,
-                padded.data() + t * pd.plane());
-    });
-    const int64_t all_tiles = pl.groups * blocks * count * item_tiles;
-    const int64_t run = std::clamp<int64_t>(ceil_div(all_tiles, 2 * int64_t{threads}), 1,
-                                            std::min(kTaskTiles, item_tiles));
-    const int64_t runs = ceil_div(item_tiles, run);
-    // Tasks (g, channel block) outer, so that neighbouring tasks share a packed weight block.
-    const int64_t per_block = count * runs;
-    parallel_for(
-        threads, pl.groups * blocks * per_block,
-        [] { return Workspace<T>(kTaskTiles * B * kMaxPositions); },
-        [&](Workspace<T>& accs, int64_t t) {
-          const int64_t gb = t / per_block, g = gb / blocks, cb = gb % blocks;
-          const int64_t i = t % per_block / runs, n = first + i;
-          const int64_t k0 = t % runs * run, k1 = std::min(item_tiles, k0 + run);
-          const T* wp = packed.data() + gb * packed_elems;
-          const T* d_group = padded.data() + (i * pl.out_channels + g * pl.cog) * pd.plane();
-          // Output channels in blocks, each swept over every tile of the run: the tiles then
-          // read dy as kChannelsPerSweep sequential streams, and a block's weight stays in L1.
-          // The tiles' sums wait in `accs` between blocks, so that each element is still one
-          // chain over (co, kh, kw) in order.
-          for (int64_t co0 = 0; co0 < pl.cog; co0 += kChannelsPerSweep) {
-            const int64_t co1 = std::min(pl.cog, co0 + kChannelsPerSweep);
-            for (int64_t k = k0; k < k1; ++k) {
-              int64_t ih, p0, p1;
-              tile_span(k, ih, p0, p1);
-              const T* d = d_group + ih * pl.stride_h * pd.w + p0 * pl.stride_w;
-              with_tile_stride(pl.stride_w, [&]<int64_t S>() {
-                dgrad_tile_of<T, static_cast<int>(S)>(static_cast<int>(p1 - p0), wp, d, pl, co0,
-                                                      co1, pd.plane(), row_step, co0 == 0,
-                                                      accs.data() + (k - k0) * B * kMaxPositions);
-              });
-            }
-          }
-          // A tile's sums [v][p][lane] are channel c0 + v*L + lane at position p0 + p: whole
-          // vectors of channels go to dx through register transposes.
-          const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
-          T* dx_block = dx + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
+  const int64_t all_tiles = pl.groups * blocks * pl.batch * item_tiles;
+  const int64_t run = std::clamp<int64_t>(ceil_div(all_tiles, 2 * int64_t{threads}), 1,
+                                          std::min(kTaskTiles, item_tiles));
+  const int64_t runs = ceil_div(item_tiles, run);
+  // The window of padded dy that run j reads: rows [r0, r0 + h), columns [c0, c0 + w).
+  struct Window {
+    int64_t r0, h, c0, w;
+  };
+  const auto window_of = [&](int64_t j) {
+    const int64_t k0 = j * run, k1 = std::min(item_tiles, k0 + run);
+    int64_t ih_a, ih_b, pa, pb, unused;
+    tile_span(k0, ih_a, pa, unused);
+    tile_span(k1 - 1, ih_b, unused, pb);
+    if (ih_a != ih_b) pa = 0, pb = pl.in_w;  // whole rows
+    return Window{ih_a * pl.stride_h,
+                  (ih_b - ih_a) * pl.stride_h + (pl.kernel_h - 1) * pl.dil_h + 1, pa * pl.stride_w,
+                  (pb - 1 - pa) * pl.stride_w + (pl.kernel_w - 1) * pl.dil_w + 1};
+  };
+  int64_t window_elems = 0;
+  for (int64_t j = 0; j < runs; ++j) {
+    const Window win = window_of(j);
+    window_elems = std::max(window_elems, win.h * win.w);
+  }
+  // Tasks (g, channel block) outer, so that neighbouring tasks share a packed weight block.
+  const int64_t per_block = pl.batch * runs;
+  const int64_t acc_elems = kTaskTiles * B * kMaxPositions;
+  parallel_for(
+      threads, pl.groups * blocks * per_block,
+      [&] { return Workspace<T>(acc_elems + kChannelsPerSweep * window_elems); },
+      [&](Workspace<T>& ws, int64_t t) {
+        const int64_t gb = t / per_block, g = gb / blocks, cb = gb % blocks;
+        const int64_t n = t % per_block / runs, j = t % runs;
+        const int64_t k0 = j * run, k1 = std::min(item_tiles, k0 + run);
+        const Window win = window_of(j);
+        T* accs = ws.data();
+        T* window = ws.data() + acc_elems;
+        const T* dy_ng = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
+        const T* wp = packed.data() + gb * packed_elems;
+        // Output channels in blocks, each swept over every tile of the run: a block's window of
+        // dy, zero-padded, and its weight stay in cache while the tiles read them. The tiles'
+        // sums wait in `accs` between blocks, so that each element is still one chain over
+        // (co, kh, kw) in order.
+        for (int64_t co0 = 0; co0 < pl.cog; co0 += kChannelsPerSweep) {
+          const int64_t co1 = std::min(pl.cog, co0 + kChannelsPerSweep);
+          pad_window(pl, dy_ng, co0, co1, win.r0, win.h, win.c0, win.w, window);
           for (int64_t k = k0; k < k1; ++k) {
             int64_t ih, p0, p1;
             tile_span(k, ih, p0, p1);
-            const int positions = static_cast<int>(p1 - p0);
-            const T* sums = accs.data() + (k - k0) * B * kMaxPositions;
-            for (int64_t v = 0; v < kVecs; ++v) {
-              const T* src = sums + v * positions * L;
-              T* dst = dx_block + v * L * pl.in_hw + ih * pl.in_w + p0;
-              if ((v + 1) * L <= channels) {
-                for (int q = 0; q < positions; q += L) {  // transpose_tile takes L positions
-                  const int width = std::min(L, positions - q);
-                  gemm::transpose_tile(src + q * L, L, width, dst + q, pl.in_hw, width);
-                }
-                continue;
-              }
-              for (int64_t c = v * L; c < channels; ++c)
-                for (int p = 0; p < positions; ++p)
-                  dst[(c - v * L) * pl.in_hw + p] = src[p * L + c - v * L];
-            }
+            const T* d = window + (ih * pl.stride_h - win.r0) * win.w + p0 * pl.stride_w - win.c0;
+            with_tile_stride(pl.stride_w, [&]<int64_t S>() {
+              dgrad_tile_of<T, static_cast<int>(S)>(
+                  static_cast<int>(p1 - p0), wp + co0 * pl.taps * B, d, pl, co1 - co0,
+                  win.h * win.w, pl.dil_h * win.w, co0 == 0, accs + (k - k0) * B * kMaxPositions);
+            });
           }
-        });
-  }
+        }
+        // A tile's sums [v][p][lane] are channel c0 + v*L + lane at position p0 + p: whole
+        // vectors of channels go to dx through register transposes.
+        const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
+        T* dx_block = dx + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
+        for (int64_t k = k0; k < k1; ++k) {
+          int64_t ih, p0, p1;
+          tile_span(k, ih, p0, p1);
+          const int positions = static_cast<int>(p1 - p0);
+          const T* sums = accs + (k - k0) * B * kMaxPositions;
+          for (int64_t v = 0; v < kVecs; ++v) {
+            const T* src = sums + v * positions * L;
+            T* dst = dx_block + v * L * pl.in_hw + ih * pl.in_w + p0;
+            if ((v + 1) * L <= channels) {
+              for (int q = 0; q < positions; q += L) {  // transpose_tile takes L positions
+                const int width = std::min(L, positions - q);
+                gemm::transpose_tile(src + q * L, L, width, dst + q, pl.in_hw, width);
+              }
+              continue;
+            }
+            for (int64_t c = v * L; c < channels; ++c)
+              for (int p = 0; p < positions; ++p)
+                dst[(c - v * L) * pl.in_hw + p] = src[p * L + c - v * L];
+          }
+        }
+      });
 }
 
 // ---- wgrad ----
@@ -552,9 +572,10 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // steps of (co, kh, kw) to amortize that.
   const bool steps = pl.rows >= kDirectMinSteps;
   if (!(direct_gains(pl, elem_bytes) && row && reuse && steps)) return false;
-  // One item's padded planes, and the packed weight, within bounds.
+  // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
+  // packed weight, within bounds.
   const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
-  return int128{pl.out_channels} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
+  return int128{kChannelsPerSweep} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
          fits(pl.rows * pl.groups, gemm::round_up(pl.cig, block), elem_bytes, kMaxWholeColsBytes);
 }
 
