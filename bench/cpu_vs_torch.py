@@ -5,9 +5,13 @@
 upsampling_decoder demo's training step (bench/train_step_bench --json, and
 bench/train_step_torch.py's model), at 1 thread, 4 threads and every CPU. Prints one table per
 thread count with the ratio PyTorch time / tgrad time (above 1: tgrad is faster) and the
-geometric mean. A bench tool only: tgrad itself never needs Python.
+geometric mean. Each side is timed in --rounds rounds, tgrad's whole suite then PyTorch's, and
+each row keeps each side's lowest median: a shared or drifting host moves both sides alike
+within a round, and a single slow stretch does not decide a row. A bench tool only: tgrad
+itself never needs Python.
 
   python3 bench/cpu_vs_torch.py --build build-cpu [--threads 1,4,all] [--suite all] [--runs 5]
+                                [--rounds 2]
 """
 import argparse
 import json
@@ -82,6 +86,8 @@ def main():
     ap.add_argument("--suite", choices=["s", "decoders", "all"], default="all")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per pass (median)")
     ap.add_argument("--steps", type=int, default=20, help="timed training steps (median)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of both sides; each row keeps each side's fastest")
     ap.add_argument("--no-train", action="store_true", help="skip the training step")
     ap.add_argument("--json", help="also write every row to this file")
     args = ap.parse_args()
@@ -110,39 +116,44 @@ def main():
     print(f"# tgrad (commit {commit}) vs torch {torch.__version__}, {cpu_name}, {cpus} CPUs, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("# ratio = torch ms / tgrad ms (above 1: tgrad faster); medians of "
-          f"{args.runs} runs per pass, {args.steps} training steps")
+          f"{args.runs} runs per pass, {args.steps} training steps, the lower of "
+          f"{max(1, args.rounds)} rounds")
 
     rows = []
     for threads in thread_counts:
         torch.set_num_threads(threads)
-        report = json.loads(run_json([conv_bench, "--json", "--suite", args.suite, "--runs",
-                                      str(args.runs), "--threads", str(threads)], threads))
-        level = report["cpu_capability"]
+        tgrad_ms, torch_ms, level = {}, {}, None
+        for _ in range(max(1, args.rounds)):
+            report = json.loads(run_json([conv_bench, "--json", "--suite", args.suite, "--runs",
+                                          str(args.runs), "--threads", str(threads)], threads))
+            level = report["cpu_capability"]
+            torch_round = {}
+            for r in report["results"]:
+                key = (r["suite"], r["id"])
+                if key not in torch_round:
+                    torch_round[key] = torch_conv_passes(r, args.runs)
+                row_key = (r["suite"], r["id"], r["pass"])
+                tgrad_ms[row_key] = min(tgrad_ms.get(row_key, math.inf), r["ms"])
+                torch_ms[row_key] = min(torch_ms.get(row_key, math.inf), torch_round[key][r["pass"]])
+            if not args.no_train:
+                for mode in ("2d", "1d"):
+                    out = run_json([train_bench, "--device", "cpu", "--json", "--mode", mode,
+                                    "--steps", str(args.steps), "--threads", str(threads)], threads)
+                    tg = json.loads(out.strip().splitlines()[-1])
+                    med, _, _ = train_step_torch.time_steps(mode, tg["batch"], 5, args.steps, "cpu")
+                    row_key = ("train", f"demo_{mode}", "step")
+                    tgrad_ms[row_key] = min(tgrad_ms.get(row_key, math.inf), tg["median_ms"])
+                    torch_ms[row_key] = min(torch_ms.get(row_key, math.inf), med)
         print(f"\n## {threads} thread(s), tgrad CPU level {level}")
         print(f"{'suite':<9} {'id':<16} {'pass':<8} {'tgrad ms':>10} {'torch ms':>10} {'ratio':>7}")
-        by_geometry = {}
-        for r in report["results"]:
-            key = (r["suite"], r["id"])
-            if key not in by_geometry:
-                by_geometry[key] = torch_conv_passes(r, args.runs)
-            t_ms = by_geometry[key][r["pass"]]
-            row = dict(threads=threads, level=level, suite=r["suite"], id=r["id"],
-                       passname=r["pass"], tgrad_ms=r["ms"], torch_ms=t_ms, ratio=t_ms / r["ms"])
+        for key in tgrad_ms:
+            suite, ident, passname = key
+            row = dict(threads=threads, level=level, suite=suite, id=ident, passname=passname,
+                       tgrad_ms=tgrad_ms[key], torch_ms=torch_ms[key],
+                       ratio=torch_ms[key] / tgrad_ms[key])
             rows.append(row)
             print(f"{row['suite']:<9} {row['id']:<16} {row['passname']:<8} {row['tgrad_ms']:10.3f} "
                   f"{row['torch_ms']:10.3f} {row['ratio']:7.2f}", flush=True)
-        if not args.no_train:
-            for mode in ("2d", "1d"):
-                out = run_json([train_bench, "--device", "cpu", "--json", "--mode", mode,
-                                "--steps", str(args.steps), "--threads", str(threads)], threads)
-                tg = json.loads(out.strip().splitlines()[-1])
-                med, _, _ = train_step_torch.time_steps(mode, tg["batch"], 5, args.steps, "cpu")
-                row = dict(threads=threads, level=level, suite="train", id=f"demo_{mode}",
-                           passname="step", tgrad_ms=tg["median_ms"], torch_ms=med,
-                           ratio=med / tg["median_ms"])
-                rows.append(row)
-                print(f"{'train':<9} {row['id']:<16} {'step':<8} {row['tgrad_ms']:10.3f} "
-                      f"{row['torch_ms']:10.3f} {row['ratio']:7.2f}", flush=True)
         mine = [r for r in rows if r["threads"] == threads]
         worst = min(mine, key=lambda r: r["ratio"])
         print(f"geomean ratio {geomean([r['ratio'] for r in mine]):.2f} over {len(mine)} rows; "

@@ -31,8 +31,11 @@ constexpr int kVecs = 2;
 constexpr int kMaxPositions = gemm::kRows;
 template <class T>
 constexpr int64_t kBlock = kVecs* gemm::kLanes<T>;  // input channels per tile
-// Output channels per sweep over a task's tiles (below).
-constexpr int64_t kChannelsPerSweep = 16;
+// Steps of (co, kh, kw) per sweep over a task's tiles (below), in whole output channels, at
+// least kMinSweepChannels and at most kMaxSweepChannels of them.
+constexpr int64_t kSweepSteps = 256;
+constexpr int64_t kMinSweepChannels = 16;
+constexpr int64_t kMaxSweepChannels = 128;
 // A task's run of tiles: a few, so that tasks are many but not tiny.
 constexpr int64_t kTaskTiles = 16;
 // Scratch bounds: a dgrad task's window of padded dy; wgrad's channels-last x and dy of a round
@@ -61,6 +64,10 @@ Padded padded_of(const Plan& pl) {
 // A window of the padded planes of output channels [co0, co1) of one item's group (dy_ng: its
 // channel 0): rows [r0, r0 + h) and columns [c0, c0 + w) of the padding's coordinates, element
 // (co, r, c) at out[((co - co0) * h + r) * w + c].
+int64_t sweep_channels(const Plan& pl) {
+  return std::clamp<int64_t>(kSweepSteps / pl.taps, kMinSweepChannels, kMaxSweepChannels);
+}
+
 template <class T>
 void pad_window(const Plan& pl, const T* dy_ng, int64_t co0, int64_t co1, int64_t r0, int64_t h,
                 int64_t c0, int64_t w, T* out) {
@@ -190,10 +197,16 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
     p0 = pl.in_w * j / row_tiles;
     p1 = pl.in_w * (j + 1) / row_tiles;
   };
-  const int64_t all_tiles = pl.groups * blocks * pl.batch * item_tiles;
-  const int64_t run = std::clamp<int64_t>(ceil_div(all_tiles, 2 * int64_t{threads}), 1,
+  // A task: a run of tiles of one (item, group) and a range of channel blocks, so that the
+  // blocks share the run's window of dy (copied once per sweep, not once per block). Runs are
+  // shortened, and then the blocks split, while the tasks are fewer than twice the threads.
+  const int64_t windows = pl.groups * pl.batch * item_tiles;
+  const int64_t run = std::clamp<int64_t>(ceil_div(windows, 2 * int64_t{threads}), 1,
                                           std::min(kTaskTiles, item_tiles));
   const int64_t runs = ceil_div(item_tiles, run);
+  const int64_t block_parts =
+      std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, pl.groups * pl.batch * runs), 1, blocks);
+  const int64_t part_blocks = ceil_div(blocks, block_parts);
   // The window of padded dy that run j reads: rows [r0, r0 + h), columns [c0, c0 + w).
   struct Window {
     int64_t r0, h, c0, w;
@@ -213,61 +226,71 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
     const Window win = window_of(j);
     window_elems = std::max(window_elems, win.h * win.w);
   }
-  // Tasks (g, channel block) outer, so that neighbouring tasks share a packed weight block.
-  const int64_t per_block = pl.batch * runs;
-  const int64_t acc_elems = kTaskTiles * B * kMaxPositions;
+  // Output channels per sweep (below): about kSweepSteps steps of (co, kh, kw), so that a
+  // sweep's fixed costs (its window's copy, its tiles' sums through memory) stay small.
+  const int64_t sweep = sweep_channels(pl);
+  const int64_t tile_elems = B * kMaxPositions;
+  const int64_t acc_elems = part_blocks * run * tile_elems;
   parallel_for(
-      threads, pl.groups * blocks * per_block,
-      [&] { return Workspace<T>(acc_elems + kChannelsPerSweep * window_elems); },
+      threads, pl.groups * pl.batch * runs * block_parts,
+      [&] { return Workspace<T>(acc_elems + sweep * window_elems); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t gb = t / per_block, g = gb / blocks, cb = gb % blocks;
-        const int64_t n = t % per_block / runs, j = t % runs;
+        const int64_t part = t % block_parts, j = t / block_parts % runs;
+        const int64_t ng = t / (block_parts * runs), n = ng / pl.groups, g = ng % pl.groups;
+        const int64_t b0 = part * part_blocks, b1 = std::min(blocks, b0 + part_blocks);
         const int64_t k0 = j * run, k1 = std::min(item_tiles, k0 + run);
         const Window win = window_of(j);
         T* accs = ws.data();
         T* window = ws.data() + acc_elems;
         const T* dy_ng = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
-        const T* wp = packed.data() + gb * packed_elems;
+        const auto acc_of = [&](int64_t cb, int64_t k) {
+          return accs + ((cb - b0) * run + (k - k0)) * tile_elems;
+        };
         // Output channels in blocks, each swept over every tile of the run: a block's window of
         // dy, zero-padded, and its weight stay in cache while the tiles read them. The tiles'
         // sums wait in `accs` between blocks, so that each element is still one chain over
         // (co, kh, kw) in order.
-        for (int64_t co0 = 0; co0 < pl.cog; co0 += kChannelsPerSweep) {
-          const int64_t co1 = std::min(pl.cog, co0 + kChannelsPerSweep);
+        for (int64_t co0 = 0; co0 < pl.cog; co0 += sweep) {
+          const int64_t co1 = std::min(pl.cog, co0 + sweep);
           pad_window(pl, dy_ng, co0, co1, win.r0, win.h, win.c0, win.w, window);
-          for (int64_t k = k0; k < k1; ++k) {
-            int64_t ih, p0, p1;
-            tile_span(k, ih, p0, p1);
-            const T* d = window + (ih * pl.stride_h - win.r0) * win.w + p0 * pl.stride_w - win.c0;
-            with_tile_stride(pl.stride_w, [&]<int64_t S>() {
-              dgrad_tile_of<T, static_cast<int>(S)>(
-                  static_cast<int>(p1 - p0), wp + co0 * pl.taps * B, d, pl, co1 - co0,
-                  win.h * win.w, pl.dil_h * win.w, co0 == 0, accs + (k - k0) * B * kMaxPositions);
-            });
+          for (int64_t cb = b0; cb < b1; ++cb) {
+            const T* wp = packed.data() + (g * blocks + cb) * packed_elems + co0 * pl.taps * B;
+            for (int64_t k = k0; k < k1; ++k) {
+              int64_t ih, p0, p1;
+              tile_span(k, ih, p0, p1);
+              const T* d = window + (ih * pl.stride_h - win.r0) * win.w + p0 * pl.stride_w - win.c0;
+              with_tile_stride(pl.stride_w, [&]<int64_t S>() {
+                dgrad_tile_of<T, static_cast<int>(S)>(static_cast<int>(p1 - p0), wp, d, pl,
+                                                      co1 - co0, win.h * win.w, pl.dil_h * win.w,
+                                                      co0 == 0, acc_of(cb, k));
+              });
+            }
           }
         }
         // A tile's sums [v][p][lane] are channel c0 + v*L + lane at position p0 + p: whole
         // vectors of channels go to dx through register transposes.
-        const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
-        T* dx_block = dx + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
-        for (int64_t k = k0; k < k1; ++k) {
-          int64_t ih, p0, p1;
-          tile_span(k, ih, p0, p1);
-          const int positions = static_cast<int>(p1 - p0);
-          const T* sums = accs + (k - k0) * B * kMaxPositions;
-          for (int64_t v = 0; v < kVecs; ++v) {
-            const T* src = sums + v * positions * L;
-            T* dst = dx_block + v * L * pl.in_hw + ih * pl.in_w + p0;
-            if ((v + 1) * L <= channels) {
-              for (int q = 0; q < positions; q += L) {  // transpose_tile takes L positions
-                const int width = std::min(L, positions - q);
-                gemm::transpose_tile(src + q * L, L, width, dst + q, pl.in_hw, width);
+        for (int64_t cb = b0; cb < b1; ++cb) {
+          const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
+          T* dx_block = dx + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
+          for (int64_t k = k0; k < k1; ++k) {
+            int64_t ih, p0, p1;
+            tile_span(k, ih, p0, p1);
+            const int positions = static_cast<int>(p1 - p0);
+            const T* sums = acc_of(cb, k);
+            for (int64_t v = 0; v < kVecs; ++v) {
+              const T* src = sums + v * positions * L;
+              T* dst = dx_block + v * L * pl.in_hw + ih * pl.in_w + p0;
+              if ((v + 1) * L <= channels) {
+                for (int q = 0; q < positions; q += L) {  // transpose_tile takes L positions
+                  const int width = std::min(L, positions - q);
+                  gemm::transpose_tile(src + q * L, L, width, dst + q, pl.in_hw, width);
+                }
+                continue;
               }
-              continue;
+              for (int64_t c = v * L; c < channels; ++c)
+                for (int p = 0; p < positions; ++p)
+                  dst[(c - v * L) * pl.in_hw + p] = src[p * L + c - v * L];
             }
-            for (int64_t c = v * L; c < channels; ++c)
-              for (int p = 0; p < positions; ++p)
-                dst[(c - v * L) * pl.in_hw + p] = src[p * L + c - v * L];
           }
         }
       });
@@ -542,16 +565,11 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
   });
 }
 
-// What both passes' rules share: channels that fill the tile's lanes, and a shape where doing
-// without the column buffer gains. The column buffer holds taps / (sh x sw) copies of dy, cheap
-// when that is small, and im2col has loops of its own for W strides 1 and 2: the direct kernels
-// measured faster with 4 or more taps per stride phase, or a W stride above 2.
-bool direct_gains(const Plan& pl, int64_t elem_bytes) {
+// Whether the input channels fill the tile's lanes: lanes past cig compute zeros, and at most a
+// quarter of the tile may.
+bool channels_fill(const Plan& pl, int64_t elem_bytes) {
   const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
-  // Lanes past cig compute zeros: at most a quarter of the tile wasted.
-  const bool channels = 4 * pl.cig >= 3 * gemm::round_up(pl.cig, block);
-  const bool gain = pl.taps >= 4 * pl.stride_h * pl.stride_w || pl.stride_w > 2;
-  return channels && gain && pl.in_h >= 1 && pl.in_w >= 1;
+  return 4 * pl.cig >= 3 * gemm::round_up(pl.cig, block) && pl.in_h >= 1 && pl.in_w >= 1;
 }
 
 // The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
@@ -571,11 +589,16 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // A tile's sums go through memory once (the transposed store into dx): the tile needs enough
   // steps of (co, kh, kw) to amortize that.
   const bool steps = pl.rows >= kDirectMinSteps;
-  if (!(direct_gains(pl, elem_bytes) && row && reuse && steps)) return false;
+  // Where im2col + GEMM measured as fast or faster: W stride 2, undilated, with at most 2 taps
+  // per stride phase (k = 2s and below: U-Net's k2 s2, the vocoders' k4 s2). There the column
+  // buffer is at most two copies of dy, and im2col has a loop of its own for that stride.
+  const bool im2col_cheap =
+      pl.stride_w == 2 && pl.dil_w == 1 && pl.taps <= 2 * pl.stride_h * pl.stride_w;
+  if (!(channels_fill(pl, elem_bytes) && row && reuse && steps && !im2col_cheap)) return false;
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
   // packed weight, within bounds.
   const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
-  return int128{kChannelsPerSweep} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
+  return int128{sweep_channels(pl)} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
          fits(pl.rows * pl.groups, gemm::round_up(pl.cig, block), elem_bytes, kMaxWholeColsBytes);
 }
 
@@ -595,7 +618,11 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // On 1-D calls it measured slower at 2 threads than the GEMM path (S4, HiFi-GAN V3 up3,
   // EnCodec x4), though faster at 1: it takes 2-D calls only.
   const bool two_d = pl.in_h > 1;
-  if (!(direct_gains(pl, elem_bytes) && out_channels && reuse && two_d)) return false;
+  // With fewer taps per stride phase the column buffer is a copy or two of dy, cheap, and
+  // im2col has loops of its own for W strides 1 and 2: the kernel measured faster with 4 or
+  // more taps per phase, or a W stride above 2.
+  const bool gain = pl.taps >= 4 * pl.stride_h * pl.stride_w || pl.stride_w > 2;
+  if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse && two_d)) return false;
   // One item's channels-last x and dy within bounds.
   const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
   const int128 item = int128{pl.groups} * (padded_elems(pl) * pl.cog +
