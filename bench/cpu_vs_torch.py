@@ -23,11 +23,8 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train_step_torch  # noqa: E402  (the demo's model in PyTorch)
+# PyTorch runs in a child process of its own (--torch-worker), never in this one: an idle
+# PyTorch's OpenMP threads in the parent took cores from tgrad's runs on the 16-core host.
 
 
 def median_ms(runs, fn):
@@ -44,6 +41,8 @@ def median_ms(runs, fn):
 def torch_conv_passes(entry, runs):
     """PyTorch's times for one geometry: forward through F.conv_transpose{1,2}d, dgrad and wgrad
     through aten.convolution_backward, the call autograd makes for each."""
+    import torch
+    import torch.nn.functional as F
     g = torch.Generator().manual_seed(0)
     x = torch.randn(entry["x"], generator=g)
     w = torch.randn(entry["w"], generator=g)
@@ -69,6 +68,21 @@ def torch_conv_passes(entry, runs):
         }
 
 
+def torch_worker():
+    """The child's side: reads {threads, runs, steps, geometries, train} as JSON on stdin, times
+    every geometry's passes and the demo's steps in PyTorch, and prints the times as JSON."""
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import train_step_torch  # the demo's model in PyTorch
+    req = json.load(sys.stdin)
+    torch.set_num_threads(req["threads"])
+    conv = [torch_conv_passes(entry, req["runs"]) for entry in req["geometries"]]
+    train = {}
+    for mode, batch in req["train"]:
+        train[mode] = train_step_torch.time_steps(mode, batch, 5, req["steps"], "cpu")[0]
+    json.dump(dict(conv=conv, train=train), sys.stdout)
+
+
 def run_json(cmd, threads):
     env = dict(os.environ, TGRAD_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -80,6 +94,9 @@ def geomean(values):
 
 
 def main():
+    if sys.argv[1:] == ["--torch-worker"]:
+        torch_worker()
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default="build", help="tgrad build folder with bench/ built")
     ap.add_argument("--threads", default="1,4,all", help="comma list; 'all' = every CPU")
@@ -113,7 +130,9 @@ def main():
             cpu_name = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"# tgrad (commit {commit}) vs torch {torch.__version__}, {cpu_name}, {cpus} CPUs, "
+    torch_version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                                   check=True, capture_output=True, text=True).stdout.strip()
+    print(f"# tgrad (commit {commit}) vs torch {torch_version}, {cpu_name}, {cpus} CPUs, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("# ratio = torch ms / tgrad ms (above 1: tgrad faster); medians of "
           f"{args.runs} runs per pass, {args.steps} training steps, the lower of "
@@ -121,29 +140,41 @@ def main():
 
     rows = []
     for threads in thread_counts:
-        torch.set_num_threads(threads)
         tgrad_ms, torch_ms, level = {}, {}, None
         for _ in range(max(1, args.rounds)):
             report = json.loads(run_json([conv_bench, "--json", "--suite", args.suite, "--runs",
                                           str(args.runs), "--threads", str(threads)], threads))
             level = report["cpu_capability"]
-            torch_round = {}
+            geometries, index = [], {}
             for r in report["results"]:
                 key = (r["suite"], r["id"])
-                if key not in torch_round:
-                    torch_round[key] = torch_conv_passes(r, args.runs)
+                if key not in index:
+                    index[key] = len(geometries)
+                    geometries.append(r)
                 row_key = (r["suite"], r["id"], r["pass"])
                 tgrad_ms[row_key] = min(tgrad_ms.get(row_key, math.inf), r["ms"])
-                torch_ms[row_key] = min(torch_ms.get(row_key, math.inf), torch_round[key][r["pass"]])
+            train = []
             if not args.no_train:
                 for mode in ("2d", "1d"):
                     out = run_json([train_bench, "--device", "cpu", "--json", "--mode", mode,
                                     "--steps", str(args.steps), "--threads", str(threads)], threads)
                     tg = json.loads(out.strip().splitlines()[-1])
-                    med, _, _ = train_step_torch.time_steps(mode, tg["batch"], 5, args.steps, "cpu")
                     row_key = ("train", f"demo_{mode}", "step")
                     tgrad_ms[row_key] = min(tgrad_ms.get(row_key, math.inf), tg["median_ms"])
-                    torch_ms[row_key] = min(torch_ms.get(row_key, math.inf), med)
+                    train.append((mode, tg["batch"]))
+            request = json.dumps(dict(threads=threads, runs=args.runs, steps=args.steps,
+                                      geometries=geometries, train=train))
+            env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+            answer = json.loads(subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--torch-worker"], input=request,
+                env=env, check=True, capture_output=True, text=True).stdout)
+            for r in report["results"]:
+                row_key = (r["suite"], r["id"], r["pass"])
+                t_ms = answer["conv"][index[(r["suite"], r["id"])]][r["pass"]]
+                torch_ms[row_key] = min(torch_ms.get(row_key, math.inf), t_ms)
+            for mode, med in answer["train"].items():
+                row_key = ("train", f"demo_{mode}", "step")
+                torch_ms[row_key] = min(torch_ms.get(row_key, math.inf), med)
         print(f"\n## {threads} thread(s), tgrad CPU level {level}")
         print(f"{'suite':<9} {'id':<16} {'pass':<8} {'tgrad ms':>10} {'torch ms':>10} {'ratio':>7}")
         for key in tgrad_ms:
@@ -165,7 +196,7 @@ def main():
                       f"({len(part)} rows)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(commit=commit, cpu=cpu_name, cpus=cpus, torch=torch.__version__,
+            json.dump(dict(commit=commit, cpu=cpu_name, cpus=cpus, torch=torch_version,
                            rows=rows), f, indent=1)
 
 
