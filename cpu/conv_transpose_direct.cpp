@@ -64,35 +64,58 @@ Padded padded_of(const Plan& pl) {
 // A window of the padded planes of output channels [co0, co1) of one item's group (dy_ng: its
 // channel 0): rows [r0, r0 + h) and columns [c0, c0 + w) of the padding's coordinates, element
 // (co, r, c) at out[((co - co0) * h + r) * w + c].
-int64_t sweep_channels(const Plan& pl) {
-  return std::clamp<int64_t>(kSweepSteps / pl.taps, kMinSweepChannels, kMaxSweepChannels);
+// The problem the gather kernel solves, for dgrad and for each stride phase of the forward:
+//   dst[c, i, j] = init[c] + sum over r, a, b of wp[r, a, b][c] src[r, i*sh + a*dh - ph, j*sw +
+//   b*dw - pw]
+// per (item, group), c < lanes, r < reduce, a < kh, b < kw, src reads outside the source being 0;
+// element (i, j) of the rows x cols grid lands at row out_r0 + i*out_rs, column
+// out_c0 + j*out_cs of the destination plane.
+struct Gather {
+  int64_t batch, groups, lanes, reduce, kh, kw, rows, cols;
+  int64_t dst_channels, dst_h, dst_w, out_r0, out_rs, out_c0, out_cs;
+  int64_t src_channels, src_h, src_w, sh, sw, dh, dw, ph, pw;
+  int64_t taps() const { return kh * kw; }
+};
+
+Gather dgrad_gather(const Plan& pl) {
+  return {pl.batch, pl.groups,       pl.cig,   pl.cog,   pl.kernel_h, pl.kernel_w, pl.in_h,
+          pl.in_w,  pl.in_channels,  pl.in_h,  pl.in_w,  0,           1,           0,
+          1,        pl.out_channels, pl.out_h, pl.out_w, pl.stride_h, pl.stride_w, pl.dil_h,
+          pl.dil_w, pl.pad_h,        pl.pad_w};
 }
 
+int64_t sweep_channels(const Gather& q) {
+  return std::clamp<int64_t>(kSweepSteps / std::max<int64_t>(1, q.taps()), kMinSweepChannels,
+                             kMaxSweepChannels);
+}
+
+// A window of the zero-padded source planes of reduce channels [r0, r1) of one item's group
+// (src_ng: its channel 0): rows [y0, y0 + h) and columns [x0, x0 + w) of the padding's
+// coordinates (source row = y - ph), element (r, y, x) at out[((r - r0) * h + y) * w + x].
 template <class T>
-void pad_window(const Plan& pl, const T* dy_ng, int64_t co0, int64_t co1, int64_t r0, int64_t h,
-                int64_t c0, int64_t w, T* out) {
-  // Columns c with c0 + c - pw inside [0, out_w).
-  const int64_t c_begin = std::clamp<int64_t>(pl.pad_w - c0, 0, w);
-  const int64_t c_end = std::clamp<int64_t>(pl.pad_w + pl.out_w - c0, c_begin, w);
-  for (int64_t co = co0; co < co1; ++co) {
-    const T* plane = dy_ng + co * pl.out_hw;
-    for (int64_t r = 0; r < h; ++r) {
-      T* row = out + ((co - co0) * h + r) * w;
-      const int64_t oh = r0 + r - pl.pad_h;
-      if (oh < 0 || oh >= pl.out_h) {
+void pad_window(const Gather& q, const T* src_ng, int64_t r0, int64_t r1, int64_t y0, int64_t h,
+                int64_t x0, int64_t w, T* out) {
+  // Columns x with x0 + x - pw inside [0, src_w).
+  const int64_t x_begin = std::clamp<int64_t>(q.pw - x0, 0, w);
+  const int64_t x_end = std::clamp<int64_t>(q.pw + q.src_w - x0, x_begin, w);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* plane = src_ng + r * q.src_h * q.src_w;
+    for (int64_t y = 0; y < h; ++y) {
+      T* row = out + ((r - r0) * h + y) * w;
+      const int64_t sy = y0 + y - q.ph;
+      if (sy < 0 || sy >= q.src_h) {
         std::fill_n(row, w, T(0));
         continue;
       }
-      std::fill_n(row, c_begin, T(0));
-      std::copy_n(plane + oh * pl.out_w + (c0 + c_begin - pl.pad_w), c_end - c_begin,
-                  row + c_begin);
-      std::fill(row + c_end, row + w, T(0));
+      std::fill_n(row, x_begin, T(0));
+      std::copy_n(plane + sy * q.src_w + (x0 + x_begin - q.pw), x_end - x_begin, row + x_begin);
+      std::fill(row + x_end, row + w, T(0));
     }
   }
 }
 
-// The weight of group g, channels [cb*kBlock, +kBlock) packed as [co][kh][kw][channel], channels
-// past cig zero.
+// dgrad's weight for group g, channels [cb*kBlock, +kBlock) packed as [co][kh][kw][channel],
+// channels past cig zero.
 template <class T>
 void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, T* out) {
   constexpr int64_t B = kBlock<T>;
@@ -112,16 +135,15 @@ void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, T* out) {
   }
 }
 
-// acc[v][p][lane] += sum over co in [0, channels), then kh, kw, of wp[co, kh, kw][v*lanes + lane]
-// d[co, kh, kw, p], with d[co, kh, kw, p] = d[co*plane + kh*row_step + kw*dil_w + p*stride_w]
-// (zero-padded dy) and acc starting from 0 when `first`. SW: stride_w when it is a compile-time
-// constant (the loads then have fixed offsets), else 0.
+// acc[v][p][lane] += sum over r in [0, channels), then a, b, of wp[r, a, b][v*lanes + lane]
+// d[r*plane + a*row_step + b*dw + p*sw] (zero-padded source), acc starting from 0 when
+// `first`. SW: sw when it is a compile-time constant (the loads then have fixed offsets), else 0.
 template <class T, int P, int SW>
-void dgrad_tile(const T* __restrict wp, const T* __restrict d, const Plan& pl, int64_t channels,
-                int64_t plane, int64_t row_step, bool first, T* __restrict acc_mem) {
+void gather_tile(const T* __restrict wp, const T* __restrict d, const Gather& q, int64_t channels,
+                 int64_t plane, int64_t row_step, bool first, T* __restrict acc_mem) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
-  const int64_t sw = SW != 0 ? SW : pl.stride_w;
+  const int64_t sw = SW != 0 ? SW : q.sw;
   Vec acc[kVecs][P];
   for (int v = 0; v < kVecs; ++v) {
     for (int p = 0; p < P; ++p) {
@@ -132,15 +154,15 @@ void dgrad_tile(const T* __restrict wp, const T* __restrict d, const Plan& pl, i
       }
     }
   }
-  for (int64_t co = 0; co < channels; ++co) {
-    for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
-      const T* d_row = d + co * plane + kh * row_step;
-      for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+  for (int64_t r = 0; r < channels; ++r) {
+    for (int64_t a = 0; a < q.kh; ++a) {
+      const T* d_row = d + r * plane + a * row_step;
+      for (int64_t b = 0; b < q.kw; ++b) {
         Vec wv[kVecs];
         for (int v = 0; v < kVecs; ++v)
           std::memcpy(&wv[v], wp + v * L, sizeof(Vec));
         wp += kVecs * L;
-        const T* dk = d_row + kw * pl.dil_w;
+        const T* dk = d_row + b * q.dw;
         for (int p = 0; p < P; ++p) {
           const T s = dk[p * sw];
           for (int v = 0; v < kVecs; ++v)
@@ -163,137 +185,154 @@ void with_tile_stride(int64_t stride, F&& f) {
 }
 
 template <class T, int SW>
-void dgrad_tile_of(int positions, const T* wp, const T* d, const Plan& pl, int64_t channels,
-                   int64_t plane, int64_t row_step, bool first, T* acc_mem) {
+void gather_tile_of(int positions, const T* wp, const T* d, const Gather& q, int64_t channels,
+                    int64_t plane, int64_t row_step, bool first, T* acc_mem) {
   // Positions 1 .. kMaxPositions, each its own instance (the tile is a register array).
   [&]<int... I>(std::integer_sequence<int, I...>) {
     ((positions == I + 1
-          ? dgrad_tile<T, I + 1, SW>(wp, d, pl, channels, plane, row_step, first, acc_mem)
+          ? gather_tile<T, I + 1, SW>(wp, d, q, channels, plane, row_step, first, acc_mem)
           : void()),
      ...);
   }
   (std::make_integer_sequence<int, kMaxPositions>{});
 }
 
+// Runs a Gather on weights packed per (group, block of kBlock lanes) at packed +
+// (g * blocks + cb) * packed_stride, each [r][a][b][lane]; bias: init per destination channel
+// (g*lanes + c), or null for 0.
 template <class T>
-void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
+void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_stride,
+                const T* bias, T* dst, int threads) {
   constexpr int64_t B = kBlock<T>;
   constexpr int L = gemm::kLanes<T>;
-  const int64_t blocks = ceil_div(pl.cig, B);
-  const int64_t packed_elems = pl.rows * B;
-  Workspace<T> packed(pl.groups * blocks * packed_elems);
-  parallel_for(threads, pl.groups * blocks, [&](int64_t t) {
-    pack_weight(pl, w, t / blocks, t % blocks, packed.data() + t * packed_elems);
-  });
+  const int64_t blocks = ceil_div(q.lanes, B);
   // An item's tiles, row-major: each row in tiles of near-equal length (14 positions are 7 + 7,
   // not 12 + 2). A task takes a run of up to kTaskTiles consecutive tiles, across rows on small
   // images; runs are shortened while the tasks are fewer than twice the threads. The cut cannot
   // change a bit: every element is one chain whatever run its tile is in.
-  const int64_t row_tiles = ceil_div(pl.in_w, kMaxPositions);
-  const int64_t item_tiles = pl.in_h * row_tiles;
-  const auto tile_span = [&](int64_t k, int64_t& ih, int64_t& p0, int64_t& p1) {
-    ih = k / row_tiles;
+  const int64_t row_tiles = ceil_div(q.cols, kMaxPositions);
+  const int64_t item_tiles = q.rows * row_tiles;
+  const auto tile_span = [&](int64_t k, int64_t& i, int64_t& p0, int64_t& p1) {
+    i = k / row_tiles;
     const int64_t j = k % row_tiles;
-    p0 = pl.in_w * j / row_tiles;
-    p1 = pl.in_w * (j + 1) / row_tiles;
+    p0 = q.cols * j / row_tiles;
+    p1 = q.cols * (j + 1) / row_tiles;
   };
   // A task: a run of tiles of one (item, group) and a range of channel blocks, so that the
-  // blocks share the run's window of dy (copied once per sweep, not once per block). Runs are
-  // shortened, and then the blocks split, while the tasks are fewer than twice the threads.
-  const int64_t windows = pl.groups * pl.batch * item_tiles;
+  // blocks share the run's window of the source (copied once per sweep, not once per block).
+  const int64_t windows = q.groups * q.batch * item_tiles;
   const int64_t run = std::clamp<int64_t>(ceil_div(windows, 2 * int64_t{threads}), 1,
                                           std::min(kTaskTiles, item_tiles));
   const int64_t runs = ceil_div(item_tiles, run);
   const int64_t block_parts =
-      std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, pl.groups * pl.batch * runs), 1, blocks);
+      std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, q.groups * q.batch * runs), 1, blocks);
   const int64_t part_blocks = ceil_div(blocks, block_parts);
-  // The window of padded dy that run j reads: rows [r0, r0 + h), columns [c0, c0 + w).
+  // The window of the padded source that run j reads: rows [y0, y0 + h), columns [x0, x0 + w).
   struct Window {
-    int64_t r0, h, c0, w;
+    int64_t y0, h, x0, w;
   };
   const auto window_of = [&](int64_t j) {
     const int64_t k0 = j * run, k1 = std::min(item_tiles, k0 + run);
-    int64_t ih_a, ih_b, pa, pb, unused;
-    tile_span(k0, ih_a, pa, unused);
-    tile_span(k1 - 1, ih_b, unused, pb);
-    if (ih_a != ih_b) pa = 0, pb = pl.in_w;  // whole rows
-    return Window{ih_a * pl.stride_h,
-                  (ih_b - ih_a) * pl.stride_h + (pl.kernel_h - 1) * pl.dil_h + 1, pa * pl.stride_w,
-                  (pb - 1 - pa) * pl.stride_w + (pl.kernel_w - 1) * pl.dil_w + 1};
+    int64_t i_a, i_b, pa, pb, unused;
+    tile_span(k0, i_a, pa, unused);
+    tile_span(k1 - 1, i_b, unused, pb);
+    if (i_a != i_b) pa = 0, pb = q.cols;  // whole rows
+    return Window{i_a * q.sh, (i_b - i_a) * q.sh + (q.kh - 1) * q.dh + 1, pa * q.sw,
+                  (pb - 1 - pa) * q.sw + (q.kw - 1) * q.dw + 1};
   };
   int64_t window_elems = 0;
   for (int64_t j = 0; j < runs; ++j) {
     const Window win = window_of(j);
     window_elems = std::max(window_elems, win.h * win.w);
   }
-  // Output channels per sweep (below): about kSweepSteps steps of (co, kh, kw), so that a
+  // Reduce channels per sweep (below): about kSweepSteps steps of (r, a, b), so that a
   // sweep's fixed costs (its window's copy, its tiles' sums through memory) stay small.
-  const int64_t sweep = sweep_channels(pl);
+  const int64_t sweep = sweep_channels(q);
   const int64_t tile_elems = B * kMaxPositions;
   const int64_t acc_elems = part_blocks * run * tile_elems;
+  const int64_t dst_plane = q.dst_h * q.dst_w;
   parallel_for(
-      threads, pl.groups * pl.batch * runs * block_parts,
+      threads, q.groups * q.batch * runs * block_parts,
       [&] { return Workspace<T>(acc_elems + sweep * window_elems); },
       [&](Workspace<T>& ws, int64_t t) {
         const int64_t part = t % block_parts, j = t / block_parts % runs;
-        const int64_t ng = t / (block_parts * runs), n = ng / pl.groups, g = ng % pl.groups;
+        const int64_t ng = t / (block_parts * runs), n = ng / q.groups, g = ng % q.groups;
         const int64_t b0 = part * part_blocks, b1 = std::min(blocks, b0 + part_blocks);
         const int64_t k0 = j * run, k1 = std::min(item_tiles, k0 + run);
         const Window win = window_of(j);
         T* accs = ws.data();
         T* window = ws.data() + acc_elems;
-        const T* dy_ng = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
+        const T* src_ng = src + (n * q.src_channels + g * q.reduce) * q.src_h * q.src_w;
         const auto acc_of = [&](int64_t cb, int64_t k) {
           return accs + ((cb - b0) * run + (k - k0)) * tile_elems;
         };
-        // Output channels in blocks, each swept over every tile of the run: a block's window of
-        // dy, zero-padded, and its weight stay in cache while the tiles read them. The tiles'
-        // sums wait in `accs` between blocks, so that each element is still one chain over
-        // (co, kh, kw) in order.
-        for (int64_t co0 = 0; co0 < pl.cog; co0 += sweep) {
-          const int64_t co1 = std::min(pl.cog, co0 + sweep);
-          pad_window(pl, dy_ng, co0, co1, win.r0, win.h, win.c0, win.w, window);
+        // Reduce channels in blocks, each swept over every tile of the run: a block's window
+        // of the source, zero-padded, and its weight stay in cache while the tiles read them.
+        // The tiles' sums wait in `accs` between blocks, so that each element is still one
+        // chain over (r, a, b) in order.
+        for (int64_t r0 = 0; r0 < q.reduce; r0 += sweep) {
+          const int64_t r1 = std::min(q.reduce, r0 + sweep);
+          pad_window(q, src_ng, r0, r1, win.y0, win.h, win.x0, win.w, window);
           for (int64_t cb = b0; cb < b1; ++cb) {
-            const T* wp = packed.data() + (g * blocks + cb) * packed_elems + co0 * pl.taps * B;
+            const T* wp = packed + (g * blocks + cb) * packed_stride + r0 * q.taps() * B;
             for (int64_t k = k0; k < k1; ++k) {
-              int64_t ih, p0, p1;
-              tile_span(k, ih, p0, p1);
-              const T* d = window + (ih * pl.stride_h - win.r0) * win.w + p0 * pl.stride_w - win.c0;
-              with_tile_stride(pl.stride_w, [&]<int64_t S>() {
-                dgrad_tile_of<T, static_cast<int>(S)>(static_cast<int>(p1 - p0), wp, d, pl,
-                                                      co1 - co0, win.h * win.w, pl.dil_h * win.w,
-                                                      co0 == 0, acc_of(cb, k));
+              int64_t i, p0, p1;
+              tile_span(k, i, p0, p1);
+              const T* d = window + (i * q.sh - win.y0) * win.w + p0 * q.sw - win.x0;
+              with_tile_stride(q.sw, [&]<int64_t S>() {
+                gather_tile_of<T, static_cast<int>(S)>(static_cast<int>(p1 - p0), wp, d, q, r1 - r0,
+                                                       win.h * win.w, q.dh * win.w, r0 == 0,
+                                                       acc_of(cb, k));
               });
             }
           }
         }
         // A tile's sums [v][p][lane] are channel c0 + v*L + lane at position p0 + p: whole
-        // vectors of channels go to dx through register transposes.
+        // vectors of channels go to a contiguous destination row through register transposes.
         for (int64_t cb = b0; cb < b1; ++cb) {
-          const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
-          T* dx_block = dx + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
+          const int64_t c0 = cb * B, channels = std::min(B, q.lanes - c0);
+          T* dst_block = dst + (n * q.dst_channels + g * q.lanes + c0) * dst_plane;
           for (int64_t k = k0; k < k1; ++k) {
-            int64_t ih, p0, p1;
-            tile_span(k, ih, p0, p1);
+            int64_t i, p0, p1;
+            tile_span(k, i, p0, p1);
             const int positions = static_cast<int>(p1 - p0);
-            const T* sums = acc_of(cb, k);
+            T* sums = acc_of(cb, k);
+            if (bias != nullptr) {
+              for (int64_t c = 0; c < channels; ++c)
+                for (int p = 0; p < positions; ++p)
+                  sums[((c / L) * positions + p) * L + c % L] += bias[g * q.lanes + c0 + c];
+            }
+            const int64_t row = (q.out_r0 + i * q.out_rs) * q.dst_w + q.out_c0 + p0 * q.out_cs;
             for (int64_t v = 0; v < kVecs; ++v) {
-              const T* src = sums + v * positions * L;
-              T* dst = dx_block + v * L * pl.in_hw + ih * pl.in_w + p0;
-              if ((v + 1) * L <= channels) {
-                for (int q = 0; q < positions; q += L) {  // transpose_tile takes L positions
-                  const int width = std::min(L, positions - q);
-                  gemm::transpose_tile(src + q * L, L, width, dst + q, pl.in_hw, width);
+              const T* vsrc = sums + v * positions * L;
+              T* vdst = dst_block + v * L * dst_plane + row;
+              if ((v + 1) * L <= channels && q.out_cs == 1) {
+                for (int qq = 0; qq < positions; qq += L) {  // transpose_tile takes L positions
+                  const int width = std::min(L, positions - qq);
+                  gemm::transpose_tile(vsrc + qq * L, L, width, vdst + qq, dst_plane, width);
                 }
                 continue;
               }
-              for (int64_t c = v * L; c < channels; ++c)
+              for (int64_t c = v * L; c < std::min(channels, (v + 1) * L); ++c)
                 for (int p = 0; p < positions; ++p)
-                  dst[(c - v * L) * pl.in_hw + p] = src[p * L + c - v * L];
+                  vdst[(c - v * L) * dst_plane + p * q.out_cs] = vsrc[p * L + c - v * L];
             }
           }
         }
       });
+}
+
+template <class T>
+void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
+  constexpr int64_t B = kBlock<T>;
+  const int64_t blocks = ceil_div(pl.cig, B);
+  const int64_t packed_elems = pl.rows * B;
+  Workspace<T> packed(pl.groups * blocks * packed_elems);
+  parallel_for(threads, pl.groups * blocks, [&](int64_t t) {
+    pack_weight(pl, w, t / blocks, t % blocks, packed.data() + t * packed_elems);
+  });
+  run_gather(dgrad_gather(pl), dy, packed.data(), packed_elems, static_cast<const T*>(nullptr), dx,
+             threads);
 }
 
 // ---- wgrad ----
@@ -598,7 +637,8 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
   // packed weight, within bounds.
   const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
-  return int128{sweep_channels(pl)} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
+  return int128{sweep_channels(dgrad_gather(pl))} * padded_elems(pl) * elem_bytes <=
+             kMaxPaddedBytes &&
          fits(pl.rows * pl.groups, gemm::round_up(pl.cig, block), elem_bytes, kMaxWholeColsBytes);
 }
 
