@@ -1,5 +1,6 @@
 // The column machinery of the CPU ConvTranspose kernels (conv_transpose.cpp: forward and dgrad;
-// conv_transpose_wgrad.cpp; conv_transpose_depthwise.cpp: direct loops for depthwise layers): the
+// conv_transpose_wgrad.cpp; conv_transpose_depthwise.cpp: direct loops for depthwise layers;
+// conv_transpose_direct.cpp: dgrad and wgrad without columns, for the shapes they suit): the
 // per-shape plan, the tap ranges, how the GEMMs' columns are cut into blocks and the output
 // channels into tasks, and the im2col / col2im moves between images and column buffers.
 //

@@ -1,5 +1,7 @@
-// Direct ConvTranspose dgrad on the CPU, with no column buffer:
-//   dx[ci, ih, iw] = sum over co, kh, kw of w[ci, co, kh, kw] dy[co, oh, ow],
+// Direct ConvTranspose dgrad and wgrad on the CPU, with no column buffer, for the shapes
+// direct_dgrad_suits and direct_wgrad_suits take (the rest go to im2col + GEMM).
+//
+// dgrad: dx[ci, ih, iw] = sum over co, kh, kw of w[ci, co, kh, kw] dy[co, oh, ow],
 //   (oh, ow) = (ih*sh - ph + kh*dh, iw*sw - pw + kw*dw)
 // The register tile is a block of kBlock input channels (kVecs vectors, one channel a lane) by up
 // to kMaxPositions consecutive positions of one row of dx. Each step of its loop over (co, kh,
@@ -7,11 +9,14 @@
 // broadcasts one element of dy per position: kVecs x positions FMAs for kVecs + positions loads,
 // where im2col + GEMM first writes and then reads kh x kw copies of dy. Each task copies the
 // window of dy its tiles read, a few output channels at a time, into a zero-padded buffer of its
-// own that stays in cache, so that no tap needs a bounds check.
+// own that stays in cache, so that no tap needs a bounds check. The kernel and its driver solve
+// a general "gather" (struct Gather), of which dgrad is one instance.
 //
-// Every element of dx is one chain of FMAs over (co, kh, kw) in that order, whatever the tile or
-// task it falls in, so the results do not depend on the thread count (docs/design.md,
-// "Determinism").
+// wgrad: see its section below.
+//
+// Every output element is one chain of FMAs in a fixed order (dx: over (co, kh, kw); dw: over
+// the positions, then slices in order), whatever the tile or task it falls in, so the results
+// do not depend on the thread count (docs/design.md, "Determinism").
 #include <algorithm>
 #include <cstring>
 #include <vector>

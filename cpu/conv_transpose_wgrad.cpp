@@ -1,4 +1,5 @@
-// ConvTranspose weight and bias gradients on the CPU (conv_transpose.cpp has the other passes):
+// ConvTranspose weight and bias gradients on the CPU (conv_transpose.cpp has the other passes;
+// conv_transpose_direct.cpp the direct wgrad that the shapes it suits take instead of this):
 //   wgrad: dw_g[ci, r] = sum over the (n, p) columns of x_g[ci, (n, p)] cols[r, (n, p)], with
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
 // Tasks own blocks of dw (a group, a block of output channels) and run their reduction in one
