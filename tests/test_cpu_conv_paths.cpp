@@ -90,6 +90,14 @@ std::vector<PathCase> path_cases() {
       {"direct wgrad 2-D, positions in slices",
        conv_case_from_shapes(2, {1, 32, 128, 130}, {32, 4, 2, 2}, true, {1, 1}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
+      // dgrad on few columns (conv_transpose.cpp, dgrad_few_columns): 2 items of 4 x 4 = 32
+      // columns, two vectors of them; 192 input channels, 16 row blocks.
+      {"dgrad few columns, 2 items", conv_case_from_shapes(2, {2, 192, 4, 4}, {192, 16, 3, 3}, true,
+                                                           {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1)},
+      // 9 columns (one vector, zero-padded) and 200 input channels: a last row block of 8.
+      {"dgrad few columns, last row block partial",
+       conv_case_from_shapes(2, {1, 200, 3, 3}, {200, 8, 2, 3}, false, {1, 2}, {0, 1}, {0, 0},
+                             {1, 1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
