@@ -636,8 +636,9 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // Where im2col + GEMM measured as fast or faster: W stride 2, undilated, with at most 2 taps
   // per stride phase (k = 2s and below: U-Net's k2 s2, the vocoders' k4 s2). There the column
   // buffer is at most two copies of dy, and im2col has a loop of its own for that stride.
+  // (In 128 bits: the geometry accepts strides whose product overflows.)
   const bool im2col_cheap =
-      pl.stride_w == 2 && pl.dil_w == 1 && pl.taps <= 2 * pl.stride_h * pl.stride_w;
+      pl.stride_w == 2 && pl.dil_w == 1 && pl.taps <= int128{2} * pl.stride_h * pl.stride_w;
   if (!(channels_fill(pl, elem_bytes) && row && reuse && steps && !im2col_cheap)) return false;
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
   // packed weight, within bounds.
@@ -666,7 +667,7 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // With fewer taps per stride phase the column buffer is a copy or two of dy, cheap, and
   // im2col has loops of its own for W strides 1 and 2: the kernel measured faster with 4 or
   // more taps per phase, or a W stride above 2.
-  const bool gain = pl.taps >= 4 * pl.stride_h * pl.stride_w || pl.stride_w > 2;
+  const bool gain = pl.taps >= int128{4} * pl.stride_h * pl.stride_w || pl.stride_w > 2;
   if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse && two_d)) return false;
   // One item's channels-last x and dy within bounds.
   const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;

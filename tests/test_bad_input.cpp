@@ -12,6 +12,7 @@
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/ops.h"
+#include "core/random.h"
 #include "layers/loss.h"
 #include "layers/safetensors.h"
 #include "tests/test_util.h"
@@ -451,6 +452,35 @@ TEST(BadInput, FuzzConvHugeStrideTapRanges) {
   const auto o0 = ConvTranspose1dFuncOptions().stride(2).padding(max / 4 - 1);
   EXPECT_EQ(conv_transpose1d(x0, ones({1, 1, 1}, TensorOptions(kFloat64)), Tensor(), o0).numel(),
             0);
+}
+
+// fuzz_conv_transpose: the CPU's direct-kernel rules multiplied the strides (taps >= 4 x sh x
+// sw) in 64 bits; a huge H stride on a one-row input is a valid geometry. With one input row
+// the H stride never multiplies anything, so every pass must equal the same call with stride 1
+// in H (within float64 rounding: the two may take different kernels).
+TEST(BadInput, FuzzConvDirectRulesHugeStrideProduct) {
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 3;
+  Generator gen(11);
+  const Tensor x0 = randn({32, 32, 1, 8}, gen).to(kFloat64);
+  const Tensor w0 = randn({32, 8, 3, 4}, gen).to(kFloat64);
+  std::vector<std::vector<double>> results[2];
+  for (int k = 0; k < 2; ++k) {
+    const Tensor x = x0.detach().requires_grad_(true);
+    const Tensor w = w0.detach().requires_grad_(true);
+    const auto o = ConvTranspose2dFuncOptions().stride({k == 0 ? huge : 1, 2}).padding({0, 1});
+    const Tensor y = conv_transpose2d(x, w, Tensor(), o);
+    sum(y * y).backward();
+    results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
+                  w.grad().to_vector<double>()};
+  }
+  for (size_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(results[0][r].size(), results[1][r].size());
+    for (size_t i = 0; i < results[0][r].size(); ++i) {
+      // Sums of at most 32 x 12 x 32 x 8 products of O(1) values, in float64.
+      EXPECT_NEAR(results[0][r][i], results[1][r][i], 1e-9 * (1.0 + std::abs(results[1][r][i])))
+          << "result " << r << ", element " << i;
+    }
+  }
 }
 
 }  // namespace
