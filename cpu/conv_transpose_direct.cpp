@@ -119,25 +119,54 @@ void pad_window(const Gather& q, const T* src_ng, int64_t r0, int64_t r1, int64_
   }
 }
 
+// out[i*kBlock + c] = src[c*ld + i] for i < len: `channels` (at most kBlock) rows of src as
+// lanes, zero past them. L x L register transposes: a strided scalar copy of a large weight
+// costs as much as the pass's arithmetic on a few hundred positions.
+template <class T>
+void rows_to_lanes(const T* src, int64_t ld, int64_t channels, int64_t len, T* out) {
+  constexpr int64_t B = kBlock<T>;
+  constexpr int L = gemm::kLanes<T>;
+  for (int64_t v = 0; v < kVecs; ++v) {
+    const int count = static_cast<int>(std::clamp<int64_t>(channels - v * L, 0, L));
+    int64_t i = 0;
+    for (; i + L <= len; i += L)
+      gemm::transpose_tile(src + v * L * ld + i, ld, count, out + i * B + v * L, B, L);
+    for (; i < len; ++i)
+      for (int l = 0; l < L; ++l)
+        out[i * B + v * L + l] = l < count ? src[(v * L + l) * ld + i] : T(0);
+  }
+}
+
 // dgrad's weight for group g, channels [cb*kBlock, +kBlock) packed as [co][kh][kw][channel],
 // channels past cig zero.
 template <class T>
 void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, T* out) {
-  constexpr int64_t B = kBlock<T>;
+  const int64_t c0 = cb * kBlock<T>;
+  rows_to_lanes(w + (g * pl.cig + c0) * pl.rows, pl.rows, std::min(kBlock<T>, pl.cig - c0), pl.rows,
+                out);
+}
+
+// A register tile's sums: zero (`first`) or from mem, and back to mem; element (v, n) at
+// mem + (v*N + n)*lanes.
+template <class Vec, class T, int N>
+inline void load_sums(Vec (&acc)[kVecs][N], const T* mem, bool first) {
   constexpr int L = gemm::kLanes<T>;
-  const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
-  const T* src = w + (g * pl.cig + c0) * pl.rows;  // channel c0's rows = (co, kh, kw)
-  // L x L register transposes: a strided scalar copy of a large weight costs as much as the
-  // pass's arithmetic on a few hundred positions.
-  for (int64_t v = 0; v < kVecs; ++v) {
-    const int count = static_cast<int>(std::clamp<int64_t>(channels - v * L, 0, L));
-    int64_t r = 0;
-    for (; r + L <= pl.rows; r += L)
-      gemm::transpose_tile(src + v * L * pl.rows + r, pl.rows, count, out + r * B + v * L, B, L);
-    for (; r < pl.rows; ++r)
-      for (int l = 0; l < L; ++l)
-        out[r * B + v * L + l] = l < count ? src[(v * L + l) * pl.rows + r] : T(0);
+  for (int v = 0; v < kVecs; ++v) {
+    for (int n = 0; n < N; ++n) {
+      if (first) {
+        acc[v][n] = Vec{};
+      } else {
+        std::memcpy(&acc[v][n], mem + (v * N + n) * L, sizeof(Vec));
+      }
+    }
   }
+}
+template <class Vec, class T, int N>
+inline void store_sums(const Vec (&acc)[kVecs][N], T* mem) {
+  constexpr int L = gemm::kLanes<T>;
+  for (int v = 0; v < kVecs; ++v)
+    for (int n = 0; n < N; ++n)
+      std::memcpy(mem + (v * N + n) * L, &acc[v][n], sizeof(Vec));
 }
 
 // acc[v][p][lane] += sum over r in [0, channels), then a, b, of wp[r, a, b][v*lanes + lane]
@@ -150,15 +179,7 @@ void gather_tile(const T* __restrict wp, const T* __restrict d, const Gather& q,
   constexpr int L = gemm::kLanes<T>;
   const int64_t sw = SW != 0 ? SW : q.sw;
   Vec acc[kVecs][P];
-  for (int v = 0; v < kVecs; ++v) {
-    for (int p = 0; p < P; ++p) {
-      if (first) {
-        acc[v][p] = Vec{};
-      } else {
-        std::memcpy(&acc[v][p], acc_mem + (v * P + p) * L, sizeof(Vec));
-      }
-    }
-  }
+  load_sums(acc, acc_mem, first);
   for (int64_t r = 0; r < channels; ++r) {
     for (int64_t a = 0; a < q.kh; ++a) {
       const T* d_row = d + r * plane + a * row_step;
@@ -176,9 +197,7 @@ void gather_tile(const T* __restrict wp, const T* __restrict d, const Gather& q,
       }
     }
   }
-  for (int v = 0; v < kVecs; ++v)
-    for (int p = 0; p < P; ++p)
-      std::memcpy(acc_mem + (v * P + p) * L, &acc[v][p], sizeof(Vec));
+  store_sums(acc, acc_mem);
 }
 
 // with_stride plus stride 8 (the x8 upsamplers of vocoders): the tile's loads then have
@@ -377,19 +396,9 @@ constexpr int64_t kMaxSliceBytes = int64_t{64} << 20;
 // x of item n, group g, channels [c0, c0 + kBlock) as [position][channel], zero past cig.
 template <class T>
 void x_channels_last(const Plan& pl, const T* x, int64_t n, int64_t g, int64_t cb, T* out) {
-  constexpr int64_t B = kBlock<T>;
-  constexpr int L = gemm::kLanes<T>;
-  const int64_t c0 = cb * B, channels = std::min(B, pl.cig - c0);
-  const T* src = x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
-  for (int64_t v = 0; v < kVecs; ++v) {
-    const int count = static_cast<int>(std::clamp<int64_t>(channels - v * L, 0, L));
-    int64_t p = 0;
-    for (; p + L <= pl.in_hw; p += L)
-      gemm::transpose_tile(src + v * L * pl.in_hw + p, pl.in_hw, count, out + p * B + v * L, B, L);
-    for (; p < pl.in_hw; ++p)
-      for (int l = 0; l < L; ++l)
-        out[p * B + v * L + l] = l < count ? src[(v * L + l) * pl.in_hw + p] : T(0);
-  }
+  const int64_t c0 = cb * kBlock<T>;
+  rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw, pl.in_hw,
+                std::min(kBlock<T>, pl.cig - c0), pl.in_hw, out);
 }
 
 // dy of item n, group g as [row][column][co] over the padded extent: element (r, c, co) is
@@ -438,15 +447,7 @@ void wgrad_tile(const T* __restrict x, const T* __restrict d, const Sweep& sw, b
   constexpr int L = gemm::kLanes<T>;
   constexpr int64_t B = kBlock<T>;
   Vec acc[kVecs][J];
-  for (int v = 0; v < kVecs; ++v) {
-    for (int j = 0; j < J; ++j) {
-      if (first) {
-        acc[v][j] = Vec{};
-      } else {
-        std::memcpy(&acc[v][j], acc_mem + (v * J + j) * L, sizeof(Vec));
-      }
-    }
-  }
+  load_sums(acc, acc_mem, first);
   for (int64_t it = 0; it < sw.items; ++it) {
     for (int64_t r = 0; r < sw.rows; ++r) {
       const T* xp = x + it * sw.x_item + r * sw.x_row;
@@ -465,9 +466,7 @@ void wgrad_tile(const T* __restrict x, const T* __restrict d, const Sweep& sw, b
       }
     }
   }
-  for (int v = 0; v < kVecs; ++v)
-    for (int j = 0; j < J; ++j)
-      std::memcpy(acc_mem + (v * J + j) * L, &acc[v][j], sizeof(Vec));
+  store_sums(acc, acc_mem);
 }
 
 template <class T>
