@@ -9,8 +9,8 @@
 // broadcasts one element of dy per position: kVecs x positions FMAs for kVecs + positions loads,
 // where im2col + GEMM first writes and then reads kh x kw copies of dy. Each task copies the
 // window of dy its tiles read, a few output channels at a time, into a zero-padded buffer of its
-// own that stays in cache, so that no tap needs a bounds check. The kernel and its driver solve
-// a general "gather" (struct Gather), of which dgrad is one instance.
+// own that stays in cache, so that no tap needs a bounds check. The kernel and its driver take
+// the problem as a struct Gather: dgrad's sizes under neutral names.
 //
 // wgrad: see its section below.
 //
@@ -66,32 +66,31 @@ Padded padded_of(const Plan& pl) {
           (pl.in_w - 1) * pl.stride_w + (pl.kernel_w - 1) * pl.dil_w + 1};
 }
 
-// A window of the padded planes of output channels [co0, co1) of one item's group (dy_ng: its
-// channel 0): rows [r0, r0 + h) and columns [c0, c0 + w) of the padding's coordinates, element
-// (co, r, c) at out[((co - co0) * h + r) * w + c].
-// The problem the gather kernel solves, for dgrad and for each stride phase of the forward:
-//   dst[c, i, j] = init[c] + sum over r, a, b of wp[r, a, b][c] src[r, i*sh + a*dh - ph, j*sw +
-//   b*dw - pw]
-// per (item, group), c < lanes, r < reduce, a < kh, b < kw, src reads outside the source being 0;
-// element (i, j) of the rows x cols grid lands at row out_r0 + i*out_rs, column
-// out_c0 + j*out_cs of the destination plane.
+// The problem the gather kernel and its driver solve, dgrad's under neutral names:
+//   dst[c, i, j] = sum over r, a, b of wp[r, a, b][c] src[r, i*sh + a*dh - ph, j*sw + b*dw - pw]
+// per (item, group), c < lanes, r < reduce, a < kh, b < kw, on the rows x cols grid of the
+// destination plane; src reads outside the source are 0.
 struct Gather {
-  int64_t batch, groups, lanes, reduce, kh, kw, rows, cols;
-  int64_t dst_channels, dst_h, dst_w, out_r0, out_rs, out_c0, out_cs;
+  int64_t batch, groups, lanes, reduce, kh, kw, rows, cols, dst_channels;
   int64_t src_channels, src_h, src_w, sh, sw, dh, dw, ph, pw;
   int64_t taps() const { return kh * kw; }
 };
 
 Gather dgrad_gather(const Plan& pl) {
-  return {pl.batch, pl.groups,       pl.cig,   pl.cog,   pl.kernel_h, pl.kernel_w, pl.in_h,
-          pl.in_w,  pl.in_channels,  pl.in_h,  pl.in_w,  0,           1,           0,
-          1,        pl.out_channels, pl.out_h, pl.out_w, pl.stride_h, pl.stride_w, pl.dil_h,
-          pl.dil_w, pl.pad_h,        pl.pad_w};
+  return {pl.batch,    pl.groups,   pl.cig,         pl.cog,          pl.kernel_h, pl.kernel_w,
+          pl.in_h,     pl.in_w,     pl.in_channels, pl.out_channels, pl.out_h,    pl.out_w,
+          pl.stride_h, pl.stride_w, pl.dil_h,       pl.dil_w,        pl.pad_h,    pl.pad_w};
 }
 
-int64_t sweep_channels(const Gather& q) {
-  return std::clamp<int64_t>(kSweepSteps / std::max<int64_t>(1, q.taps()), kMinSweepChannels,
+// Reduce channels per sweep over a task's tiles, for `taps` steps per channel.
+int64_t sweep_channels(int64_t taps) {
+  return std::clamp<int64_t>(kSweepSteps / std::max<int64_t>(1, taps), kMinSweepChannels,
                              kMaxSweepChannels);
+}
+
+// Input channels per tile for an element size.
+int64_t block_of(int64_t elem_bytes) {
+  return elem_bytes == 4 ? kBlock<float> : kBlock<double>;
 }
 
 // A window of the zero-padded source planes of reduce channels [r0, r1) of one item's group
@@ -222,11 +221,10 @@ void gather_tile_of(int positions, const T* wp, const T* d, const Gather& q, int
 }
 
 // Runs a Gather on weights packed per (group, block of kBlock lanes) at packed +
-// (g * blocks + cb) * packed_stride, each [r][a][b][lane]; bias: init per destination channel
-// (g*lanes + c), or null for 0.
+// (g * blocks + cb) * packed_stride, each [r][a][b][lane].
 template <class T>
-void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_stride,
-                const T* bias, T* dst, int threads) {
+void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_stride, T* dst,
+                int threads) {
   constexpr int64_t B = kBlock<T>;
   constexpr int L = gemm::kLanes<T>;
   const int64_t blocks = ceil_div(q.lanes, B);
@@ -285,10 +283,10 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
   }
   // Reduce channels per sweep (below): about kSweepSteps steps of (r, a, b), so that a
   // sweep's fixed costs (its window's copy, its tiles' sums through memory) stay small.
-  const int64_t sweep = sweep_channels(q);
+  const int64_t sweep = sweep_channels(q.taps());
   const int64_t tile_elems = B * kMaxPositions;
   const int64_t acc_elems = part_blocks * run * tile_elems;
-  const int64_t dst_plane = q.dst_h * q.dst_w;
+  const int64_t dst_plane = q.rows * q.cols;
   parallel_for(
       threads, q.groups * q.batch * runs * block_parts,
       [&] { return Workspace<T>(acc_elems + sweep * window_elems); },
@@ -334,17 +332,11 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
             int64_t i, p0, p1;
             tile_span(k, i, p0, p1);
             const int positions = static_cast<int>(p1 - p0);
-            T* sums = acc_of(cb, k);
-            if (bias != nullptr) {
-              for (int64_t c = 0; c < channels; ++c)
-                for (int p = 0; p < positions; ++p)
-                  sums[((c / L) * positions + p) * L + c % L] += bias[g * q.lanes + c0 + c];
-            }
-            const int64_t row = (q.out_r0 + i * q.out_rs) * q.dst_w + q.out_c0 + p0 * q.out_cs;
+            const T* sums = acc_of(cb, k);
             for (int64_t v = 0; v < kVecs; ++v) {
               const T* vsrc = sums + v * positions * L;
-              T* vdst = dst_block + v * L * dst_plane + row;
-              if ((v + 1) * L <= channels && q.out_cs == 1) {
+              T* vdst = dst_block + v * L * dst_plane + i * q.cols + p0;
+              if ((v + 1) * L <= channels) {
                 for (int qq = 0; qq < positions; qq += L) {  // transpose_tile takes L positions
                   const int width = std::min(L, positions - qq);
                   gemm::transpose_tile(vsrc + qq * L, L, width, vdst + qq, dst_plane, width);
@@ -353,7 +345,7 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
               }
               for (int64_t c = v * L; c < std::min(channels, (v + 1) * L); ++c)
                 for (int p = 0; p < positions; ++p)
-                  vdst[(c - v * L) * dst_plane + p * q.out_cs] = vsrc[p * L + c - v * L];
+                  vdst[(c - v * L) * dst_plane + p] = vsrc[p * L + c - v * L];
             }
           }
         }
@@ -369,8 +361,7 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
   parallel_for(threads, pl.groups * blocks, [&](int64_t t) {
     pack_weight(pl, w, t / blocks, t % blocks, packed.data() + t * packed_elems);
   });
-  run_gather(dgrad_gather(pl), dy, packed.data(), packed_elems, static_cast<const T*>(nullptr), dx,
-             threads);
+  run_gather(dgrad_gather(pl), dy, packed.data(), packed_elems, dx, threads);
 }
 
 // ---- wgrad ----
@@ -625,8 +616,8 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
 // Whether the input channels fill the tile's lanes: lanes past cig compute zeros, and at most a
 // quarter of the tile may.
 bool channels_fill(const Plan& pl, int64_t elem_bytes) {
-  const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
-  return 4 * pl.cig >= 3 * gemm::round_up(pl.cig, block) && pl.in_h >= 1 && pl.in_w >= 1;
+  return 4 * pl.cig >= 3 * gemm::round_up(pl.cig, block_of(elem_bytes)) && pl.in_h >= 1 &&
+         pl.in_w >= 1;
 }
 
 // The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
@@ -655,10 +646,9 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   if (!(channels_fill(pl, elem_bytes) && row && reuse && steps && !im2col_cheap)) return false;
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
   // packed weight, within bounds.
-  const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
-  return int128{sweep_channels(dgrad_gather(pl))} * padded_elems(pl) * elem_bytes <=
-             kMaxPaddedBytes &&
-         fits(pl.rows * pl.groups, gemm::round_up(pl.cig, block), elem_bytes, kMaxWholeColsBytes);
+  return int128{sweep_channels(pl.taps)} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
+         fits(pl.rows * pl.groups, gemm::round_up(pl.cig, block_of(elem_bytes)), elem_bytes,
+              kMaxWholeColsBytes);
 }
 
 void direct_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
@@ -683,9 +673,9 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   const bool gain = pl.taps >= int128{4} * pl.stride_h * pl.stride_w || pl.stride_w > 2;
   if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse && two_d)) return false;
   // One item's channels-last x and dy within bounds.
-  const int64_t block = elem_bytes == 4 ? kBlock<float> : kBlock<double>;
-  const int128 item = int128{pl.groups} * (padded_elems(pl) * pl.cog +
-                                           int128{pl.in_hw} * gemm::round_up(pl.cig, block));
+  const int128 item =
+      int128{pl.groups} *
+      (padded_elems(pl) * pl.cog + int128{pl.in_hw} * gemm::round_up(pl.cig, block_of(elem_bytes)));
   return item * elem_bytes <= kMaxPaddedBytes;
 }
 
