@@ -89,6 +89,11 @@ def run_json(cmd, threads):
     return out
 
 
+def keep_min(times, key, ms):
+    """times[key] = the lowest ms seen for key."""
+    times[key] = min(times.get(key, math.inf), ms)
+
+
 def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -151,16 +156,14 @@ def main():
                 if key not in index:
                     index[key] = len(geometries)
                     geometries.append(r)
-                row_key = (r["suite"], r["id"], r["pass"])
-                tgrad_ms[row_key] = min(tgrad_ms.get(row_key, math.inf), r["ms"])
+                keep_min(tgrad_ms, (r["suite"], r["id"], r["pass"]), r["ms"])
             train = []
             if not args.no_train:
                 for mode in ("2d", "1d"):
                     out = run_json([train_bench, "--device", "cpu", "--json", "--mode", mode,
                                     "--steps", str(args.steps), "--threads", str(threads)], threads)
                     tg = json.loads(out.strip().splitlines()[-1])
-                    row_key = ("train", f"demo_{mode}", "step")
-                    tgrad_ms[row_key] = min(tgrad_ms.get(row_key, math.inf), tg["median_ms"])
+                    keep_min(tgrad_ms, ("train", f"demo_{mode}", "step"), tg["median_ms"])
                     train.append((mode, tg["batch"]))
             request = json.dumps(dict(threads=threads, runs=args.runs, steps=args.steps,
                                       geometries=geometries, train=train))
@@ -169,12 +172,10 @@ def main():
                 [sys.executable, os.path.abspath(__file__), "--torch-worker"], input=request,
                 env=env, check=True, capture_output=True, text=True).stdout)
             for r in report["results"]:
-                row_key = (r["suite"], r["id"], r["pass"])
-                t_ms = answer["conv"][index[(r["suite"], r["id"])]][r["pass"]]
-                torch_ms[row_key] = min(torch_ms.get(row_key, math.inf), t_ms)
+                keep_min(torch_ms, (r["suite"], r["id"], r["pass"]),
+                         answer["conv"][index[(r["suite"], r["id"])]][r["pass"]])
             for mode, med in answer["train"].items():
-                row_key = ("train", f"demo_{mode}", "step")
-                torch_ms[row_key] = min(torch_ms.get(row_key, math.inf), med)
+                keep_min(torch_ms, ("train", f"demo_{mode}", "step"), med)
         print(f"\n## {threads} thread(s), tgrad CPU level {level}")
         print(f"{'suite':<9} {'id':<16} {'pass':<8} {'tgrad ms':>10} {'torch ms':>10} {'ratio':>7}")
         for key in tgrad_ms:
