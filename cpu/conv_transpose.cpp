@@ -257,7 +257,6 @@ void store_dx(const Plan& pl, int64_t g, const ColBlock& b, int64_t ci0, int64_t
 // W_g is read once from memory, and the column buffer, K x at most kFewColumns, stays in L2.
 // Register tile: kFewRows rows of W_g by one or two vectors of columns; each element of dx is one
 // chain over the rows of cols in order, whatever the task.
-constexpr int64_t kFewColumns = 64;
 constexpr int kFewRows = gemm::kRows;
 
 template <class T, int R, int V>
@@ -288,9 +287,7 @@ void few_columns_tile(const T* const* w_rows, const T* cols, int64_t ld, int64_t
 // so a weight of fewer rows (DCGAN's 100-channel latent: 9 blocks) would leave threads idle
 // while each task streams its rows (0.69x the GEMM path at 16 threads).
 bool few_columns(const Plan& pl) {
-  const int64_t columns = pl.batch * pl.in_hw;
-  return columns >= 1 && columns <= kFewColumns &&
-         pl.groups * ceil_div(pl.cig, int64_t{kFewRows}) >= kMinTasks;
+  return few_columns_fit(pl) && pl.groups * ceil_div(pl.cig, int64_t{kFewRows}) >= kMinTasks;
 }
 
 template <class T>
@@ -300,19 +297,8 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
   const int64_t ld = gemm::round_up(columns, L);  // zero columns up to whole vectors
   const int64_t vecs = ld / L;
   const int64_t row_blocks = ceil_div(pl.cig, int64_t{kFewRows});
-  // cols (rows x ld) of every group, the items side by side, built in parallel over blocks of
-  // output channels: on small images im2col's cost is per row, not per element.
-  constexpr int64_t kChannelsPerTask = 16;
-  const int64_t co_tasks = ceil_div(pl.cog, kChannelsPerTask);
   const Workspace<T> cols(pl.groups * pl.rows * ld);
-  parallel_for(threads, pl.groups * co_tasks, [&](int64_t t) {
-    const int64_t g = t / co_tasks, co0 = t % co_tasks * kChannelsPerTask;
-    const int64_t co1 = std::min(pl.cog, co0 + kChannelsPerTask);
-    T* c = cols.data() + (g * pl.rows + co0 * pl.taps) * ld;
-    for (int64_t r = 0; r < (co1 - co0) * pl.taps; ++r)
-      std::fill(c + r * ld + columns, c + (r + 1) * ld, T(0));
-    im2col_block(pl, dy, g, ColBlock{0, pl.batch, 0, pl.in_hw}, co0, co1, c, ld);
-  });
+  few_columns_cols(pl, dy, ld, cols.data(), threads);
   parallel_for(
       threads, pl.groups * row_blocks, [&] { return Workspace<T>(kFewRows * ld); },
       [&](Workspace<T>& out, int64_t t) {

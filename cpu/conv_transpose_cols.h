@@ -390,6 +390,35 @@ class PackedWeights {
   Workspace<T> packed_;
 };
 
+// The few-columns products (dgrad's in conv_transpose.cpp, wgrad's in conv_transpose_wgrad.cpp)
+// take at most this many columns (batch x input positions): their column buffer, every row of a
+// group by every column, stays in L2, and the weight-sized operand is read or written once, in
+// place.
+inline constexpr int64_t kFewColumns = 64;
+
+inline bool few_columns_fit(const Plan& pl) {
+  const int64_t columns = pl.batch * pl.in_hw;
+  return columns >= 1 && columns <= kFewColumns;
+}
+
+// cols (rows x ld) of every group, the items side by side and columns past batch x in_hw zero,
+// built in parallel over blocks of output channels: on small images im2col's cost is per row, not
+// per element.
+template <class T>
+void few_columns_cols(const Plan& pl, const T* dy, int64_t ld, T* cols, int threads) {
+  constexpr int64_t kChannelsPerTask = 16;
+  const int64_t columns = pl.batch * pl.in_hw;
+  const int64_t co_tasks = ceil_div(pl.cog, kChannelsPerTask);
+  parallel_for(threads, pl.groups * co_tasks, [&](int64_t t) {
+    const int64_t g = t / co_tasks, co0 = t % co_tasks * kChannelsPerTask;
+    const int64_t co1 = std::min(pl.cog, co0 + kChannelsPerTask);
+    T* c = cols + (g * pl.rows + co0 * pl.taps) * ld;
+    for (int64_t r = 0; r < (co1 - co0) * pl.taps; ++r)
+      std::fill(c + r * ld + columns, c + (r + 1) * ld, T(0));
+    im2col_block(pl, dy, g, ColBlock{0, pl.batch, 0, pl.in_hw}, co0, co1, c, ld);
+  });
+}
+
 // out = parts[0] + parts[1] + ... + parts[count - 1], each part `numel` elements of `partial`,
 // summed in part order (the same for any thread count) over blocks of elements in parallel.
 template <class T>

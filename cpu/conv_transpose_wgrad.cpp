@@ -1,15 +1,21 @@
 // ConvTranspose weight and bias gradients on the CPU (conv_transpose.cpp has the other passes;
-// conv_transpose_direct.cpp the direct wgrad that the shapes it suits take instead of this):
+// conv_transpose_direct.cpp the direct wgrad that the shapes it suits take instead of this;
+// few columns take the product below, wgrad_few_columns):
 //   wgrad: dw_g[ci, r] = sum over the (n, p) columns of x_g[ci, (n, p)] cols[r, (n, p)], with
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
 // Tasks own blocks of dw (a group, a block of output channels) and run their reduction in one
 // fixed order; only when that gives too few tasks is the reduction also cut into slices, summed
 // in slice order. Both cuts depend on the shape only, so results are bit-identical for any
 // thread count.
+#include <immintrin.h>
 #include <Eigen/Core>
+
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "cpu/conv_transpose_cols.h"
+#include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
@@ -21,6 +27,145 @@ using namespace conv;  // NOLINT(google-build-using-namespace): the column machi
 
 constexpr int64_t kMaxWgradSlices = 32;  // the reduction is cut into at most this many parts
 constexpr int64_t kMaxWgradPartialBytes = int64_t{64} << 20;
+
+// wgrad for few columns (conv_transpose_cols.h, kFewColumns): dw_g (cig x rows) = x_g (cig x C)
+// cols^T (C x rows), C = batch x in_hw. dw is the large operand here (a vocoder's first
+// upsampler: 2M elements from 32 columns) and the product is bound by writing it: the GEMM path
+// below sums each block in a buffer and copies it out, and reads every line of dw before writing
+// it. Here each register tile is written once, in place, by streaming stores where dw's rows are
+// whole vectors (no read of the line first; dw is far larger than the caches). Register tile:
+// kRows input channels by two vectors of a panel of cols^T, over the C columns in order: each
+// element of dw is one chain, whatever the task.
+// Streaming stores (x86-64 only here): *p = v with no read of the line first; p aligned to the
+// vector. fence_streams() orders them before the stores that follow, the end of a task.
+#if defined(__SSE2__)
+constexpr bool kStreamingStores = true;
+
+template <class Vec>
+inline void stream_store(void* p, Vec v) {
+  if constexpr (sizeof(Vec) == 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(static_cast<__m512i*>(p), reinterpret_cast<__m512i>(v));
+#endif
+  } else if constexpr (sizeof(Vec) == 32) {
+#if defined(__AVX__)
+    _mm256_stream_si256(static_cast<__m256i*>(p), reinterpret_cast<__m256i>(v));
+#endif
+  } else {
+    _mm_stream_si128(static_cast<__m128i*>(p), reinterpret_cast<__m128i>(v));
+  }
+}
+inline void fence_streams() {
+  _mm_sfence();
+}
+#else
+constexpr bool kStreamingStores = false;
+
+template <class Vec>
+inline void stream_store(void* p, Vec v) {
+  std::memcpy(p, &v, sizeof(Vec));
+}
+inline void fence_streams() {}
+#endif
+
+template <class T>
+void few_columns_wgrad_tile(const T* const* x_rows, const T* panel, int64_t k_count, T* out,
+                            int64_t ld, int stored_rows, bool stream) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>, R = gemm::kRows, V = gemm::kVecsPerRow, NR = gemm::kCols<T>;
+  Vec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v)
+      acc[r][v] = Vec{};
+  for (int64_t k = 0; k < k_count; ++k) {
+    Vec bv[V];
+    for (int v = 0; v < V; ++v)
+      std::memcpy(&bv[v], panel + k * NR + v * L, sizeof(Vec));
+    for (int r = 0; r < R; ++r) {
+      const T a = x_rows[r][k];
+      for (int v = 0; v < V; ++v)
+        acc[r][v] += a * bv[v];
+    }
+  }
+  for (int r = 0; r < stored_rows; ++r) {
+    for (int v = 0; v < V; ++v) {
+      if (stream) {
+        stream_store(out + r * ld + v * L, acc[r][v]);
+      } else {
+        std::memcpy(out + r * ld + v * L, &acc[r][v], sizeof(Vec));
+      }
+    }
+  }
+}
+
+template <class T>
+void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
+  constexpr int R = gemm::kRows, NR = gemm::kCols<T>;
+  const int64_t columns = pl.batch * pl.in_hw;
+  const int64_t panels = ceil_div(pl.rows, int64_t{NR});
+  // cols^T of every group in panels of NR rows of cols, each panel (C x NR): a tile's loads
+  // are contiguous.
+  const Workspace<T> packed(pl.groups * panels * columns * NR);
+  {
+    const Workspace<T> cols(pl.groups * pl.rows * columns);
+    few_columns_cols(pl, dy, columns, cols.data(), threads);
+    parallel_for(threads, pl.groups * panels, [&](int64_t t) {
+      const int64_t g = t / panels, r0 = t % panels * NR;
+      gemm::pack_panel<T, NR>(cols.data() + (g * pl.rows + r0) * columns, columns, 1,
+                              static_cast<int>(std::min<int64_t>(NR, pl.rows - r0)), columns,
+                              packed.data() + t * columns * NR);
+    });
+  }
+  // x as (in_channels x C), the items side by side.
+  const Workspace<T> xs(pl.in_channels * columns);
+  parallel_for(threads, pl.in_channels, [&](int64_t c) {
+    for (int64_t n = 0; n < pl.batch; ++n)
+      std::copy_n(x + (n * pl.in_channels + c) * pl.in_hw, pl.in_hw,
+                  xs.data() + c * columns + n * pl.in_hw);
+  });
+  // Streaming stores need every vector of a tile aligned: dw's start and its rows.
+  const bool stream = kStreamingStores && reinterpret_cast<uintptr_t>(dw) % gemm::kVecBytes == 0 &&
+                      pl.rows * static_cast<int64_t>(sizeof(T)) % gemm::kVecBytes == 0;
+  // Tasks: runs of panels of a group, kMinTasks of them where the panels allow; each runs every
+  // block of input channels over a panel while the panel is in L1.
+  const int64_t runs = std::clamp<int64_t>(ceil_div(kMinTasks, pl.groups), 1, panels);
+  parallel_for(threads, pl.groups * runs, [&](int64_t t) {
+    const int64_t g = t / runs, run = t % runs;
+    T edge[R * NR];  // a panel past the end of dw's rows: its tiles go through here
+    for (int64_t j = panels * run / runs; j < panels * (run + 1) / runs; ++j) {
+      const T* panel = packed.data() + (g * panels + j) * columns * NR;
+      const int64_t r0 = j * NR, width = std::min<int64_t>(NR, pl.rows - r0);
+      for (int64_t c0 = 0; c0 < pl.cig; c0 += R) {
+        const int rows = static_cast<int>(std::min<int64_t>(R, pl.cig - c0));
+        const T* x_rows[R];
+        for (int r = 0; r < R; ++r)  // rows past cig repeat the last: computed, not stored
+          x_rows[r] = xs.data() + (g * pl.cig + c0 + std::min(r, rows - 1)) * columns;
+        T* out = dw + (g * pl.cig + c0) * pl.rows + r0;
+        if (width == NR) {
+          few_columns_wgrad_tile<T>(x_rows, panel, columns, out, pl.rows, rows, stream);
+          continue;
+        }
+        few_columns_wgrad_tile<T>(x_rows, panel, columns, edge, NR, rows, false);
+        for (int r = 0; r < rows; ++r)
+          std::copy_n(edge + r * NR, width, out + r * pl.rows);
+      }
+    }
+    if (stream) fence_streams();  // the streamed stores are seen before the task is done
+  });
+}
+
+// Which shapes take wgrad_few_columns, by the shape: up to kFewColumns columns always; up to
+// kWideFewColumns where dw is larger than a core's L2 (the GEMM path's copy of it out of its
+// buffer then goes to memory and back). With more columns, or a dw that stays in cache, the
+// GEMM path measured as fast or faster: packing every row of cols costs what streaming saves.
+constexpr int64_t kWideFewColumns = 256;
+constexpr int64_t kStreamedWeightBytes = int64_t{1} << 20;
+
+bool wgrad_few_columns_suits(const Plan& pl, int64_t w_bytes) {
+  const int64_t columns = pl.batch * pl.in_hw;
+  return few_columns_fit(pl) ||
+         (columns >= 1 && columns <= kWideFewColumns && w_bytes >= kStreamedWeightBytes);
+}
 
 // The reduction over column blocks r (item block-major, conv_transpose_cols.h) is cut into
 // `slices` contiguous ranges; tasks (slice, g, channel block) sum their range in order into
@@ -34,6 +179,10 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   }
   if (direct_wgrad_suits(pl, sizeof(T))) {
     direct_wgrad(pl, x, dy, dw, threads);
+    return;
+  }
+  if (wgrad_few_columns_suits(pl, w_numel * static_cast<int64_t>(sizeof(T)))) {
+    wgrad_few_columns(pl, x, dy, dw, threads);
     return;
   }
   const ChannelBlocks chb = channel_blocks(pl, pl.groups);

@@ -90,13 +90,26 @@ std::vector<PathCase> path_cases() {
       {"direct wgrad 2-D, positions in slices",
        conv_case_from_shapes(2, {1, 32, 128, 130}, {32, 4, 2, 2}, true, {1, 1}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
-      // dgrad on few columns (conv_transpose.cpp, dgrad_few_columns): 2 items of 4 x 4 = 32
-      // columns, two vectors of them; 192 input channels, 16 row blocks.
+      // dgrad and wgrad on few columns (dgrad_few_columns, wgrad_few_columns): 2 items of 4 x 4
+      // = 32 columns, two vectors of them; 192 input channels, 16 row blocks; 144 rows, wgrad's
+      // last panel partial.
       {"dgrad few columns, 2 items", conv_case_from_shapes(2, {2, 192, 4, 4}, {192, 16, 3, 3}, true,
                                                            {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1)},
       // 9 columns (one vector, zero-padded) and 200 input channels: a last row block of 8.
+      // wgrad: 48 rows, a panel and a half.
       {"dgrad few columns, last row block partial",
        conv_case_from_shapes(2, {1, 200, 3, 3}, {200, 8, 2, 3}, false, {1, 2}, {0, 1}, {0, 0},
+                             {1, 1}, 1)},
+      // wgrad on few columns in 3 groups: 3 items of 2 x 5 = 30 columns; 20 input channels a
+      // group (a block of 12 and one of 8); 7 x 6 = 42 rows, not whole vectors, so dw is
+      // written without streaming stores.
+      {"wgrad few columns, grouped, rows not whole vectors",
+       conv_case_from_shapes(2, {3, 60, 2, 5}, {60, 7, 2, 3}, true, {2, 1}, {0, 1}, {1, 0}, {1, 2},
+                             3)},
+      // 2 items of 5 x 10 = 100 columns, more than kFewColumns, and a dw of 1 MiB in float32
+      // (2 in float64): wgrad still takes the few-columns product, its dw being past L2.
+      {"wgrad few columns, 100 columns, large weight",
+       conv_case_from_shapes(2, {2, 64, 5, 10}, {64, 256, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
