@@ -167,6 +167,139 @@ bool wgrad_few_columns_suits(const Plan& pl, int64_t w_bytes) {
          (columns >= 1 && columns <= kWideFewColumns && w_bytes >= kStreamedWeightBytes);
 }
 
+// wgrad for few rows (a decoder to one or a few channels: Conv-TasNet's 512 -> 1, k16): dw_g
+// (cig x rows) = x_g (cig x P) cols^T (P x rows) with rows = cog x taps small and P = batch x
+// in_hw long. x, the large operand, is read once, as it lies; cols (rows x P), built once, stays
+// in L2. The GEMM path cut P into slices of partial dw, each packing its block of x again.
+// Register tile: kFewRowsChannels input channels by kFewRowsRows rows, each sum a vector over
+// positions (lanes), reduced across lanes at the end in lane order: each element of dw is one
+// chain over (n, p) whatever the task. A task runs all its rows over a chunk of positions before
+// the next chunk, so that reading x from memory overlaps the arithmetic of every row block.
+constexpr int64_t kFewRowsMax = 24;
+constexpr int64_t kFewRowsMinPositions = 256;
+constexpr int kFewRowsChannels = 4;
+constexpr int kFewRowsRows = 6;
+constexpr int64_t kFewRowsChunk = 512;  // positions, a multiple of every level's lanes
+
+bool wgrad_few_rows_suits(const Plan& pl, int64_t elem_bytes) {
+  const int64_t item_ld = gemm::round_up(pl.in_hw, gemm::kLanes<float>);  // the widest
+  return pl.rows <= kFewRowsMax && int128{pl.batch} * pl.in_hw >= kFewRowsMinPositions &&
+         fits(pl.groups * pl.rows, pl.batch * item_ld, elem_bytes, kMaxWholeColsBytes);
+}
+
+// acc[c][j] (vectors over positions, at acc_mem, zero when `first`) += x_c[p] cols_j[p] for p in
+// [0, len), x_c = x + c * x_ld and cols_j = cols + j * ld; the last partial vector zero-padded.
+template <class T, int C, int J>
+void few_rows_wgrad_run(const T* x, int64_t x_ld, const T* cols, int64_t ld, int64_t len,
+                        bool first, T* acc_mem) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  Vec acc[C][J];
+  for (int c = 0; c < C; ++c) {
+    for (int j = 0; j < J; ++j) {
+      if (first) {
+        acc[c][j] = Vec{};
+      } else {
+        std::memcpy(&acc[c][j], acc_mem + (c * J + j) * L, sizeof(Vec));
+      }
+    }
+  }
+  const auto step = [&](const T* xp, int64_t xs, const T* cp, int64_t cs) {
+    Vec xv[C];
+    for (int c = 0; c < C; ++c)
+      std::memcpy(&xv[c], xp + c * xs, sizeof(Vec));
+    for (int j = 0; j < J; ++j) {
+      Vec cv;
+      std::memcpy(&cv, cp + j * cs, sizeof(Vec));
+      for (int c = 0; c < C; ++c)
+        acc[c][j] += xv[c] * cv;
+    }
+  };
+  const int64_t whole = len / L * L;
+  for (int64_t p = 0; p < whole; p += L)
+    step(x + p, x_ld, cols + p, ld);
+  if (whole < len) {
+    T x_tail[C][L] = {}, c_tail[J][L] = {};
+    for (int c = 0; c < C; ++c)
+      std::copy_n(x + c * x_ld + whole, len - whole, x_tail[c]);
+    for (int j = 0; j < J; ++j)
+      std::copy_n(cols + j * ld + whole, len - whole, c_tail[j]);
+    step(&x_tail[0][0], L, &c_tail[0][0], L);
+  }
+  for (int c = 0; c < C; ++c)
+    for (int j = 0; j < J; ++j)
+      std::memcpy(acc_mem + (c * J + j) * L, &acc[c][j], sizeof(Vec));
+}
+
+template <class T>
+void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
+  constexpr int64_t C = kFewRowsChannels, J = kFewRowsRows;
+  constexpr int L = gemm::kLanes<T>;
+  // cols of every group (rows x ld), the items side by side, each from a whole vector so that
+  // the tile's loads of cols are aligned, built in parallel over (group, item, chunk of
+  // positions).
+  constexpr int64_t kBuildChunk = 4096;
+  const int64_t item_ld = gemm::round_up(pl.in_hw, L);
+  const int64_t ld = pl.batch * item_ld;
+  const int64_t build_chunks = ceil_div(pl.in_hw, kBuildChunk);
+  const Workspace<T> cols(pl.groups * pl.rows * ld);
+  parallel_for(threads, pl.groups * pl.batch * build_chunks, [&](int64_t t) {
+    const int64_t g = t / (pl.batch * build_chunks), n = t / build_chunks % pl.batch;
+    const int64_t p0 = t % build_chunks * kBuildChunk, len = std::min(kBuildChunk, pl.in_hw - p0);
+    im2col_block(pl, dy, g, ColBlock{n, 1, p0, len}, 0, pl.cog,
+                 cols.data() + g * pl.rows * ld + n * item_ld + p0, ld);
+  });
+  const int64_t row_blocks = ceil_div(pl.rows, J);
+  const int64_t channel_blocks = ceil_div(pl.cig, C);
+  parallel_for(
+      threads, pl.groups * channel_blocks, [&] { return Workspace<T>(row_blocks * C * J * L); },
+      [&](Workspace<T>& sums, int64_t t) {
+        const int64_t g = t / channel_blocks, c0 = t % channel_blocks * C;
+        const int channels = static_cast<int>(std::min(C, pl.cig - c0));
+        for (int64_t n = 0; n < pl.batch; ++n) {
+          const T* x_n = x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw;
+          const T* cols_n = cols.data() + g * pl.rows * ld + n * item_ld;
+          for (int64_t p0 = 0; p0 < pl.in_hw; p0 += kFewRowsChunk) {
+            const int64_t len = std::min(kFewRowsChunk, pl.in_hw - p0);
+            const bool first = n == 0 && p0 == 0;
+            for (int64_t rb = 0; rb < row_blocks; ++rb) {
+              const int rows = static_cast<int>(std::min(J, pl.rows - rb * J));
+              const T* xp = x_n + p0;
+              const T* cp = cols_n + rb * J * ld + p0;
+              T* acc = sums.data() + rb * C * J * L;
+              // The tile for (channels, rows), each its own instance (a register array).
+              [&]<int... CI, int... RI>(std::integer_sequence<int, CI...>,
+                                        std::integer_sequence<int, RI...>) {
+                const auto with_channels = [&]<int CC>() {
+                  ((rows == RI + 1
+                        ? few_rows_wgrad_run<T, CC, RI + 1>(xp, pl.in_hw, cp, ld, len, first, acc)
+                        : void()),
+                   ...);
+                };
+                ((channels == CI + 1 ? with_channels.template operator()<CI + 1>() : void()), ...);
+              }
+              (std::make_integer_sequence<int, C>{}, std::make_integer_sequence<int, J>{});
+            }
+          }
+        }
+        // dw[c0 + c, rb * J + j] = the lanes of tile rb's sum (c, j) added in lane order; the
+        // tile of `rows` rows keeps them (c * rows + j) vectors from its start.
+        for (int64_t rb = 0; rb < row_blocks; ++rb) {
+          const int64_t rows = std::min(J, pl.rows - rb * J);
+          const T* acc = sums.data() + rb * C * J * L;
+          for (int c = 0; c < channels; ++c) {
+            for (int64_t j = 0; j < rows; ++j) {
+              const T* lanes = acc + (c * rows + j) * L;
+              T sum = lanes[0];
+              for (int l = 1; l < L; ++l)
+                sum += lanes[l];
+              dw[(g * pl.cig + c0 + c) * pl.rows + rb * J + j] = sum;
+            }
+          }
+        }
+      });
+}
+
 // The reduction over column blocks r (item block-major, conv_transpose_cols.h) is cut into
 // `slices` contiguous ranges; tasks (slice, g, channel block) sum their range in order into
 // their block of their own partial dw, and the partials are added in slice order. With one slice
@@ -183,6 +316,10 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   }
   if (wgrad_few_columns_suits(pl, w_numel * static_cast<int64_t>(sizeof(T)))) {
     wgrad_few_columns(pl, x, dy, dw, threads);
+    return;
+  }
+  if (wgrad_few_rows_suits(pl, sizeof(T))) {
+    wgrad_few_rows(pl, x, dy, dw, threads);
     return;
   }
   const ChannelBlocks chb = channel_blocks(pl, pl.groups);
