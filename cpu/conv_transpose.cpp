@@ -326,6 +326,88 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
       });
 }
 
+// dgrad for few rows (conv_transpose_cols.h, few_rows_fit): dx_g (cig x P) = W_g (cig x rows)
+// cols (rows x P), the reduction only rows long. dx, the large operand, is written once, in
+// place, tile by tile (the GEMM path's Eigen product zeroes its destination before adding into
+// it: two passes over dx). Register tile: kFewRows input channels by two vectors of positions,
+// each element one chain over the rows in order, whatever the task. With so short a reduction
+// the tile's setup counts: its weights come packed ([row][channel]), from one pointer.
+template <class T>
+void few_rows_dgrad_tile(const T* __restrict wp, const T* __restrict cols, int64_t ld,
+                         int64_t k_count, T* __restrict out, int64_t out_ld) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>, R = kFewRows;
+  Vec acc[R][2] = {};
+  for (int64_t k = 0; k < k_count; ++k) {
+    Vec b0, b1;
+    std::memcpy(&b0, cols + k * ld, sizeof(Vec));
+    std::memcpy(&b1, cols + k * ld + L, sizeof(Vec));
+    for (int r = 0; r < R; ++r) {
+      const T a = wp[k * R + r];
+      acc[r][0] += a * b0;
+      acc[r][1] += a * b1;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    std::memcpy(out + r * out_ld, &acc[r][0], sizeof(Vec));
+    std::memcpy(out + r * out_ld + L, &acc[r][1], sizeof(Vec));
+  }
+}
+
+template <class T>
+void dgrad_few_rows(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
+  constexpr int NR = gemm::kCols<T>;
+  constexpr int64_t kMinRunTiles = 4;  // a task's positions: at least this many tiles
+  const int64_t item_ld = few_rows_item_ld<T>(pl);
+  const int64_t ld = pl.batch * item_ld;
+  const Workspace<T> cols(pl.groups * pl.rows * ld);
+  few_rows_cols(pl, dy, item_ld, cols.data(), threads);
+  // W_g in blocks of kFewRows input channels, each [row][channel], channels past cig zero.
+  const int64_t blocks = ceil_div(pl.cig, int64_t{kFewRows});
+  const Workspace<T> wp(pl.groups * blocks * pl.rows * kFewRows);
+  for (int64_t g = 0; g < pl.groups; ++g) {
+    for (int64_t c = 0; c < blocks * kFewRows; ++c) {
+      T* dst = wp.data() + ((g * blocks + c / kFewRows) * pl.rows) * kFewRows + c % kFewRows;
+      const T* src = w + (g * pl.cig + c) * pl.rows;
+      for (int64_t k = 0; k < pl.rows; ++k)
+        dst[k * kFewRows] = c < pl.cig ? src[k] : T(0);
+    }
+  }
+  // Tasks (group, item, run of tiles of positions), the runs cut for kMinTasks tasks where runs
+  // of kMinRunTiles allow. No task splits a reduction: the cut cannot change a bit.
+  const int64_t tiles = ceil_div(pl.in_hw, int64_t{NR});
+  const int64_t runs = std::clamp(ceil_div(kMinTasks, pl.groups * pl.batch), int64_t{1},
+                                  std::max<int64_t>(1, tiles / kMinRunTiles));
+  parallel_for(threads, pl.groups * pl.batch * runs, [&](int64_t t) {
+    const int64_t g = t / (pl.batch * runs), n = t / runs % pl.batch, run = t % runs;
+    const T* cols_n = cols.data() + g * pl.rows * ld + n * item_ld;
+    T* dx_n = dx + (n * pl.in_channels + g * pl.cig) * pl.in_hw;
+    T edge[kFewRows * NR];  // a partial tile: computed here, its valid part copied out
+    for (int64_t j = tiles * run / runs; j < tiles * (run + 1) / runs; ++j) {
+      const int64_t p0 = j * NR, width = std::min<int64_t>(NR, pl.in_hw - p0);
+      for (int64_t cb = 0; cb < blocks; ++cb) {
+        const int64_t c0 = cb * kFewRows;
+        const int rows = static_cast<int>(std::min<int64_t>(kFewRows, pl.cig - c0));
+        const T* w_block = wp.data() + (g * blocks + cb) * pl.rows * kFewRows;
+        T* out = dx_n + c0 * pl.in_hw + p0;
+        if (rows == kFewRows && width == NR) {
+          if (p0 + 2 * NR <= pl.in_hw) {  // the next tile's lines of dx, for writing
+            for (int r = 0; r < kFewRows; ++r) {
+              __builtin_prefetch(out + r * pl.in_hw + NR, 1);
+              __builtin_prefetch(out + r * pl.in_hw + NR + NR / 2, 1);
+            }
+          }
+          few_rows_dgrad_tile(w_block, cols_n + p0, ld, pl.rows, out, pl.in_hw);
+          continue;
+        }
+        few_rows_dgrad_tile(w_block, cols_n + p0, ld, pl.rows, edge, int64_t{NR});
+        for (int r = 0; r < rows; ++r)
+          std::copy_n(edge + r * NR, width, out + r * pl.in_hw);
+      }
+    }
+  });
+}
+
 // Tasks (column block, g, part of the reduction); each writes only its own block of dx, or of
 // its part's partial dx. The reduction over the (co, kh, kw) rows is cut into parts of whole
 // channels only when there are too few column blocks for every thread (small batches of small
@@ -342,6 +424,10 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
   }
   if (few_columns(pl)) {
     dgrad_few_columns(pl, dy, w, dx, threads);
+    return;
+  }
+  if (few_rows_fit(pl, sizeof(T))) {
+    dgrad_few_rows(pl, dy, w, dx, threads);
     return;
   }
   constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;

@@ -419,6 +419,45 @@ void few_columns_cols(const Plan& pl, const T* dy, int64_t ld, T* cols, int thre
   });
 }
 
+// The few-rows products (dgrad's in conv_transpose.cpp, wgrad's in conv_transpose_wgrad.cpp):
+// rows = cog x taps small (a decoder to one or a few channels: Conv-TasNet's 512 -> 1, k16), so
+// that x and dx, the large operands, are read or written once, as they lie, against a column
+// buffer of every position (rows x P) built once. With 48 rows (RGB outputs) wgrad's product
+// measured 2x slower than the GEMM path.
+inline constexpr int64_t kFewRowsMax = 24;
+inline constexpr int64_t kFewRowsMinPositions = 256;
+
+// Each item's columns start on a whole register tile (two vectors), padded with zeros, so that
+// a tile's loads of cols are aligned and never cross into the next item.
+template <class T>
+int64_t few_rows_item_ld(const Plan& pl) {
+  return gemm::round_up(pl.in_hw, gemm::kCols<T>);
+}
+
+inline bool few_rows_fit(const Plan& pl, int64_t elem_bytes) {
+  const int64_t item_ld = gemm::round_up(pl.in_hw, gemm::kCols<float>);  // the widest
+  return pl.rows <= kFewRowsMax && int128{pl.batch} * pl.in_hw >= kFewRowsMinPositions &&
+         fits(pl.groups * pl.rows, pl.batch * item_ld, elem_bytes, kMaxWholeColsBytes);
+}
+
+// cols of every group (rows x batch * item_ld), the items side by side from item_ld apart and
+// zero past in_hw, built in parallel over (group, item, chunk of positions).
+template <class T>
+void few_rows_cols(const Plan& pl, const T* dy, int64_t item_ld, T* cols, int threads) {
+  constexpr int64_t kChunk = 4096;
+  const int64_t ld = pl.batch * item_ld;
+  const int64_t chunks = ceil_div(pl.in_hw, kChunk);
+  parallel_for(threads, pl.groups * pl.batch * chunks, [&](int64_t t) {
+    const int64_t g = t / (pl.batch * chunks), n = t / chunks % pl.batch;
+    const int64_t p0 = t % chunks * kChunk, len = std::min(kChunk, pl.in_hw - p0);
+    T* c = cols + g * pl.rows * ld + n * item_ld;
+    im2col_block(pl, dy, g, ColBlock{n, 1, p0, len}, 0, pl.cog, c + p0, ld);
+    if (p0 + len == pl.in_hw)
+      for (int64_t r = 0; r < pl.rows; ++r)
+        std::fill(c + r * ld + pl.in_hw, c + r * ld + item_ld, T(0));
+  });
+}
+
 // out = parts[0] + parts[1] + ... + parts[count - 1], each part `numel` elements of `partial`,
 // summed in part order (the same for any thread count) over blocks of elements in parallel.
 template <class T>

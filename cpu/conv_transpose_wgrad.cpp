@@ -167,25 +167,17 @@ bool wgrad_few_columns_suits(const Plan& pl, int64_t w_bytes) {
          (columns >= 1 && columns <= kWideFewColumns && w_bytes >= kStreamedWeightBytes);
 }
 
-// wgrad for few rows (a decoder to one or a few channels: Conv-TasNet's 512 -> 1, k16): dw_g
-// (cig x rows) = x_g (cig x P) cols^T (P x rows) with rows = cog x taps small and P = batch x
-// in_hw long. x, the large operand, is read once, as it lies; cols (rows x P), built once, stays
-// in L2. The GEMM path cut P into slices of partial dw, each packing its block of x again.
-// Register tile: kFewRowsChannels input channels by kFewRowsRows rows, each sum a vector over
-// positions (lanes), reduced across lanes at the end in lane order: each element of dw is one
-// chain over (n, p) whatever the task. A task runs all its rows over a chunk of positions before
-// the next chunk, so that reading x from memory overlaps the arithmetic of every row block.
-constexpr int64_t kFewRowsMax = 24;
-constexpr int64_t kFewRowsMinPositions = 256;
+// wgrad for few rows (conv_transpose_cols.h, few_rows_fit): dw_g (cig x rows) = x_g (cig x P)
+// cols^T (P x rows) with rows = cog x taps small and P = batch x in_hw long. x, the large
+// operand, is read once, as it lies; cols (rows x P), built once, stays in L2. The GEMM path cut P
+// into slices of partial dw, each packing its block of x again. Register tile: kFewRowsChannels
+// input channels by kFewRowsRows rows, each sum a vector over positions (lanes), reduced across
+// lanes at the end in lane order: each element of dw is one chain over (n, p) whatever the task. A
+// task runs all its rows over a chunk of positions before the next chunk, so that reading x from
+// memory overlaps the arithmetic of every row block.
 constexpr int kFewRowsChannels = 4;
 constexpr int kFewRowsRows = 6;
 constexpr int64_t kFewRowsChunk = 512;  // positions, a multiple of every level's lanes
-
-bool wgrad_few_rows_suits(const Plan& pl, int64_t elem_bytes) {
-  const int64_t item_ld = gemm::round_up(pl.in_hw, gemm::kLanes<float>);  // the widest
-  return pl.rows <= kFewRowsMax && int128{pl.batch} * pl.in_hw >= kFewRowsMinPositions &&
-         fits(pl.groups * pl.rows, pl.batch * item_ld, elem_bytes, kMaxWholeColsBytes);
-}
 
 // acc[c][j] (vectors over positions, at acc_mem, zero when `first`) += x_c[p] cols_j[p] for p in
 // [0, len), x_c = x + c * x_ld and cols_j = cols + j * ld; the last partial vector zero-padded.
@@ -235,20 +227,10 @@ template <class T>
 void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   constexpr int64_t C = kFewRowsChannels, J = kFewRowsRows;
   constexpr int L = gemm::kLanes<T>;
-  // cols of every group (rows x ld), the items side by side, each from a whole vector so that
-  // the tile's loads of cols are aligned, built in parallel over (group, item, chunk of
-  // positions).
-  constexpr int64_t kBuildChunk = 4096;
-  const int64_t item_ld = gemm::round_up(pl.in_hw, L);
+  const int64_t item_ld = few_rows_item_ld<T>(pl);
   const int64_t ld = pl.batch * item_ld;
-  const int64_t build_chunks = ceil_div(pl.in_hw, kBuildChunk);
   const Workspace<T> cols(pl.groups * pl.rows * ld);
-  parallel_for(threads, pl.groups * pl.batch * build_chunks, [&](int64_t t) {
-    const int64_t g = t / (pl.batch * build_chunks), n = t / build_chunks % pl.batch;
-    const int64_t p0 = t % build_chunks * kBuildChunk, len = std::min(kBuildChunk, pl.in_hw - p0);
-    im2col_block(pl, dy, g, ColBlock{n, 1, p0, len}, 0, pl.cog,
-                 cols.data() + g * pl.rows * ld + n * item_ld + p0, ld);
-  });
+  few_rows_cols(pl, dy, item_ld, cols.data(), threads);
   const int64_t row_blocks = ceil_div(pl.rows, J);
   const int64_t channel_blocks = ceil_div(pl.cig, C);
   parallel_for(
@@ -318,7 +300,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
     wgrad_few_columns(pl, x, dy, dw, threads);
     return;
   }
-  if (wgrad_few_rows_suits(pl, sizeof(T))) {
+  if (few_rows_fit(pl, sizeof(T))) {
     wgrad_few_rows(pl, x, dy, dw, threads);
     return;
   }

@@ -53,9 +53,9 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(1, {4, 16, 900}, {16, 32, 3}, false, {2}, {1}, {0}, {2}, 1)},
       {"1-D stride 3, small sequences batched",
        conv_case_from_shapes(1, {12, 40, 6}, {40, 96, 7}, true, {3}, {2}, {2}, {1}, 1)},
-      // One long sequence with 16 rows (a decoder to one channel): a GEMM block could take all
-      // 4000 columns, but dgrad cuts them into 16 blocks for 16 tasks. wgrad takes the few-rows
-      // product: 16 rows in tiles of 6, 6 and 4, 4000 positions in chunks, a last partial vector.
+      // One long sequence with 16 rows (a decoder to one channel): dgrad and wgrad take the
+      // few-rows products, wgrad's 16 rows in tiles of 6, 6 and 4 over chunks of positions,
+      // dgrad's 64 input channels in tiles of 12 (the last of 4) over 16 runs of positions.
       {"one long sequence, few rows",
        conv_case_from_shapes(1, {1, 64, 4000}, {64, 1, 16}, true, {8}, {0}, {0}, {1}, 1)},
       // Direct dgrad (conv_transpose_direct.cpp): 56 input channels fill 7/8 of two tile blocks
@@ -111,15 +111,16 @@ std::vector<PathCase> path_cases() {
       {"wgrad few columns, 100 columns, large weight",
        conv_case_from_shapes(2, {2, 64, 5, 10}, {64, 256, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
-      // wgrad on few rows in 2 groups of 3 input channels and 1 output channel (5 rows, a partial
-      // tile both ways): 1100 positions in chunks of 512, 512 and 76.
-      {"wgrad few rows, grouped, 1-D",
+      // dgrad and wgrad on few rows (dgrad_few_rows, wgrad_few_rows) in 2 groups of 3 input
+      // channels and 1 output channel (5 rows, partial tiles both ways): 1100 positions, wgrad's
+      // in chunks of 512, 512 and 76, dgrad's last tile of positions partial.
+      {"few rows, grouped, 1-D",
        conv_case_from_shapes(1, {1, 6, 1100}, {6, 1, 5}, true, {3}, {1}, {2}, {2}, 2)},
-      // 2-D, 2 items of 15 x 17 (each ending in a partial vector), 9 input channels (tiles of 4,
-      // 4 and 1), 2 x 3 x 3 = 18 rows, stride 2 with output padding.
-      {"wgrad few rows, 2-D, 2 items",
-       conv_case_from_shapes(2, {2, 9, 15, 17}, {9, 2, 3, 3}, false, {2, 2}, {1, 1}, {1, 0}, {1, 1},
-                             1)},
+      // 2-D, 2 items of 15 x 17 (each ending in a partial vector), 9 input channels (wgrad's
+      // tiles of 4, 4 and 1; one partial dgrad tile), 2 x 3 x 3 = 18 rows, stride 2 with output
+      // padding.
+      {"few rows, 2-D, 2 items", conv_case_from_shapes(2, {2, 9, 15, 17}, {9, 2, 3, 3}, false,
+                                                       {2, 2}, {1, 1}, {1, 0}, {1, 1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.

@@ -63,6 +63,10 @@ std::vector<Tensor> level_results() {
   const Tensor x3 = randn({2, 192, 4, 4}, gen).requires_grad_(true);
   const Tensor w3 = randn({192, 5, 4, 4}, gen).requires_grad_(true);
   const Tensor y3 = conv_transpose2d(x3, w3, Tensor(), ConvTranspose2dFuncOptions().stride(2));
+  // 16 rows (one output channel, k16) on 2 x 300 positions: the few-rows products.
+  const Tensor x4 = randn({2, 20, 300}, gen).requires_grad_(true);
+  const Tensor w4 = randn({20, 1, 16}, gen).requires_grad_(true);
+  const Tensor y4 = conv_transpose1d(x4, w4, Tensor(), ConvTranspose1dFuncOptions().stride(8));
   const Tensor xd = randn({2, 8, 30, 30}, gen).to(DType::float64).requires_grad_(true);
   const Tensor wd = randn({8, 4, 3, 3}, gen).to(DType::float64).requires_grad_(true);
   const Tensor yd = conv_transpose2d(xd, wd);
@@ -70,12 +74,12 @@ std::vector<Tensor> level_results() {
   const Tensor m = matmul(a, randn({170, 90}, gen));
   const Tensor e =
       sigmoid(randn({200, 300}, gen)) * randn({1, 300}, gen) + exp(randn({200, 1}, gen));
-  const Tensor loss = sum(y * y) + sum(tanh(y1)) + sum(y2 * y2) + sum(y3 * y3) + sum(m * m) +
-                      sum(e) + sum(yd * yd).to(DType::float32);
+  const Tensor loss = sum(y * y) + sum(tanh(y1)) + sum(y2 * y2) + sum(y3 * y3) + sum(y4 * y4) +
+                      sum(m * m) + sum(e) + sum(yd * yd).to(DType::float32);
   loss.backward();
   return {y.detach(), y1.detach(), y2.detach(), yd.detach(), m.detach(), e.detach(), loss.detach(),
           x.grad(),   w.grad(),    b.grad(),    x1.grad(),   w1.grad(),  x2.grad(),  w2.grad(),
-          x3.grad(),  w3.grad(),   xd.grad(),   wd.grad(),   a.grad()};
+          x3.grad(),  w3.grad(),   x4.grad(),   w4.grad(),   xd.grad(),  wd.grad(),  a.grad()};
 }
 
 TEST(CpuIsa, EveryLevelAgreesWithTheBaseline) {
