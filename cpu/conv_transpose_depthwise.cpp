@@ -7,6 +7,8 @@
 // order (taps in order; wgrad's as wgrad_typed says), and tasks are (n, c) planes or, for wgrad,
 // channels: results do not depend on the thread count.
 #include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "cpu/conv_transpose_cols.h"
 #include "cpu/kernels.h"
@@ -30,9 +32,39 @@ Phases phases_of(const Plan& pl) {
   return {pl.stride_w, ceil_div(pl.out_w, pl.stride_w), pl.out_h, pl.out_w};
 }
 
+// even[j] = row[2j] and odd[j] = row[2j + 1] for the n elements of a row: two vectors at a time
+// through a shuffle, the rest one by one.
+template <class T>
+void deinterleave2(const T* row, int64_t n, T* even, T* odd) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  int64_t j = 0;
+  for (; 2 * (j + L) <= n; j += L) {
+    Vec a, b, e, o;
+    std::memcpy(&a, row + 2 * j, sizeof(Vec));
+    std::memcpy(&b, row + 2 * j + L, sizeof(Vec));
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      e = __builtin_shufflevector(a, b, (2 * I)...);
+      o = __builtin_shufflevector(a, b, (2 * I + 1)...);
+    }
+    (std::make_index_sequence<L>{});
+    std::memcpy(even + j, &e, sizeof(Vec));
+    std::memcpy(odd + j, &o, sizeof(Vec));
+  }
+  for (; 2 * j < n; ++j) {
+    even[j] = row[2 * j];
+    if (2 * j + 1 < n) odd[j] = row[2 * j + 1];
+  }
+}
+
 // ph = plane in phase layout.
 template <class T>
 void to_phases(const Phases& f, const T* plane, T* ph) {
+  if (f.sw == 2) {
+    for (int64_t oh = 0; oh < f.out_h; ++oh)
+      deinterleave2(plane + oh * f.out_w, f.out_w, ph + f.row(0, oh), ph + f.row(1, oh));
+    return;
+  }
   for (int64_t r = 0; r < std::min(f.sw, f.out_w); ++r) {
     const int64_t n = ceil_div(f.out_w - r, f.sw);
     for (int64_t oh = 0; oh < f.out_h; ++oh)
@@ -40,9 +72,39 @@ void to_phases(const Phases& f, const T* plane, T* ph) {
   }
 }
 
+// row[2j] = even[j] and row[2j + 1] = odd[j] for the n elements of a row: the inverse of
+// deinterleave2.
+template <class T>
+void interleave2(const T* even, const T* odd, int64_t n, T* row) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  int64_t j = 0;
+  for (; 2 * (j + L) <= n; j += L) {
+    Vec e, o, a, b;
+    std::memcpy(&e, even + j, sizeof(Vec));
+    std::memcpy(&o, odd + j, sizeof(Vec));
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      a = __builtin_shufflevector(e, o, (I % 2 == 0 ? I / 2 : L + I / 2)...);
+      b = __builtin_shufflevector(e, o, (I % 2 == 0 ? L / 2 + I / 2 : L + L / 2 + I / 2)...);
+    }
+    (std::make_index_sequence<L>{});
+    std::memcpy(row + 2 * j, &a, sizeof(Vec));
+    std::memcpy(row + 2 * j + L, &b, sizeof(Vec));
+  }
+  for (; 2 * j < n; ++j) {
+    row[2 * j] = even[j];
+    if (2 * j + 1 < n) row[2 * j + 1] = odd[j];
+  }
+}
+
 // plane = ph back from phase layout.
 template <class T>
 void from_phases(const Phases& f, const T* ph, T* plane) {
+  if (f.sw == 2) {
+    for (int64_t oh = 0; oh < f.out_h; ++oh)
+      interleave2(ph + f.row(0, oh), ph + f.row(1, oh), f.out_w, plane + oh * f.out_w);
+    return;
+  }
   for (int64_t oh = 0; oh < f.out_h; ++oh) {
     for (int64_t r = 0; r < std::min(f.sw, f.out_w); ++r) {
       const T* src = ph + f.row(r, oh);

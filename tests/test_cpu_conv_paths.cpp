@@ -130,6 +130,11 @@ std::vector<PathCase> path_cases() {
       {"depthwise 2-D stride 4, output padding",
        conv_case_from_shapes(2, {2, 6, 9, 9}, {6, 1, 4, 4}, false, {4, 4}, {1, 1}, {3, 3}, {1, 1},
                              6)},
+      // W stride 2 on rows of 79 outputs: the phase layout's shuffles (two vectors at a time)
+      // and their scalar tail, in both directions.
+      {"depthwise 2-D stride 2, wide rows",
+       conv_case_from_shapes(2, {2, 3, 5, 40}, {3, 1, 3, 3}, true, {2, 2}, {1, 1}, {0, 0}, {1, 1},
+                             3)},
       {"depthwise 1-D stride 1",
        conv_case_from_shapes(1, {4, 7, 300}, {7, 1, 5}, true, {1}, {2}, {0}, {3}, 7)},
       {"depthwise 1-D stride 20 (GEMMs)",
