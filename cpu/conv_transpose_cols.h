@@ -15,6 +15,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/conv_geometry.h"
@@ -236,11 +238,72 @@ void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
   });
 }
 
+// y[2i] += c[i] for i from `begin`, a vector of i at a time while whole vectors fit before `end`
+// (the odd elements between go through unchanged); returns where it stopped.
+template <class T>
+int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  int64_t i = begin;
+  // The second vector of y ends at y[2(i + L) - 1]: one past the last element the loop adds to,
+  // so the loop stops a step early rather than read past y[2(end - 1)].
+  for (; i + L < end; i += L) {
+    Vec a, b, add;
+    std::memcpy(&a, y + 2 * i, sizeof(Vec));
+    std::memcpy(&b, y + 2 * i + L, sizeof(Vec));
+    std::memcpy(&add, c + i, sizeof(Vec));
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      const Vec even = __builtin_shufflevector(a, b, (2 * I)...) + add;
+      const Vec odd = __builtin_shufflevector(a, b, (2 * I + 1)...);
+      a = __builtin_shufflevector(even, odd, (I % 2 == 0 ? I / 2 : L + I / 2)...);
+      b = __builtin_shufflevector(even, odd, (I % 2 == 0 ? L / 2 + I / 2 : L + L / 2 + I / 2)...);
+    }
+    (std::make_index_sequence<L>{});
+    std::memcpy(y + 2 * i, &a, sizeof(Vec));
+    std::memcpy(y + 2 * i + L, &b, sizeof(Vec));
+  }
+  return i;
+}
+
+// col2im_add (below) for W stride 2 on long rows: the same adds in the same order, each row
+// segment a vector of taps at a time (add_stride2). Kept apart from col2im_add's loops, which
+// short rows (2-D decoders' 8 x 8 images) run faster without the extra branch.
+template <class T>
+void col2im_add_stride2(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1,
+                        int64_t p0, int64_t len, T* y_ng) {
+  const int64_t p1 = p0 + len;
+  const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
+  for (int64_t co = co0; co < co1; ++co) {
+    T* y_c = y_ng + co * pl.out_hw;
+    for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+      const int64_t ih_begin = std::max(pl.h.lo[kh], ih_first);
+      const int64_t ih_end = std::min(pl.h.hi[kh], ih_last + 1);
+      for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+        const T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
+        for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
+          const int64_t row_p = ih * pl.in_w;
+          const int64_t iw_begin = std::max(pl.w.lo[kw], p0 - row_p);
+          const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
+          const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+          const int64_t y_row = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*2
+          const T* c = c_row + row_p - p0;                                 // + iw
+          for (int64_t iw = add_stride2(y_c + y_row, c, iw_begin, iw_end); iw < iw_end; ++iw)
+            y_c[y_row + iw * 2] += c[iw];
+        }
+      }
+    }
+  }
+}
+
 // y_c[oh, ow] += cols[r*ld + p - p0] for the rows r of channels [co0, co1) (row 0 is co0's first
 // tap) and positions p in [p0, p0 + len). y_ng points at channel 0 of the group of one item.
 template <class T>
 void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1, int64_t p0,
                 int64_t len, T* y_ng) {
+  if (pl.stride_w == 2 && pl.in_w > 2 * gemm::kLanes<T>) {
+    col2im_add_stride2(pl, cols, ld, co0, co1, p0, len, y_ng);
+    return;
+  }
   const int64_t p1 = p0 + len;
   const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
   with_stride(pl.stride_w, [&]<int64_t S>() {
