@@ -253,11 +253,35 @@ void binary_typed(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
   TGRAD_FAIL("cpu backend: binary: unknown op ", static_cast<int>(op));
 }
 
-// sum_to's order, fixed by the shapes alone: each output y[j] adds its inputs in x's row-major
-// order (the order of the summed axes), in double. Outputs are cut into blocks of consecutive
-// elements, each block one task that walks the summed axes once and, for every summed position,
-// adds into each output of the block. With one output only (a full sum), the input is cut into
-// blocks of kGrain whose double partial sums are then added in block order.
+// Sums over contiguous runs go into kSumLanes partial sums in double, element i of a run into
+// lane i % kSumLanes, added in lane order at the end: one chain of adds would wait on the add's
+// latency at every element.
+constexpr int kSumLanes = 8;
+
+template <class T>
+inline void add_run(const T* p, int64_t n, double (&lanes)[kSumLanes]) {
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l)
+      lanes[l] += static_cast<double>(p[i + l]);
+  for (int l = 0; i < n; ++i, ++l)
+    lanes[l] += static_cast<double>(p[i]);
+}
+
+inline double lanes_total(const double (&lanes)[kSumLanes]) {
+  double total = lanes[0];
+  for (int l = 1; l < kSumLanes; ++l)
+    total += lanes[l];
+  return total;
+}
+
+// sum_to's order, fixed by the shapes alone, in double. With one output only (a full sum), the
+// input is cut into blocks of kGrain, each summed in lanes (above), whose totals are then added
+// in block order. Otherwise outputs are cut into blocks of consecutive elements, one task each.
+// Where the summed axes end in x's last axis (a channel sum over (N, C, H, W), say), each output
+// sums its contiguous runs, in row-major order, in lanes. Otherwise each output adds its inputs
+// one by one in x's row-major order: the task walks the summed axes once and, for every summed
+// position, adds into each output of its block.
 template <class T>
 void sum_to_typed(const T* xp, const Shape& in, T* yp, const Shape& out) {
   const int64_t outputs = numel_of(out);
@@ -271,10 +295,9 @@ void sum_to_typed(const T* xp, const Shape& in, T* yp, const Shape& out) {
     const int64_t blocks = (inputs + kGrain - 1) / kGrain;
     std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
     for_blocks(inputs, [&](int64_t i0, int64_t i1) {
-      double acc = 0.0;
-      for (int64_t i = i0; i < i1; ++i)
-        acc += static_cast<double>(xp[i]);
-      partial[static_cast<size_t>(i0 / kGrain)] = acc;
+      double lanes[kSumLanes] = {};
+      add_run(xp + i0, i1 - i0, lanes);
+      partial[static_cast<size_t>(i0 / kGrain)] = lanes_total(lanes);
     });
     double total = 0.0;
     for (double v : partial)
@@ -296,6 +319,7 @@ void sum_to_typed(const T* xp, const Shape& in, T* yp, const Shape& out) {
     }
   }
   const auto nest = make_loop_nest<1>(summed_sizes, {summed_strides});
+  const bool contiguous_runs = nest.strides[0].back() == 1 && nest.sizes.back() >= kSumLanes;
   const int64_t block = std::clamp<int64_t>(kGrain / std::max<int64_t>(1, per_output), 1, 4096);
   const int64_t tasks = (outputs + block - 1) / block;
   parallel_for(
@@ -317,6 +341,17 @@ void sum_to_typed(const T* xp, const Shape& in, T* yp, const Shape& out) {
             rest /= kept_sizes[d];
           }
           offsets[static_cast<size_t>(k)] = off;
+        }
+        if (contiguous_runs) {
+          for (int64_t k = 0; k < len; ++k) {
+            double lanes[kSumLanes] = {};
+            const T* xk = xp + offsets[static_cast<size_t>(k)];
+            run_loop_nest<1>(nest,
+                             [&](const std::array<int64_t, 1>& o, int64_t n,
+                                 const std::array<int64_t, 1>&) { add_run(xk + o[0], n, lanes); });
+            yp[j0 + k] = static_cast<T>(lanes_total(lanes));
+          }
+          return;
         }
         run_loop_nest<1>(
             nest, [&](const std::array<int64_t, 1>& o, int64_t n, const std::array<int64_t, 1>& s) {
