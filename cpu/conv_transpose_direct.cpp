@@ -392,32 +392,37 @@ void x_channels_last(const Plan& pl, const T* x, int64_t n, int64_t g, int64_t c
                 std::min(kBlock<T>, pl.cig - c0), pl.in_hw, out);
 }
 
+// out[i * channels + c] = src[c * ld + i] for i < count and c < channels: a run of `count`
+// elements of each of `channels` rows of src, channels-last.
+template <class T>
+void run_channels_last(const T* src, int64_t ld, int64_t channels, int64_t count, T* out) {
+  constexpr int L = gemm::kLanes<T>;
+  int64_t c0 = 0;
+  for (; c0 + L <= channels; c0 += L) {
+    int64_t i = 0;
+    for (; i + L <= count; i += L)
+      gemm::transpose_tile(src + c0 * ld + i, ld, L, out + i * channels + c0, channels, L);
+    for (; i < count; ++i)
+      for (int l = 0; l < L; ++l)
+        out[i * channels + c0 + l] = src[(c0 + l) * ld + i];
+  }
+  for (; c0 < channels; ++c0)
+    for (int64_t i = 0; i < count; ++i)
+      out[i * channels + c0] = src[c0 * ld + i];
+}
+
 // dy of item n, group g as [row][column][co] over the padded extent: element (r, c, co) is
 // dy[co, r - ph, c - pw], 0 outside dy.
 template <class T>
 void dy_channels_last(const Plan& pl, const Padded& pd, const T* dy, int64_t n, int64_t g, T* out) {
-  constexpr int L = gemm::kLanes<T>;
   std::fill_n(out, pd.plane() * pl.cog, T(0));
   const T* src = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
   // Rows and columns of dy past the padded extent (an output padding) are read by no tap.
   const int64_t oh_end = std::min(pl.out_h, pd.h - pl.pad_h);
   const int64_t ow_end = std::min(pl.out_w, pd.w - pl.pad_w);
   for (int64_t oh = 0; oh < oh_end; ++oh) {
-    T* row = out + (oh + pl.pad_h) * pd.w * pl.cog + pl.pad_w * pl.cog;  // column ow = 0
-    const T* s_row = src + oh * pl.out_w;
-    int64_t co0 = 0;
-    for (; co0 + L <= pl.cog; co0 += L) {
-      int64_t ow = 0;
-      for (; ow + L <= ow_end; ow += L)
-        gemm::transpose_tile(s_row + co0 * pl.out_hw + ow, pl.out_hw, L, row + ow * pl.cog + co0,
-                             pl.cog, L);
-      for (; ow < ow_end; ++ow)
-        for (int l = 0; l < L; ++l)
-          row[ow * pl.cog + co0 + l] = s_row[(co0 + l) * pl.out_hw + ow];
-    }
-    for (; co0 < pl.cog; ++co0)
-      for (int64_t ow = 0; ow < ow_end; ++ow)
-        row[ow * pl.cog + co0] = s_row[co0 * pl.out_hw + ow];
+    run_channels_last(src + oh * pl.out_w, pl.out_hw, pl.cog, ow_end,
+                      out + (oh + pl.pad_h) * pd.w * pl.cog + pl.pad_w * pl.cog);
   }
 }
 
@@ -468,10 +473,41 @@ void wgrad_tile_of(int channels, const T* x, const T* d, const Sweep& sw, bool f
   (std::make_integer_sequence<int, kTileChannels>{});
 }
 
+// dw from the tiles' sums of `slices` slices (each [g, channel block][co block, tap][tile],
+// added in slice order): dw[g*cig + c0 + v*L + lane, co0 + j, tap] = tile (co block, tap)'s
+// sums[v][j][lane], written in dw's order (a channel's (co, tap) run is contiguous): written tap
+// by tap, every store of a large dw would fall in a cache line of its own.
+template <class T>
+void store_tile_sums(const Plan& pl, const T* sums, int64_t slices, T* dw, int threads) {
+  constexpr int64_t B = kBlock<T>;
+  constexpr int L = gemm::kLanes<T>;
+  const int64_t blocks = ceil_div(pl.cig, B);
+  const int64_t co_blocks = ceil_div(pl.cog, int64_t{kTileChannels});
+  const int64_t tiles = co_blocks * pl.taps;
+  const int64_t tile_elems = B * kTileChannels;
+  const int64_t part_elems = pl.groups * blocks * tiles * tile_elems;
+  const Workspace<T> total(slices > 1 ? part_elems : 0);
+  if (slices > 1) sum_parts_in_order(sums, slices, part_elems, total.data(), threads);
+  const T* final_sums = slices > 1 ? total.data() : sums;
+  parallel_for(threads, pl.groups * blocks * co_blocks, [&](int64_t t) {
+    const int64_t gb = t / co_blocks, g = gb / blocks, c0 = gb % blocks * B;
+    const int64_t cob = t % co_blocks, co0 = cob * kTileChannels;
+    const int64_t channels = std::min(B, pl.cig - c0);
+    const int64_t j_count = std::min<int64_t>(kTileChannels, pl.cog - co0);
+    const T* cob_sums = final_sums + (gb * tiles + cob * pl.taps) * tile_elems;
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* lane_sums = cob_sums + (c / L * j_count) * L + c % L;
+      T* dst = dw + ((g * pl.cig + c0 + c) * pl.cog + co0) * pl.taps;
+      for (int64_t j = 0; j < j_count; ++j)
+        for (int64_t tap = 0; tap < pl.taps; ++tap)
+          dst[j * pl.taps + tap] = lane_sums[tap * tile_elems + j * L];
+    }
+  });
+}
+
 template <class T>
 void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   constexpr int64_t B = kBlock<T>;
-  constexpr int L = gemm::kLanes<T>;
   const Padded pd = padded_of(pl);
   const int64_t blocks = ceil_div(pl.cig, B);
   const int64_t co_blocks = ceil_div(pl.cog, int64_t{kTileChannels});
@@ -591,26 +627,86 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
       s0 = s1;
     }
   }
-  // dw[g*cig + c0 + v*L + lane, co0 + j, tap] = tile (co block, tap)'s sums[v][j][lane], written
-  // in dw's order (a channel's (co, tap) run is contiguous): written tap by tap, every store of
-  // a large dw would fall in a cache line of its own.
-  const Workspace<T> total(slices > 1 ? part_elems : 0);
-  if (slices > 1) sum_parts_in_order(sums.data(), slices, part_elems, total.data(), threads);
-  const T* final_sums = slices > 1 ? total.data() : sums.data();
-  parallel_for(threads, pl.groups * blocks * co_blocks, [&](int64_t t) {
-    const int64_t gb = t / co_blocks, g = gb / blocks, c0 = gb % blocks * B;
-    const int64_t cob = t % co_blocks, co0 = cob * kTileChannels;
-    const int64_t channels = std::min(B, pl.cig - c0);
-    const int64_t j_count = std::min<int64_t>(kTileChannels, pl.cog - co0);
-    const T* cob_sums = final_sums + (gb * tiles + cob * pl.taps) * tile_elems;
-    for (int64_t c = 0; c < channels; ++c) {
-      const T* lane_sums = cob_sums + (c / L * j_count) * L + c % L;
-      T* dst = dw + ((g * pl.cig + c0 + c) * pl.cog + co0) * pl.taps;
-      for (int64_t j = 0; j < j_count; ++j)
-        for (int64_t tap = 0; tap < pl.taps; ++tap)
-          dst[j * pl.taps + tap] = lane_sums[tap * tile_elems + j * L];
-    }
-  });
+  store_tile_sums(pl, sums.data(), slices, dw, threads);
+}
+
+// wgrad of 1-D calls. The 2-D kernel above makes channels-last copies of a round of items once,
+// shared by every task; on a 1-D call of one or a few long sequences its tasks then read a copy
+// another core had just written (HiFi-GAN V3's x4 upsampler: 0.63x the GEMM path at 2 threads).
+// Here the positions, (item, position) in order, are cut into slices by the shape; a task (slice,
+// group and channel block, run of tiles) walks its slice in segments of at most kChunkPositions
+// positions of one item, copies its channel block of x and the window of dy the segment's taps
+// read into buffers of its own, and runs its tiles over the segment. Every tile of a slice is
+// one chain over its positions in order; the slices' sums are added in slice order.
+constexpr int64_t kSlicePositions1d = 1024;
+constexpr int64_t kMaxSlices1d = 64;
+
+template <class T>
+void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
+  constexpr int64_t B = kBlock<T>;
+  const int64_t blocks = ceil_div(pl.cig, B);
+  const int64_t co_blocks = ceil_div(pl.cog, int64_t{kTileChannels});
+  const int64_t tiles = co_blocks * pl.taps;
+  const int64_t tile_elems = B * kTileChannels;
+  const int64_t part_elems = pl.groups * blocks * tiles * tile_elems;
+  const int64_t positions = pl.batch * pl.in_w;
+  const int64_t slices = std::clamp<int64_t>(
+      positions / kSlicePositions1d, 1,
+      std::min<int64_t>(kMaxSlices1d, kMaxSliceBytes / (part_elems * int64_t{sizeof(T)})));
+  // Runs of tiles, for about twice the threads' tasks: a tile's sums never span two tasks, so
+  // the cut cannot change a bit.
+  const int64_t owners = slices * pl.groups * blocks;
+  const int64_t parts = std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, owners), 1, tiles);
+  const int64_t halo = (pl.kernel_w - 1) * pl.dil_w;  // a segment's window: len * sw + halo
+  const int64_t window_elems = ((kChunkPositions - 1) * pl.stride_w + halo + 1) * pl.cog;
+  Workspace<T> sums(slices * part_elems);
+  parallel_for(
+      threads, owners * parts, [&] { return Workspace<T>(kChunkPositions * B + window_elems); },
+      [&](Workspace<T>& ws, int64_t t) {
+        const int64_t slice = t / (pl.groups * blocks * parts);
+        const int64_t gb = t / parts % (pl.groups * blocks), part = t % parts;
+        const int64_t g = gb / blocks, c0 = gb % blocks * B;
+        const int64_t k0 = tiles * part / parts, k1 = tiles * (part + 1) / parts;
+        if (k0 == k1) return;
+        // The output channels the run's tiles read (tiles are co block-major): only those of dy
+        // are copied.
+        const int64_t co_lo = k0 / pl.taps * kTileChannels;
+        const int64_t co_hi = std::min(pl.cog, ((k1 - 1) / pl.taps + 1) * kTileChannels);
+        const int64_t width = co_hi - co_lo;
+        T* xs = ws.data();
+        T* ds = ws.data() + kChunkPositions * B;
+        T* tile_sums = sums.data() + slice * part_elems + gb * tiles * tile_elems;
+        Sweep sw{};
+        sw.items = 1;
+        sw.rows = 1;
+        sw.d_pos = pl.stride_w * width;
+        bool first = true;
+        for (int64_t q = positions * slice / slices, q1 = positions * (slice + 1) / slices;
+             q < q1;) {
+          const int64_t n = q / pl.in_w, p0 = q % pl.in_w;
+          sw.len = std::min({kChunkPositions, pl.in_w - p0, q1 - q});
+          rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_w + p0, pl.in_w,
+                        std::min(B, pl.cig - c0), sw.len, xs);
+          // dy's window [o0, o0 + count), zero outside dy.
+          const int64_t o0 = p0 * pl.stride_w - pl.pad_w;
+          const int64_t count = (sw.len - 1) * pl.stride_w + halo + 1;
+          const int64_t v0 = std::clamp<int64_t>(-o0, 0, count);
+          const int64_t v1 = std::clamp<int64_t>(pl.out_w - o0, v0, count);
+          std::fill_n(ds, v0 * width, T(0));
+          run_channels_last(dy + (n * pl.out_channels + g * pl.cog + co_lo) * pl.out_w + o0 + v0,
+                            pl.out_w, width, v1 - v0, ds + v0 * width);
+          std::fill(ds + v1 * width, ds + count * width, T(0));
+          for (int64_t k = k0; k < k1; ++k) {
+            const int64_t tap = k % pl.taps, co0 = k / pl.taps * kTileChannels;
+            const int channels = static_cast<int>(std::min<int64_t>(kTileChannels, pl.cog - co0));
+            wgrad_tile_of(channels, xs, ds + tap * pl.dil_w * width + (co0 - co_lo), sw, first,
+                          tile_sums + k * tile_elems);
+          }
+          first = false;
+          q += sw.len;
+        }
+      });
+  store_tile_sums(pl, sums.data(), slices, dw, threads);
 }
 
 // Whether the input channels fill the tile's lanes: lanes past cig compute zeros, and at most a
@@ -664,14 +760,19 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // Every element of dw goes through memory a few times (its tile's sums between sweeps, the
   // final store): it needs enough positions to amortize that.
   const bool reuse = int128{pl.batch} * pl.in_hw >= kWgradMinPositions;
-  // On 1-D calls it measured slower at 2 threads than the GEMM path (S4, HiFi-GAN V3 up3,
-  // EnCodec x4), though faster at 1: it takes 2-D calls only.
-  const bool two_d = pl.in_h > 1;
   // With fewer taps per stride phase the column buffer is a copy or two of dy, cheap, and
   // im2col has loops of its own for W strides 1 and 2: the kernel measured faster with 4 or
   // more taps per phase, or a W stride above 2.
   const bool gain = pl.taps >= int128{4} * pl.stride_h * pl.stride_w || pl.stride_w > 2;
-  if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse && two_d)) return false;
+  if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse)) return false;
+  if (pl.in_h == 1) {
+    // The 1-D kernel's buffer of dy: the window a segment's taps read (in 128 bits: the geometry
+    // accepts strides and dilations whose window would overflow).
+    const int128 window =
+        (int128{kChunkPositions - 1} * pl.stride_w + int128{pl.kernel_w - 1} * pl.dil_w + 1) *
+        pl.cog;
+    return window * elem_bytes <= kMaxPaddedBytes;
+  }
   // One item's channels-last x and dy within bounds.
   const int128 item =
       int128{pl.groups} *
@@ -680,9 +781,11 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
 }
 
 void direct_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads) {
+  if (pl.in_h == 1) return direct_wgrad_1d_typed(pl, x, dy, dw, threads);
   direct_wgrad_typed(pl, x, dy, dw, threads);
 }
 void direct_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads) {
+  if (pl.in_h == 1) return direct_wgrad_1d_typed(pl, x, dy, dw, threads);
   direct_wgrad_typed(pl, x, dy, dw, threads);
 }
 

@@ -483,5 +483,34 @@ TEST(BadInput, FuzzConvDirectRulesHugeStrideProduct) {
   }
 }
 
+// The direct 1-D wgrad's buffer holds the window of dy a segment of positions reads, about
+// segment x stride elements per channel: a huge W stride on one-position inputs is a valid
+// geometry (the stride never moves an output) whose window would overflow. Its rule bounds the
+// window in 128 bits; every pass must equal the same call with stride 1.
+TEST(BadInput, FuzzConvDirect1dHugeStrideWindow) {
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 3;
+  Generator gen(12);
+  const Tensor x0 = randn({512, 32, 1}, gen).to(kFloat64);
+  const Tensor w0 = randn({32, 8, 4}, gen).to(kFloat64);
+  std::vector<std::vector<double>> results[2];
+  for (int k = 0; k < 2; ++k) {
+    const Tensor x = x0.detach().requires_grad_(true);
+    const Tensor w = w0.detach().requires_grad_(true);
+    const Tensor y =
+        conv_transpose1d(x, w, Tensor(), ConvTranspose1dFuncOptions().stride(k == 0 ? huge : 1));
+    sum(y * y).backward();
+    results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
+                  w.grad().to_vector<double>()};
+  }
+  for (size_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(results[0][r].size(), results[1][r].size());
+    for (size_t i = 0; i < results[0][r].size(); ++i) {
+      // Sums of at most 512 x 32 products of O(1) values, in float64.
+      EXPECT_NEAR(results[0][r][i], results[1][r][i], 1e-9 * (1.0 + std::abs(results[1][r][i])))
+          << "result " << r << ", element " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tgrad

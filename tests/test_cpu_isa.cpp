@@ -67,6 +67,10 @@ std::vector<Tensor> level_results() {
   const Tensor x4 = randn({2, 20, 300}, gen).requires_grad_(true);
   const Tensor w4 = randn({20, 1, 16}, gen).requires_grad_(true);
   const Tensor y4 = conv_transpose1d(x4, w4, Tensor(), ConvTranspose1dFuncOptions().stride(8));
+  // 1-D, 32 input channels, stride 4, 1200 positions: wgrad takes the direct 1-D kernel.
+  const Tensor x5 = randn({2, 32, 600}, gen).requires_grad_(true);
+  const Tensor w5 = randn({32, 8, 8}, gen).requires_grad_(true);
+  const Tensor y5 = conv_transpose1d(x5, w5, Tensor(), ConvTranspose1dFuncOptions().stride(4));
   const Tensor xd = randn({2, 8, 30, 30}, gen).to(DType::float64).requires_grad_(true);
   const Tensor wd = randn({8, 4, 3, 3}, gen).to(DType::float64).requires_grad_(true);
   const Tensor yd = conv_transpose2d(xd, wd);
@@ -75,7 +79,7 @@ std::vector<Tensor> level_results() {
   const Tensor e =
       sigmoid(randn({200, 300}, gen)) * randn({1, 300}, gen) + exp(randn({200, 1}, gen));
   const Tensor loss = sum(y * y) + sum(tanh(y1)) + sum(y2 * y2) + sum(y3 * y3) + sum(y4 * y4) +
-                      sum(m * m) + sum(e) + sum(yd * yd).to(DType::float32);
+                      sum(y5 * y5) + sum(m * m) + sum(e) + sum(yd * yd).to(DType::float32);
   loss.backward();
   return {y.detach(), y1.detach(), y2.detach(), yd.detach(), m.detach(), e.detach(), loss.detach(),
           x.grad(),   w.grad(),    b.grad(),    x1.grad(),   w1.grad(),  x2.grad(),  w2.grad(),
