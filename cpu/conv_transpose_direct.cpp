@@ -306,19 +306,27 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
         // of the source, zero-padded, and its weight stay in cache while the tiles read them.
         // The tiles' sums wait in `accs` between blocks, so that each element is still one
         // chain over (r, a, b) in order.
+        // A window that lies inside the source needs no padding: the tiles then read the source
+        // in place, with no copy.
+        const bool inside = win.y0 >= q.ph && win.y0 + win.h <= q.ph + q.src_h && win.x0 >= q.pw &&
+                            win.x0 + win.w <= q.pw + q.src_w;
+        const int64_t plane = inside ? q.src_h * q.src_w : win.h * win.w;
+        const int64_t row = inside ? q.src_w : win.w;
         for (int64_t r0 = 0; r0 < q.reduce; r0 += sweep) {
           const int64_t r1 = std::min(q.reduce, r0 + sweep);
-          pad_window(q, src_ng, r0, r1, win.y0, win.h, win.x0, win.w, window);
+          // Element (y, x) of the window, padded coordinates, for channel r0.
+          const T* base =
+              inside ? src_ng + r0 * plane + (win.y0 - q.ph) * row + (win.x0 - q.pw) : window;
+          if (!inside) pad_window(q, src_ng, r0, r1, win.y0, win.h, win.x0, win.w, window);
           for (int64_t cb = b0; cb < b1; ++cb) {
             const T* wp = packed + (g * blocks + cb) * packed_stride + r0 * q.taps() * B;
             for (int64_t k = k0; k < k1; ++k) {
               int64_t i, p0, p1;
               tile_span(k, i, p0, p1);
-              const T* d = window + (i * q.sh - win.y0) * win.w + p0 * q.sw - win.x0;
+              const T* d = base + (i * q.sh - win.y0) * row + p0 * q.sw - win.x0;
               with_tile_stride(q.sw, [&]<int64_t S>() {
                 gather_tile_of<T, static_cast<int>(S)>(static_cast<int>(p1 - p0), wp, d, q, r1 - r0,
-                                                       win.h * win.w, q.dh * win.w, r0 == 0,
-                                                       acc_of(cb, k));
+                                                       plane, q.dh * row, r0 == 0, acc_of(cb, k));
               });
             }
           }
