@@ -441,9 +441,11 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
                                      parts_by_size, parts_by_memory}));
   const int64_t co_per = ceil_div(pl.cog, parts);
   const Workspace<T> partial(parts > 1 ? parts * x_numel : 0);
+  const int64_t col_elems = co_per * pl.taps * cb.max_cols();
+  const int64_t tmp_elems = pl.cig * cb.max_cols();
+  const int64_t gemm_elems = gemm::scratch_elems<T>(pl.cig, cb.max_cols(), co_per * pl.taps);
   parallel_for(
-      threads, blocks * parts,
-      [&] { return Workspace<T>((co_per * pl.taps + pl.cig) * cb.max_cols()); },
+      threads, blocks * parts, [&] { return Workspace<T>(col_elems + tmp_elems + gemm_elems); },
       [&](Workspace<T>& ws, int64_t t) {
         const int64_t k = t / blocks, i = t % blocks;
         const int64_t ib = i / (pl.groups * cb.chunks_per_item);
@@ -451,12 +453,33 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
         const ColBlock blk = cb.block(pl, ib, i % cb.chunks_per_item);
         const int64_t co0 = std::min(pl.cog, k * co_per), co1 = std::min(pl.cog, co0 + co_per);
         const int64_t rows = (co1 - co0) * pl.taps;
-        im2col_block(pl, dy, g, blk, co0, co1, ws.data(), blk.cols());
-        const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-        const ConstMap<T> c(ws.data(), rows, blk.cols());
+        T* cols = ws.data();
+        T* tmp = ws.data() + col_elems;
+        im2col_block(pl, dy, g, blk, co0, co1, cols, blk.cols());
         T* out = parts > 1 ? partial.data() + k * x_numel : dx;
-        store_dx(pl, g, blk, 0, pl.cig, w_g.middleCols(co0 * pl.taps, rows) * c,
-                 ws.data() + co_per * pl.taps * cb.max_cols(), out);
+        // dx_g block (cig x columns) = W_g's rows of channels [co0, co1) times cols. On few
+        // columns, or a count that leaves the backend GEMM's last register tile mostly empty
+        // (37 columns: 2 tiles of 32), Eigen's GEMM, 4 columns wide, wastes less.
+        const int64_t n = blk.cols();
+        if (n < 2 * gemm::kCols<T> || 4 * gemm::round_up(n, gemm::kCols<T>) > 5 * n) {
+          const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
+          store_dx(pl, g, blk, 0, pl.cig,
+                   w_g.middleCols(co0 * pl.taps, rows) * ConstMap<T>(cols, rows, n), tmp, out);
+          return;
+        }
+        // Otherwise the backend's GEMM: in place for a block of one item, else through tmp,
+        // item by item.
+        T* dx_first = out + (blk.n0 * pl.in_channels + g * pl.cig) * pl.in_hw + blk.p0;
+        const bool in_place = blk.items == 1;
+        gemm::gemm<T>(pl.cig, blk.cols(), rows,
+                      {w + g * pl.cig * pl.rows + co0 * pl.taps, pl.rows, 1}, {cols, blk.cols(), 1},
+                      in_place ? dx_first : tmp, in_place ? pl.in_hw : blk.cols(), false,
+                      tmp + tmp_elems);
+        if (in_place) return;
+        for (int64_t ci = 0; ci < pl.cig; ++ci)
+          for (int64_t j = 0; j < blk.items; ++j)
+            std::copy_n(tmp + ci * blk.cols() + j * blk.len, blk.len,
+                        dx_first + (j * pl.in_channels + ci) * pl.in_hw);
       });
   if (parts > 1) sum_parts_in_order(partial.data(), parts, x_numel, dx, threads);
 }
