@@ -259,30 +259,6 @@ void store_dx(const Plan& pl, int64_t g, const ColBlock& b, int64_t ci0, int64_t
 // chain over the rows of cols in order, whatever the task.
 constexpr int kFewRows = gemm::kRows;
 
-template <class T, int R, int V>
-void few_columns_tile(const T* const* w_rows, const T* cols, int64_t ld, int64_t k_count, T* out,
-                      int64_t out_ld) {
-  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
-  constexpr int L = gemm::kLanes<T>;
-  Vec acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v)
-      acc[r][v] = Vec{};
-  for (int64_t k = 0; k < k_count; ++k) {
-    Vec bv[V];
-    for (int v = 0; v < V; ++v)
-      std::memcpy(&bv[v], cols + k * ld + v * L, sizeof(Vec));
-    for (int r = 0; r < R; ++r) {
-      const T a = w_rows[r][k];
-      for (int v = 0; v < V; ++v)
-        acc[r][v] += a * bv[v];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v)
-      std::memcpy(out + r * out_ld + v * L, &acc[r][v], sizeof(Vec));
-}
-
 // Few columns, and row blocks enough for kMinTasks tasks: the cut does not split the reduction,
 // so a weight of fewer rows (DCGAN's 100-channel latent: 9 blocks) would leave threads idle
 // while each task streams its rows (0.69x the GEMM path at 16 threads).
@@ -311,10 +287,10 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
         for (int64_t v0 = 0; v0 < vecs; v0 += 2) {
           if (vecs - v0 >= 2) {
             few_columns_tile<T, kFewRows, 2>(w_rows, c + v0 * L, ld, pl.rows, out.data() + v0 * L,
-                                             ld);
+                                             ld, kFewRows, false);
           } else {
             few_columns_tile<T, kFewRows, 1>(w_rows, c + v0 * L, ld, pl.rows, out.data() + v0 * L,
-                                             ld);
+                                             ld, kFewRows, false);
           }
         }
         for (int r = 0; r < rows; ++r) {

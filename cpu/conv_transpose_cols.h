@@ -13,6 +13,9 @@
 #pragma once
 
 #include <Eigen/Core>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -265,12 +268,14 @@ int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end) {
   return i;
 }
 
-// col2im_add (below) for W stride 2 on long rows: the same adds in the same order, each row
-// segment a vector of taps at a time (add_stride2). Kept apart from col2im_add's loops, which
-// short rows (2-D decoders' 8 x 8 images) run faster without the extra branch.
-template <class T>
-void col2im_add_stride2(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1,
-                        int64_t p0, int64_t len, T* y_ng) {
+// col2im_add's loops, for the W stride S (0: read at run time). With kStride2Vectors (S = 2, rows
+// longer than two vectors), each row segment's adds go a vector of taps at a time (add_stride2):
+// the same adds in the same order. An instance of its own, since a branch between the two inner
+// loops slowed short rows (2-D decoders' 8 x 8 images) by about 5%.
+template <class T, int64_t S, bool kStride2Vectors>
+void col2im_loops(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1, int64_t p0,
+                  int64_t len, T* y_ng) {
+  const int64_t sw = S != 0 ? S : pl.stride_w;
   const int64_t p1 = p0 + len;
   const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
   for (int64_t co = co0; co < co1; ++co) {
@@ -281,14 +286,19 @@ void col2im_add_stride2(const Plan& pl, const T* cols, int64_t ld, int64_t co0, 
       for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
         const T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
         for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
-          const int64_t row_p = ih * pl.in_w;
+          const int64_t row_p = ih * pl.in_w;  // position of (ih, 0)
           const int64_t iw_begin = std::max(pl.w.lo[kw], p0 - row_p);
           const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
           const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-          const int64_t y_row = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*2
+          const int64_t y_row = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw, as above
           const T* c = c_row + row_p - p0;                                 // + iw
-          for (int64_t iw = add_stride2(y_c + y_row, c, iw_begin, iw_end); iw < iw_end; ++iw)
-            y_c[y_row + iw * 2] += c[iw];
+          if constexpr (kStride2Vectors) {
+            for (int64_t iw = add_stride2(y_c + y_row, c, iw_begin, iw_end); iw < iw_end; ++iw)
+              y_c[y_row + iw * 2] += c[iw];
+          } else {
+            for (int64_t iw = iw_begin; iw < iw_end; ++iw)
+              y_c[y_row + iw * sw] += c[iw];
+          }
         }
       }
     }
@@ -301,33 +311,11 @@ template <class T>
 void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1, int64_t p0,
                 int64_t len, T* y_ng) {
   if (pl.stride_w == 2 && pl.in_w > 2 * gemm::kLanes<T>) {
-    col2im_add_stride2(pl, cols, ld, co0, co1, p0, len, y_ng);
+    col2im_loops<T, 2, true>(pl, cols, ld, co0, co1, p0, len, y_ng);
     return;
   }
-  const int64_t p1 = p0 + len;
-  const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
   with_stride(pl.stride_w, [&]<int64_t S>() {
-    const int64_t sw = S != 0 ? S : pl.stride_w;
-    for (int64_t co = co0; co < co1; ++co) {
-      T* y_c = y_ng + co * pl.out_hw;
-      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
-        const int64_t ih_begin = std::max(pl.h.lo[kh], ih_first);
-        const int64_t ih_end = std::min(pl.h.hi[kh], ih_last + 1);
-        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
-          const T* c_row = cols + ((co - co0) * pl.taps + kh * pl.kernel_w + kw) * ld;
-          for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
-            const int64_t row_p = ih * pl.in_w;  // position of (ih, 0)
-            const int64_t iw_begin = std::max(pl.w.lo[kw], p0 - row_p);
-            const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
-            const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-            const int64_t y_row = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw, as above
-            const T* c = c_row + row_p - p0;                                 // + iw
-            for (int64_t iw = iw_begin; iw < iw_end; ++iw)
-              y_c[y_row + iw * sw] += c[iw];
-          }
-        }
-      }
-    }
+    col2im_loops<T, S, false>(pl, cols, ld, co0, co1, p0, len, y_ng);
   });
 }
 
@@ -452,6 +440,72 @@ class PackedWeights {
   int64_t stride_;
   Workspace<T> packed_;
 };
+
+// Streaming stores (x86-64 only here): *p = v with no read of the line first; p aligned to the
+// vector. fence_streams() orders them before the stores that follow (the end of a task).
+#if defined(__SSE2__)
+inline constexpr bool kStreamingStores = true;
+
+template <class Vec>
+inline void stream_store(void* p, Vec v) {
+  if constexpr (sizeof(Vec) == 64) {
+#if defined(__AVX512F__)
+    _mm512_stream_si512(static_cast<__m512i*>(p), reinterpret_cast<__m512i>(v));
+#endif
+  } else if constexpr (sizeof(Vec) == 32) {
+#if defined(__AVX__)
+    _mm256_stream_si256(static_cast<__m256i*>(p), reinterpret_cast<__m256i>(v));
+#endif
+  } else {
+    _mm_stream_si128(static_cast<__m128i*>(p), reinterpret_cast<__m128i>(v));
+  }
+}
+inline void fence_streams() {
+  _mm_sfence();
+}
+#else
+inline constexpr bool kStreamingStores = false;
+
+template <class Vec>
+inline void stream_store(void* p, Vec v) {
+  std::memcpy(p, &v, sizeof(Vec));
+}
+inline void fence_streams() {}
+#endif
+
+// The few-columns register tile: out[r * out_ld + v * L + lane] = sum over k < k_count, in order,
+// of a_rows[r][k] b[k * b_ld + v * L + lane], for R rows of A read in place (a row pointer each)
+// by V vectors of B. The first `stored_rows` rows are stored, by streaming stores when `stream`
+// (out and out_ld aligned to the vector).
+template <class T, int R, int V>
+void few_columns_tile(const T* const* a_rows, const T* b, int64_t b_ld, int64_t k_count, T* out,
+                      int64_t out_ld, int stored_rows, bool stream) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  Vec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v)
+      acc[r][v] = Vec{};
+  for (int64_t k = 0; k < k_count; ++k) {
+    Vec bv[V];
+    for (int v = 0; v < V; ++v)
+      std::memcpy(&bv[v], b + k * b_ld + v * L, sizeof(Vec));
+    for (int r = 0; r < R; ++r) {
+      const T a = a_rows[r][k];
+      for (int v = 0; v < V; ++v)
+        acc[r][v] += a * bv[v];
+    }
+  }
+  for (int r = 0; r < stored_rows; ++r) {
+    for (int v = 0; v < V; ++v) {
+      if (stream) {
+        stream_store(out + r * out_ld + v * L, acc[r][v]);
+      } else {
+        std::memcpy(out + r * out_ld + v * L, &acc[r][v], sizeof(Vec));
+      }
+    }
+  }
+}
 
 // The few-columns products (dgrad's in conv_transpose.cpp, wgrad's in conv_transpose_wgrad.cpp)
 // take at most this many columns (batch x input positions): their column buffer, every row of a

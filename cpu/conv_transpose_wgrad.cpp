@@ -36,67 +36,6 @@ constexpr int64_t kMaxWgradPartialBytes = int64_t{64} << 20;
 // whole vectors (no read of the line first; dw is far larger than the caches). Register tile:
 // kRows input channels by two vectors of a panel of cols^T, over the C columns in order: each
 // element of dw is one chain, whatever the task.
-// Streaming stores (x86-64 only here): *p = v with no read of the line first; p aligned to the
-// vector. fence_streams() orders them before the stores that follow, the end of a task.
-#if defined(__SSE2__)
-constexpr bool kStreamingStores = true;
-
-template <class Vec>
-inline void stream_store(void* p, Vec v) {
-  if constexpr (sizeof(Vec) == 64) {
-#if defined(__AVX512F__)
-    _mm512_stream_si512(static_cast<__m512i*>(p), reinterpret_cast<__m512i>(v));
-#endif
-  } else if constexpr (sizeof(Vec) == 32) {
-#if defined(__AVX__)
-    _mm256_stream_si256(static_cast<__m256i*>(p), reinterpret_cast<__m256i>(v));
-#endif
-  } else {
-    _mm_stream_si128(static_cast<__m128i*>(p), reinterpret_cast<__m128i>(v));
-  }
-}
-inline void fence_streams() {
-  _mm_sfence();
-}
-#else
-constexpr bool kStreamingStores = false;
-
-template <class Vec>
-inline void stream_store(void* p, Vec v) {
-  std::memcpy(p, &v, sizeof(Vec));
-}
-inline void fence_streams() {}
-#endif
-
-template <class T>
-void few_columns_wgrad_tile(const T* const* x_rows, const T* panel, int64_t k_count, T* out,
-                            int64_t ld, int stored_rows, bool stream) {
-  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
-  constexpr int L = gemm::kLanes<T>, R = gemm::kRows, V = gemm::kVecsPerRow, NR = gemm::kCols<T>;
-  Vec acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v)
-      acc[r][v] = Vec{};
-  for (int64_t k = 0; k < k_count; ++k) {
-    Vec bv[V];
-    for (int v = 0; v < V; ++v)
-      std::memcpy(&bv[v], panel + k * NR + v * L, sizeof(Vec));
-    for (int r = 0; r < R; ++r) {
-      const T a = x_rows[r][k];
-      for (int v = 0; v < V; ++v)
-        acc[r][v] += a * bv[v];
-    }
-  }
-  for (int r = 0; r < stored_rows; ++r) {
-    for (int v = 0; v < V; ++v) {
-      if (stream) {
-        stream_store(out + r * ld + v * L, acc[r][v]);
-      } else {
-        std::memcpy(out + r * ld + v * L, &acc[r][v], sizeof(Vec));
-      }
-    }
-  }
-}
 
 template <class T>
 void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
@@ -142,10 +81,10 @@ void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threa
           x_rows[r] = xs.data() + (g * pl.cig + c0 + std::min(r, rows - 1)) * columns;
         T* out = dw + (g * pl.cig + c0) * pl.rows + r0;
         if (width == NR) {
-          few_columns_wgrad_tile<T>(x_rows, panel, columns, out, pl.rows, rows, stream);
+          few_columns_tile<T, R, 2>(x_rows, panel, NR, columns, out, pl.rows, rows, stream);
           continue;
         }
-        few_columns_wgrad_tile<T>(x_rows, panel, columns, edge, NR, rows, false);
+        few_columns_tile<T, R, 2>(x_rows, panel, NR, columns, edge, NR, rows, false);
         for (int r = 0; r < rows; ++r)
           std::copy_n(edge + r * NR, width, out + r * pl.rows);
       }

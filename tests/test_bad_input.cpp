@@ -454,6 +454,20 @@ TEST(BadInput, FuzzConvHugeStrideTapRanges) {
             0);
 }
 
+// y, dx and dw of two calls that must agree: float64 sums of at most ~10^5 O(1) products each
+// (rounding ~1e-13 relative), so 1e-9 leaves a wide margin while a wrong tap is off by O(1).
+void expect_same_passes(const std::vector<std::vector<double>>& got,
+                        const std::vector<std::vector<double>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < got.size(); ++r) {
+    ASSERT_EQ(got[r].size(), want[r].size());
+    for (size_t i = 0; i < got[r].size(); ++i) {
+      EXPECT_NEAR(got[r][i], want[r][i], 1e-9 * (1.0 + std::abs(want[r][i])))
+          << "result " << r << ", element " << i;
+    }
+  }
+}
+
 // fuzz_conv_transpose: the CPU's direct-kernel rules multiplied the strides (taps >= 4 x sh x
 // sw) in 64 bits; a huge H stride on a one-row input is a valid geometry. With one input row
 // the H stride never multiplies anything, so every pass must equal the same call with stride 1
@@ -473,14 +487,8 @@ TEST(BadInput, FuzzConvDirectRulesHugeStrideProduct) {
     results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
                   w.grad().to_vector<double>()};
   }
-  for (size_t r = 0; r < 3; ++r) {
-    ASSERT_EQ(results[0][r].size(), results[1][r].size());
-    for (size_t i = 0; i < results[0][r].size(); ++i) {
-      // Sums of at most 32 x 12 x 32 x 8 products of O(1) values, in float64.
-      EXPECT_NEAR(results[0][r][i], results[1][r][i], 1e-9 * (1.0 + std::abs(results[1][r][i])))
-          << "result " << r << ", element " << i;
-    }
-  }
+  // Sums of at most 32 x 12 x 32 x 8 products of O(1) values, in float64.
+  expect_same_passes(results[0], results[1]);
 }
 
 // The direct 1-D wgrad's buffer holds the window of dy a segment of positions reads, about
@@ -502,14 +510,8 @@ TEST(BadInput, FuzzConvDirect1dHugeStrideWindow) {
     results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
                   w.grad().to_vector<double>()};
   }
-  for (size_t r = 0; r < 3; ++r) {
-    ASSERT_EQ(results[0][r].size(), results[1][r].size());
-    for (size_t i = 0; i < results[0][r].size(); ++i) {
-      // Sums of at most 512 x 32 products of O(1) values, in float64.
-      EXPECT_NEAR(results[0][r][i], results[1][r][i], 1e-9 * (1.0 + std::abs(results[1][r][i])))
-          << "result " << r << ", element " << i;
-    }
-  }
+  // Sums of at most 512 x 32 products of O(1) values, in float64.
+  expect_same_passes(results[0], results[1]);
 }
 
 }  // namespace
