@@ -402,9 +402,7 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
     dgrad_few_columns(pl, dy, w, dx, threads);
     return;
   }
-  // dgrad's tiles are two vectors of one item's positions: on short items (a batch of 1 x 1
-  // latents) most of a tile would be padding, computed and dropped.
-  if (few_rows_fit(pl, sizeof(T)) && 4 * few_rows_item_ld<T>(pl) <= 5 * pl.in_hw) {
+  if (few_rows_fit(pl, sizeof(T))) {
     dgrad_few_rows(pl, dy, w, dx, threads);
     return;
   }

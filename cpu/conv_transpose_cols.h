@@ -551,9 +551,13 @@ int64_t few_rows_item_ld(const Plan& pl) {
   return gemm::round_up(pl.in_hw, gemm::kCols<T>);
 }
 
+// Items must be long: dgrad's tiles are two vectors of one item's positions and wgrad ends each
+// item on a padded vector, so that on short items (a batch of 1 x 1 latents) most of the work
+// would be padding. At most a quarter of an item's tiles may be.
 inline bool few_rows_fit(const Plan& pl, int64_t elem_bytes) {
   const int64_t item_ld = gemm::round_up(pl.in_hw, gemm::kCols<float>);  // the widest
-  return pl.rows <= kFewRowsMax && int128{pl.batch} * pl.in_hw >= kFewRowsMinPositions &&
+  return pl.rows <= kFewRowsMax && 4 * item_ld <= 5 * pl.in_hw &&
+         int128{pl.batch} * pl.in_hw >= kFewRowsMinPositions &&
          fits(pl.groups * pl.rows, pl.batch * item_ld, elem_bytes, kMaxWholeColsBytes);
 }
 
