@@ -2,8 +2,9 @@
 // median of several runs) on the S1-S5 workloads scaled down (1-D lengths / 64, 2-D height and
 // width / 8) and on the decoder-layer suite (bench/decoder_layers.h) scaled down for the CPU.
 // bench/cpu_vs_torch.py runs it with --json and times the same geometries in PyTorch.
-// Usage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] [--runs 5] [--threads N]
-// [--json]
+// Usage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] [--shape SPEC]... [--runs 5]
+// [--threads N] [--json]; --shape (any geometry, unscaled, keys as conv_bench's) replaces the
+// suite.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -109,7 +110,10 @@ int usage(const char* why) {
   std::fprintf(
       stderr,
       "cpu_conv_bench: %s\nusage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] "
-      "[--runs N] [--threads N] [--json]\n  --id: only these workloads (e.g. S5,dcgan_g2)\n",
+      "[--shape SPEC]... [--runs N] [--threads N] [--json]\n"
+      "  --id: only these workloads (e.g. S5,dcgan_g2)\n"
+      "  --shape: any geometry instead of the suite, e.g. \"n=16 ci=512 co=256 l=32 k=16 s=8 "
+      "p=4\"\n",
       why);
   return 2;
 }
@@ -118,7 +122,8 @@ int usage(const char* why) {
 
 int main(int argc, char** argv) {
   std::string suite = "s";
-  std::vector<std::string> ids;  // workload ids to keep; empty keeps all
+  std::vector<std::string> ids;       // workload ids to keep; empty keeps all
+  std::vector<ConvLayerSpec> shapes;  // --shape geometries; when given, they replace the suite
   int runs = 5;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
@@ -134,6 +139,12 @@ int main(int argc, char** argv) {
         const size_t comma = rest.find(',');
         ids.push_back(rest.substr(0, comma));
         rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      }
+    } else if (arg == "--shape" && has_value) {
+      try {
+        shapes.push_back(tgrad::bench::parse_layer_spec(argv[++i]));
+      } catch (const tgrad::Error& e) {
+        return usage(e.what());
       }
     } else if (arg == "--help" || arg == "-h") {
       usage("times the CPU backend's conv-transpose passes");
@@ -159,6 +170,11 @@ int main(int argc, char** argv) {
       workloads.emplace_back("decoders", l);
   }
 
+  if (!shapes.empty()) {
+    workloads.clear();
+    for (const ConvLayerSpec& l : shapes)
+      workloads.emplace_back("shape", l);
+  }
   if (!ids.empty()) {
     std::erase_if(workloads, [&](const auto& w) {
       return std::find(ids.begin(), ids.end(), w.second.id) == ids.end();
