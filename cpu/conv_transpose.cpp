@@ -335,7 +335,7 @@ void dgrad_few_rows(const Plan& pl, const T* dy, const T* w, T* dx, int threads)
   constexpr int NR = gemm::kCols<T>;
   constexpr int64_t kMinRunTiles = 4;  // a task's positions: at least this many tiles
   const int64_t item_ld = few_rows_item_ld<T>(pl);
-  const int64_t ld = pl.batch * item_ld;
+  const int64_t ld = few_rows_ld<T>(pl);
   const Workspace<T> cols(pl.groups * pl.rows * ld);
   few_rows_cols(pl, dy, item_ld, cols.data(), threads);
   // W_g in blocks of kFewRows input channels, each [row][channel], channels past cig zero.
