@@ -112,10 +112,10 @@ std::vector<PathCase> path_cases() {
       {"wgrad few columns, grouped, rows not whole vectors",
        conv_case_from_shapes(2, {3, 60, 2, 5}, {60, 7, 2, 3}, true, {2, 1}, {0, 1}, {1, 0}, {1, 2},
                              3)},
-      // 2 items of 5 x 10 = 100 columns, more than kFewColumns, and a dw of 1 MiB in float32
-      // (2 in float64): wgrad still takes the few-columns product, its dw being past L2.
+      // 2 items of 5 x 10 = 100 columns, more than kFewColumns, and a dw of 2 MiB in float32
+      // (4 in float64): wgrad still takes the few-columns product, its dw being past L2.
       {"wgrad few columns, 100 columns, large weight",
-       conv_case_from_shapes(2, {2, 64, 5, 10}, {64, 256, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
+       conv_case_from_shapes(2, {2, 64, 5, 10}, {64, 512, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
       // dgrad and wgrad on few rows (dgrad_few_rows, wgrad_few_rows) in 2 groups of 3 input
       // channels and 1 output channel (5 rows, partial tiles both ways): 1100 positions, wgrad's
