@@ -1,15 +1,13 @@
 // ConvTranspose weight and bias gradients on the CPU (conv_transpose.cpp has the other passes;
 // conv_transpose_direct.cpp the direct wgrad that the shapes it suits take instead of this;
-// few columns take the product below, wgrad_few_columns):
+// few columns and few rows take the products below, wgrad_few_columns and wgrad_few_rows):
 //   wgrad: dw_g[ci, r] = sum over the (n, p) columns of x_g[ci, (n, p)] cols[r, (n, p)], with
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
 // Tasks own blocks of dw (a group, a block of output channels) and run their reduction in one
 // fixed order; only when that gives too few tasks is the reduction also cut into slices, summed
 // in slice order. Both cuts depend on the shape only, so results are bit-identical for any
 // thread count.
-#include <immintrin.h>
 #include <Eigen/Core>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
