@@ -230,6 +230,17 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
       });
 }
 
+// The items of a block's columns, `channels` rows of tmp (b.cols() apart), copied out to their
+// own planes of dx: item j's row ci to dx_first + (j * in_channels + ci) * in_hw.
+template <class T>
+void copy_out_items(const Plan& pl, const ColBlock& b, int64_t channels, const T* tmp,
+                    T* dx_first) {
+  for (int64_t ci = 0; ci < channels; ++ci)
+    for (int64_t j = 0; j < b.items; ++j)
+      std::copy_n(tmp + ci * b.cols() + j * b.len, b.len,
+                  dx_first + (j * pl.in_channels + ci) * pl.in_hw);
+}
+
 // dx of input channels [ci0, ci1) of group g on a block's columns = `product`, a
 // ((ci1 - ci0) x cols) expression: written in place for a block of one item, else through tmp
 // (that many elements) and copied out item by item.
@@ -241,14 +252,8 @@ void store_dx(const Plan& pl, int64_t g, const ColBlock& b, int64_t ci0, int64_t
     StridedMap<T>(dx_first, ci1 - ci0, b.len, Eigen::OuterStride<>(pl.in_hw)).noalias() = product;
     return;
   }
-  const int64_t ld = b.cols();
-  MutMap<T>(tmp, ci1 - ci0, ld).noalias() = product;
-  for (int64_t ci = 0; ci < ci1 - ci0; ++ci) {
-    for (int64_t j = 0; j < b.items; ++j) {
-      std::copy_n(tmp + ci * ld + j * b.len, b.len,
-                  dx_first + (j * pl.in_channels + ci) * pl.in_hw);
-    }
-  }
+  MutMap<T>(tmp, ci1 - ci0, b.cols()).noalias() = product;
+  copy_out_items(pl, b, ci1 - ci0, tmp, dx_first);
 }
 
 // dgrad for few columns (batch x input positions): dx_g = W_g cols with W_g (cig x rows) read in
@@ -337,7 +342,7 @@ void dgrad_few_rows(const Plan& pl, const T* dy, const T* w, T* dx, int threads)
   const int64_t item_ld = few_rows_item_ld<T>(pl);
   const int64_t ld = few_rows_ld<T>(pl);
   const Workspace<T> cols(pl.groups * pl.rows * ld);
-  few_rows_cols(pl, dy, item_ld, cols.data(), threads);
+  few_rows_cols(pl, dy, cols.data(), threads);
   // W_g in blocks of kFewRows input channels, each [row][channel], channels past cig zero.
   const int64_t blocks = ceil_div(pl.cig, int64_t{kFewRows});
   const Workspace<T> wp(pl.groups * blocks * pl.rows * kFewRows);
@@ -447,15 +452,10 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
         // item by item.
         T* dx_first = out + (blk.n0 * pl.in_channels + g * pl.cig) * pl.in_hw + blk.p0;
         const bool in_place = blk.items == 1;
-        gemm::gemm<T>(pl.cig, blk.cols(), rows,
-                      {w + g * pl.cig * pl.rows + co0 * pl.taps, pl.rows, 1}, {cols, blk.cols(), 1},
-                      in_place ? dx_first : tmp, in_place ? pl.in_hw : blk.cols(), false,
+        gemm::gemm<T>(pl.cig, n, rows, {w + g * pl.cig * pl.rows + co0 * pl.taps, pl.rows, 1},
+                      {cols, n, 1}, in_place ? dx_first : tmp, in_place ? pl.in_hw : n, false,
                       tmp + tmp_elems);
-        if (in_place) return;
-        for (int64_t ci = 0; ci < pl.cig; ++ci)
-          for (int64_t j = 0; j < blk.items; ++j)
-            std::copy_n(tmp + ci * blk.cols() + j * blk.len, blk.len,
-                        dx_first + (j * pl.in_channels + ci) * pl.in_hw);
+        if (!in_place) copy_out_items(pl, blk, pl.cig, tmp, dx_first);
       });
   if (parts > 1) sum_parts_in_order(partial.data(), parts, x_numel, dx, threads);
 }

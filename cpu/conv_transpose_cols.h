@@ -241,6 +241,48 @@ void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
   });
 }
 
+// A register tile's sums: zero (`first`) or from mem, and back to mem; element (m, n) at
+// mem + (m*N + n)*lanes.
+template <class Vec, class T, int M, int N>
+inline void load_sums(Vec (&acc)[M][N], const T* mem, bool first) {
+  constexpr int L = gemm::kLanes<T>;
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      if (first) {
+        acc[m][n] = Vec{};
+      } else {
+        std::memcpy(&acc[m][n], mem + (m * N + n) * L, sizeof(Vec));
+      }
+    }
+  }
+}
+template <class Vec, class T, int M, int N>
+inline void store_sums(const Vec (&acc)[M][N], T* mem) {
+  constexpr int L = gemm::kLanes<T>;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n)
+      std::memcpy(mem + (m * N + n) * L, &acc[m][n], sizeof(Vec));
+}
+
+// The even and odd elements of the 2L elements of (a, b), as e and o; and back. Vec holds L
+// elements.
+template <int L, class Vec>
+inline void deinterleave_vectors(const Vec& a, const Vec& b, Vec& e, Vec& o) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    e = __builtin_shufflevector(a, b, (2 * I)...);
+    o = __builtin_shufflevector(a, b, (2 * I + 1)...);
+  }
+  (std::make_index_sequence<L>{});
+}
+template <int L, class Vec>
+inline void interleave_vectors(const Vec& e, const Vec& o, Vec& a, Vec& b) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    a = __builtin_shufflevector(e, o, (I % 2 == 0 ? I / 2 : L + I / 2)...);
+    b = __builtin_shufflevector(e, o, (I % 2 == 0 ? L / 2 + I / 2 : L + L / 2 + I / 2)...);
+  }
+  (std::make_index_sequence<L>{});
+}
+
 // y[2i] += c[i] for i from `begin`, a vector of i at a time while whole vectors fit before `end`
 // (the odd elements between go through unchanged); returns where it stopped.
 template <class T>
@@ -251,17 +293,13 @@ int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end) {
   // The second vector of y ends at y[2(i + L) - 1]: one past the last element the loop adds to,
   // so the loop stops a step early rather than read past y[2(end - 1)].
   for (; i + L < end; i += L) {
-    Vec a, b, add;
+    Vec a, b, add, even, odd;
     std::memcpy(&a, y + 2 * i, sizeof(Vec));
     std::memcpy(&b, y + 2 * i + L, sizeof(Vec));
     std::memcpy(&add, c + i, sizeof(Vec));
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      const Vec even = __builtin_shufflevector(a, b, (2 * I)...) + add;
-      const Vec odd = __builtin_shufflevector(a, b, (2 * I + 1)...);
-      a = __builtin_shufflevector(even, odd, (I % 2 == 0 ? I / 2 : L + I / 2)...);
-      b = __builtin_shufflevector(even, odd, (I % 2 == 0 ? L / 2 + I / 2 : L + L / 2 + I / 2)...);
-    }
-    (std::make_index_sequence<L>{});
+    deinterleave_vectors<L>(a, b, even, odd);
+    even += add;
+    interleave_vectors<L>(even, odd, a, b);
     std::memcpy(y + 2 * i, &a, sizeof(Vec));
     std::memcpy(y + 2 * i + L, &b, sizeof(Vec));
   }
@@ -575,9 +613,9 @@ int64_t few_rows_ld(const Plan& pl) {
 // cols of every group (rows x few_rows_ld), the items side by side from item_ld apart and zero
 // past in_hw, built in parallel over (group, item, chunk of positions).
 template <class T>
-void few_rows_cols(const Plan& pl, const T* dy, int64_t item_ld, T* cols, int threads) {
+void few_rows_cols(const Plan& pl, const T* dy, T* cols, int threads) {
   constexpr int64_t kChunk = 4096;
-  const int64_t ld = few_rows_ld<T>(pl);
+  const int64_t item_ld = few_rows_item_ld<T>(pl), ld = few_rows_ld<T>(pl);
   const int64_t chunks = ceil_div(pl.in_hw, kChunk);
   parallel_for(threads, pl.groups * pl.batch * chunks, [&](int64_t t) {
     const int64_t g = t / (pl.batch * chunks), n = t / chunks % pl.batch;

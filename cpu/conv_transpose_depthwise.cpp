@@ -43,11 +43,7 @@ void deinterleave2(const T* row, int64_t n, T* even, T* odd) {
     Vec a, b, e, o;
     std::memcpy(&a, row + 2 * j, sizeof(Vec));
     std::memcpy(&b, row + 2 * j + L, sizeof(Vec));
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      e = __builtin_shufflevector(a, b, (2 * I)...);
-      o = __builtin_shufflevector(a, b, (2 * I + 1)...);
-    }
-    (std::make_index_sequence<L>{});
+    deinterleave_vectors<L>(a, b, e, o);
     std::memcpy(even + j, &e, sizeof(Vec));
     std::memcpy(odd + j, &o, sizeof(Vec));
   }
@@ -83,11 +79,7 @@ void interleave2(const T* even, const T* odd, int64_t n, T* row) {
     Vec e, o, a, b;
     std::memcpy(&e, even + j, sizeof(Vec));
     std::memcpy(&o, odd + j, sizeof(Vec));
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      a = __builtin_shufflevector(e, o, (I % 2 == 0 ? I / 2 : L + I / 2)...);
-      b = __builtin_shufflevector(e, o, (I % 2 == 0 ? L / 2 + I / 2 : L + L / 2 + I / 2)...);
-    }
-    (std::make_index_sequence<L>{});
+    interleave_vectors<L>(e, o, a, b);
     std::memcpy(row + 2 * j, &a, sizeof(Vec));
     std::memcpy(row + 2 * j + L, &b, sizeof(Vec));
   }

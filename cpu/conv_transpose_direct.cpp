@@ -145,29 +145,6 @@ void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, T* out) {
                 out);
 }
 
-// A register tile's sums: zero (`first`) or from mem, and back to mem; element (v, n) at
-// mem + (v*N + n)*lanes.
-template <class Vec, class T, int N>
-inline void load_sums(Vec (&acc)[kVecs][N], const T* mem, bool first) {
-  constexpr int L = gemm::kLanes<T>;
-  for (int v = 0; v < kVecs; ++v) {
-    for (int n = 0; n < N; ++n) {
-      if (first) {
-        acc[v][n] = Vec{};
-      } else {
-        std::memcpy(&acc[v][n], mem + (v * N + n) * L, sizeof(Vec));
-      }
-    }
-  }
-}
-template <class Vec, class T, int N>
-inline void store_sums(const Vec (&acc)[kVecs][N], T* mem) {
-  constexpr int L = gemm::kLanes<T>;
-  for (int v = 0; v < kVecs; ++v)
-    for (int n = 0; n < N; ++n)
-      std::memcpy(mem + (v * N + n) * L, &acc[v][n], sizeof(Vec));
-}
-
 // acc[v][p][lane] += sum over r in [0, channels), then a, b, of wp[r, a, b][v*lanes + lane]
 // d[r*plane + a*row_step + b*dw + p*sw] (zero-padded source), acc starting from 0 when
 // `first`. SW: sw when it is a compile-time constant (the loads then have fixed offsets), else 0.
@@ -484,6 +461,24 @@ void wgrad_tile_of(int channels, const T* x, const T* d, const Sweep& sw, bool f
   (std::make_integer_sequence<int, kTileChannels>{});
 }
 
+// wgrad's register tiles of dw: per (g, block of kBlock input channels), kTileChannels output
+// channels by one tap each, co block-major (neighbouring tiles read the same output channels of
+// dy, whose cache lines then serve every tap); one slice's sums are part_elems elements.
+struct WgradTiles {
+  int64_t blocks, co_blocks, tiles, tile_elems, part_elems;
+};
+
+template <class T>
+WgradTiles wgrad_tiles(const Plan& pl) {
+  WgradTiles t{};
+  t.blocks = ceil_div(pl.cig, kBlock<T>);
+  t.co_blocks = ceil_div(pl.cog, int64_t{kTileChannels});
+  t.tiles = t.co_blocks * pl.taps;
+  t.tile_elems = kBlock<T> * kTileChannels;
+  t.part_elems = pl.groups * t.blocks * t.tiles * t.tile_elems;
+  return t;
+}
+
 // dw from the tiles' sums of `slices` slices (each [g, channel block][co block, tap][tile],
 // added in slice order): dw[g*cig + c0 + v*L + lane, co0 + j, tap] = tile (co block, tap)'s
 // sums[v][j][lane], written in dw's order (a channel's (co, tap) run is contiguous): written tap
@@ -492,26 +487,22 @@ template <class T>
 void store_tile_sums(const Plan& pl, const T* sums, int64_t slices, T* dw, int threads) {
   constexpr int64_t B = kBlock<T>;
   constexpr int L = gemm::kLanes<T>;
-  const int64_t blocks = ceil_div(pl.cig, B);
-  const int64_t co_blocks = ceil_div(pl.cog, int64_t{kTileChannels});
-  const int64_t tiles = co_blocks * pl.taps;
-  const int64_t tile_elems = B * kTileChannels;
-  const int64_t part_elems = pl.groups * blocks * tiles * tile_elems;
-  const Workspace<T> total(slices > 1 ? part_elems : 0);
-  if (slices > 1) sum_parts_in_order(sums, slices, part_elems, total.data(), threads);
+  const WgradTiles wt = wgrad_tiles<T>(pl);
+  const Workspace<T> total(slices > 1 ? wt.part_elems : 0);
+  if (slices > 1) sum_parts_in_order(sums, slices, wt.part_elems, total.data(), threads);
   const T* final_sums = slices > 1 ? total.data() : sums;
-  parallel_for(threads, pl.groups * blocks * co_blocks, [&](int64_t t) {
-    const int64_t gb = t / co_blocks, g = gb / blocks, c0 = gb % blocks * B;
-    const int64_t cob = t % co_blocks, co0 = cob * kTileChannels;
+  parallel_for(threads, pl.groups * wt.blocks * wt.co_blocks, [&](int64_t t) {
+    const int64_t gb = t / wt.co_blocks, g = gb / wt.blocks, c0 = gb % wt.blocks * B;
+    const int64_t cob = t % wt.co_blocks, co0 = cob * kTileChannels;
     const int64_t channels = std::min(B, pl.cig - c0);
     const int64_t j_count = std::min<int64_t>(kTileChannels, pl.cog - co0);
-    const T* cob_sums = final_sums + (gb * tiles + cob * pl.taps) * tile_elems;
+    const T* cob_sums = final_sums + (gb * wt.tiles + cob * pl.taps) * wt.tile_elems;
     for (int64_t c = 0; c < channels; ++c) {
       const T* lane_sums = cob_sums + (c / L * j_count) * L + c % L;
       T* dst = dw + ((g * pl.cig + c0 + c) * pl.cog + co0) * pl.taps;
       for (int64_t j = 0; j < j_count; ++j)
         for (int64_t tap = 0; tap < pl.taps; ++tap)
-          dst[j * pl.taps + tap] = lane_sums[tap * tile_elems + j * L];
+          dst[j * pl.taps + tap] = lane_sums[tap * wt.tile_elems + j * L];
     }
   });
 }
@@ -520,16 +511,10 @@ template <class T>
 void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   constexpr int64_t B = kBlock<T>;
   const Padded pd = padded_of(pl);
-  const int64_t blocks = ceil_div(pl.cig, B);
-  const int64_t co_blocks = ceil_div(pl.cog, int64_t{kTileChannels});
-  // Per (g, channel block), tiles (co block, tap): neighbouring tiles read the same output
-  // channels of dy, whose cache lines then serve every tap.
-  const int64_t tiles = co_blocks * pl.taps;
-  const int64_t tile_elems = B * kTileChannels;
-  // Every tile's sums, kept across the rounds of items.
-  const int64_t part_elems = pl.groups * blocks * tiles * tile_elems;
+  // Every tile's sums (wt), kept across the rounds of items.
+  const WgradTiles wt = wgrad_tiles<T>(pl);
   // Rounds of items whose channels-last x and dy are held at once.
-  const int64_t x_item = pl.groups * blocks * pl.in_hw * B;
+  const int64_t x_item = pl.groups * wt.blocks * pl.in_hw * B;
   const int64_t d_item = pl.groups * pd.plane() * pl.cog;
   const int64_t per_round = std::clamp<int64_t>(
       kMaxPaddedBytes / std::max<int64_t>(1, (x_item + d_item) * static_cast<int64_t>(sizeof(T))),
@@ -551,7 +536,7 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
   // Tasks (g, channel block, group of tiles): at least twice the threads where the tiles allow.
   // Each task owns its tiles' elements of dw whole, so the cut cannot change a bit.
   const int64_t groups_of_tiles =
-      std::clamp<int64_t>(ceil_div(int64_t{threads}, pl.groups * blocks), 1, tiles);
+      std::clamp<int64_t>(ceil_div(int64_t{threads}, pl.groups * wt.blocks), 1, wt.tiles);
   // Where one round holds every item, the positions are also cut into slices, by the shape
   // only, each summed into sums of its own that are then added in slice order: every task reads
   // only its slice of x and dy, where without slices each of many threads would stream all of
@@ -561,16 +546,17 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
           ? 1
           : std::clamp<int64_t>(
                 pl.batch * pl.in_hw / kSlicePositions, 1,
-                std::min<int64_t>(kMaxSlices, kMaxSliceBytes / (part_elems * int64_t{sizeof(T)})));
-  Workspace<T> sums(slices * part_elems);
+                std::min<int64_t>(kMaxSlices,
+                                  kMaxSliceBytes / (wt.part_elems * int64_t{sizeof(T)})));
+  Workspace<T> sums(slices * wt.part_elems);
   for (int64_t first = 0; first < pl.batch; first += per_round) {
     const int64_t count = std::min(per_round, pl.batch - first);
-    parallel_for(threads, count * pl.groups * (blocks + 1), [&](int64_t t) {
-      const int64_t i = t / (pl.groups * (blocks + 1)), g = t / (blocks + 1) % pl.groups;
-      const int64_t k = t % (blocks + 1);
-      if (k < blocks) {
+    parallel_for(threads, count * pl.groups * (wt.blocks + 1), [&](int64_t t) {
+      const int64_t i = t / (pl.groups * (wt.blocks + 1)), g = t / (wt.blocks + 1) % pl.groups;
+      const int64_t k = t % (wt.blocks + 1);
+      if (k < wt.blocks) {
         x_channels_last(pl, x, first + i, g, k,
-                        xt.data() + i * x_item + (g * blocks + k) * pl.in_hw * B);
+                        xt.data() + i * x_item + (g * wt.blocks + k) * pl.in_hw * B);
       } else {
         dy_channels_last(pl, pd, dy, first + i, g,
                          dyt.data() + i * d_item + g * pd.plane() * pl.cog);
@@ -596,9 +582,9 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
     const int64_t n_sweeps = static_cast<int64_t>(sweeps.size());
     const auto run_sweeps = [&](int64_t slice, int64_t gb, int64_t k0, int64_t k1, int64_t s0,
                                 int64_t s1, int64_t slice_begin) {
-      const int64_t g = gb / blocks, cb = gb % blocks;
-      T* tile_sums = sums.data() + slice * part_elems + gb * tiles * tile_elems;
-      const T* x_gb = xt.data() + (g * blocks + cb) * pl.in_hw * B;
+      const int64_t g = gb / wt.blocks, cb = gb % wt.blocks;
+      T* tile_sums = sums.data() + slice * wt.part_elems + gb * wt.tiles * wt.tile_elems;
+      const T* x_gb = xt.data() + (g * wt.blocks + cb) * pl.in_hw * B;
       const T* d_g = dyt.data() + g * pd.plane() * pl.cog;
       for (int64_t si = s0; si < s1; ++si) {
         const Sweep& sw = sweeps[static_cast<size_t>(si)];
@@ -611,18 +597,18 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
           const int64_t r = sw.ih0 * pl.stride_h + kh * pl.dil_h;
           const int64_t c = sw.iw0 * pl.stride_w + kw * pl.dil_w;
           const T* d0 = d_g + sw.i0 * d_item + (r * pd.w + c) * pl.cog + co0;
-          wgrad_tile_of(channels, x0, d0, sw, first_sweep, tile_sums + k * tile_elems);
+          wgrad_tile_of(channels, x0, d0, sw, first_sweep, tile_sums + k * wt.tile_elems);
         }
       }
     };
     if (slices > 1) {
-      const int64_t parts =
-          std::clamp<int64_t>(ceil_div(int64_t{threads}, slices * pl.groups * blocks), 1, tiles);
-      parallel_for(threads, slices * pl.groups * blocks * parts, [&](int64_t t) {
-        const int64_t slice = t / (pl.groups * blocks * parts);
-        const int64_t gb = t / parts % (pl.groups * blocks), part = t % parts;
+      const int64_t parts = std::clamp<int64_t>(
+          ceil_div(int64_t{threads}, slices * pl.groups * wt.blocks), 1, wt.tiles);
+      parallel_for(threads, slices * pl.groups * wt.blocks * parts, [&](int64_t t) {
+        const int64_t slice = t / (pl.groups * wt.blocks * parts);
+        const int64_t gb = t / parts % (pl.groups * wt.blocks), part = t % parts;
         const int64_t s0 = n_sweeps * slice / slices, s1 = n_sweeps * (slice + 1) / slices;
-        run_sweeps(slice, gb, tiles * part / parts, tiles * (part + 1) / parts, s0, s1, s0);
+        run_sweeps(slice, gb, wt.tiles * part / parts, wt.tiles * (part + 1) / parts, s0, s1, s0);
       });
       continue;
     }
@@ -630,10 +616,11 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
       size_t s1 = s0;
       for (int64_t positions = 0; s1 < sweeps.size() && positions < kRoundPositions; ++s1)
         positions += sweeps[s1].items * sweeps[s1].rows * sweeps[s1].len;
-      parallel_for(threads, pl.groups * blocks * groups_of_tiles, [&](int64_t t) {
+      parallel_for(threads, pl.groups * wt.blocks * groups_of_tiles, [&](int64_t t) {
         const int64_t gb = t / groups_of_tiles, part = t % groups_of_tiles;
-        run_sweeps(0, gb, tiles * part / groups_of_tiles, tiles * (part + 1) / groups_of_tiles,
-                   static_cast<int64_t>(s0), static_cast<int64_t>(s1), 0);
+        run_sweeps(0, gb, wt.tiles * part / groups_of_tiles,
+                   wt.tiles * (part + 1) / groups_of_tiles, static_cast<int64_t>(s0),
+                   static_cast<int64_t>(s1), 0);
       });
       s0 = s1;
     }
@@ -655,29 +642,25 @@ constexpr int64_t kMaxSlices1d = 64;
 template <class T>
 void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   constexpr int64_t B = kBlock<T>;
-  const int64_t blocks = ceil_div(pl.cig, B);
-  const int64_t co_blocks = ceil_div(pl.cog, int64_t{kTileChannels});
-  const int64_t tiles = co_blocks * pl.taps;
-  const int64_t tile_elems = B * kTileChannels;
-  const int64_t part_elems = pl.groups * blocks * tiles * tile_elems;
+  const WgradTiles wt = wgrad_tiles<T>(pl);
   const int64_t positions = pl.batch * pl.in_w;
   const int64_t slices = std::clamp<int64_t>(
       positions / kSlicePositions1d, 1,
-      std::min<int64_t>(kMaxSlices1d, kMaxSliceBytes / (part_elems * int64_t{sizeof(T)})));
+      std::min<int64_t>(kMaxSlices1d, kMaxSliceBytes / (wt.part_elems * int64_t{sizeof(T)})));
   // Runs of tiles, for about twice the threads' tasks: a tile's sums never span two tasks, so
   // the cut cannot change a bit.
-  const int64_t owners = slices * pl.groups * blocks;
-  const int64_t parts = std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, owners), 1, tiles);
+  const int64_t owners = slices * pl.groups * wt.blocks;
+  const int64_t parts = std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, owners), 1, wt.tiles);
   const int64_t halo = (pl.kernel_w - 1) * pl.dil_w;  // a segment's window: len * sw + halo
   const int64_t window_elems = ((kChunkPositions - 1) * pl.stride_w + halo + 1) * pl.cog;
-  Workspace<T> sums(slices * part_elems);
+  Workspace<T> sums(slices * wt.part_elems);
   parallel_for(
       threads, owners * parts, [&] { return Workspace<T>(kChunkPositions * B + window_elems); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t slice = t / (pl.groups * blocks * parts);
-        const int64_t gb = t / parts % (pl.groups * blocks), part = t % parts;
-        const int64_t g = gb / blocks, c0 = gb % blocks * B;
-        const int64_t k0 = tiles * part / parts, k1 = tiles * (part + 1) / parts;
+        const int64_t slice = t / (pl.groups * wt.blocks * parts);
+        const int64_t gb = t / parts % (pl.groups * wt.blocks), part = t % parts;
+        const int64_t g = gb / wt.blocks, c0 = gb % wt.blocks * B;
+        const int64_t k0 = wt.tiles * part / parts, k1 = wt.tiles * (part + 1) / parts;
         if (k0 == k1) return;
         // The output channels the run's tiles read (tiles are co block-major): only those of dy
         // are copied.
@@ -686,7 +669,7 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
         const int64_t width = co_hi - co_lo;
         T* xs = ws.data();
         T* ds = ws.data() + kChunkPositions * B;
-        T* tile_sums = sums.data() + slice * part_elems + gb * tiles * tile_elems;
+        T* tile_sums = sums.data() + slice * wt.part_elems + gb * wt.tiles * wt.tile_elems;
         Sweep sw{};
         sw.items = 1;
         sw.rows = 1;
@@ -711,7 +694,7 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
             const int64_t tap = k % pl.taps, co0 = k / pl.taps * kTileChannels;
             const int channels = static_cast<int>(std::min<int64_t>(kTileChannels, pl.cog - co0));
             wgrad_tile_of(channels, xs, ds + tap * pl.dil_w * width + (co0 - co_lo), sw, first,
-                          tile_sums + k * tile_elems);
+                          tile_sums + k * wt.tile_elems);
           }
           first = false;
           q += sw.len;

@@ -125,15 +125,7 @@ void few_rows_wgrad_run(const T* x, int64_t x_ld, const T* cols, int64_t ld, int
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
   Vec acc[C][J];
-  for (int c = 0; c < C; ++c) {
-    for (int j = 0; j < J; ++j) {
-      if (first) {
-        acc[c][j] = Vec{};
-      } else {
-        std::memcpy(&acc[c][j], acc_mem + (c * J + j) * L, sizeof(Vec));
-      }
-    }
-  }
+  load_sums(acc, acc_mem, first);
   const auto step = [&](const T* xp, int64_t xs, const T* cp, int64_t cs) {
     Vec xv[C];
     for (int c = 0; c < C; ++c)
@@ -156,9 +148,7 @@ void few_rows_wgrad_run(const T* x, int64_t x_ld, const T* cols, int64_t ld, int
       std::copy_n(cols + j * ld + whole, len - whole, c_tail[j]);
     step(&x_tail[0][0], L, &c_tail[0][0], L);
   }
-  for (int c = 0; c < C; ++c)
-    for (int j = 0; j < J; ++j)
-      std::memcpy(acc_mem + (c * J + j) * L, &acc[c][j], sizeof(Vec));
+  store_sums(acc, acc_mem);
 }
 
 // Each task (a block of kFewRowsChannels input channels) reads all of cols: it must stay in a
@@ -178,7 +168,7 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
   const int64_t item_ld = few_rows_item_ld<T>(pl);
   const int64_t ld = few_rows_ld<T>(pl);
   const Workspace<T> cols(pl.groups * pl.rows * ld);
-  few_rows_cols(pl, dy, item_ld, cols.data(), threads);
+  few_rows_cols(pl, dy, cols.data(), threads);
   const int64_t row_blocks = ceil_div(pl.rows, J);
   const int64_t channel_blocks = ceil_div(pl.cig, C);
   parallel_for(
