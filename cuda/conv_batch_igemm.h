@@ -97,4 +97,24 @@ struct BatchIgemmPlan {
   int smem_bytes = 0;
 };
 
+// batch-wgmma's wgrad instance (conv_transpose_wgrad_wgmma.cu, sm_90a, 1xTF32). Per group, the
+// GEMM
+//   dw[m, j] = sum_k x[n, m, ih, iw] * dy[n, co, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW]
+// rows m: the group's input channels; columns j = (co*kH + kh)*kW + kw: dw's own layout, so a
+// tile is written in place; K: k = (n*Hi + ih)*Wi + iw over the whole batch (dy zero outside its
+// plane). K is cut into `splits` slices of steps_per_split steps of kBatchWgradBK positions; each
+// slice writes its own partial tile and the partials are summed in slice order (deterministic).
+inline constexpr int kBatchWgradBM = 128, kBatchWgradBN = 128, kBatchWgradBK = 32;
+inline constexpr int kBatchWgradStages = 2, kBatchWgradThreads = 256;
+constexpr int batch_wgrad_smem_bytes() {
+  return kBatchWgradStages * kBatchWgradBK * (kBatchWgradBM + kBatchWgradBN) * 4;
+}
+
+struct BatchWgradPlan {
+  int64_t m_tiles = 0, n_tiles = 0, groups = 1;  // row and column tiles of one group's GEMM
+  int64_t steps = 0;                             // K steps of the whole batch
+  int64_t splits = 0, steps_per_split = 0;       // K slices (the partials) and their length
+  int smem_bytes = 0;
+};
+
 }  // namespace tgrad::cuda

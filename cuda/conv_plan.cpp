@@ -562,6 +562,92 @@ std::string rule_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   return batch_declined(in, true, &plan.batch);
 }
 
+// ---- batch-wgmma's wgrad (sm_90a, "high") ------------------------------------------------------
+
+// K is cut into slices for about kBatchWgradCtas CTAs (four waves of two CTAs per SM on a
+// 132-SM H100 or H200), each at least kBatchWgradMinSteps steps long: a shorter slice would
+// write a partial tile about as large as the inputs it reads. The count depends on the shape
+// alone, so the bits (the slices' sum order) do not depend on the GPU.
+constexpr int64_t kBatchWgradCtas = 512;
+constexpr int64_t kBatchWgradMinSteps = 16;
+constexpr int64_t kBatchWgradGemmMinCin = 512;
+constexpr int64_t kBatchWgradMmaMaxCin = 32;
+
+std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan);
+
+// Few channels per group (narrow_call's channel test, without its group test).
+bool few_channels(const ConvGeometry& g) {
+  return std::min(g.in_channels_per_group(), g.out_channels_per_group()) <= kNarrowChannels;
+}
+
+std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
+  if (in.dtype != DType::float32)
+    return std::string(dtype_name(in.dtype)) + ": the tensor-core kernels are float32 only";
+  // Built for sm_90a alone (cuda/CMakeLists.txt), which runs on 9.0 only.
+  if (in.caps.sm_major != 9 || in.caps.sm_minor != 0)
+    return "compute capability " + std::to_string(in.caps.sm_major) + "." +
+           std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
+  if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernels";
+  if (in.g.precision == Precision::highest)
+    return "\"highest\" (3xTF32): this kernel multiplies in 1xTF32 only";
+  // Calls narrow through their groups alone (more than kNarrowChannels channels each side) stay
+  // here: one GEMM per group in the grid measured faster than the direct kernel (groups 4 of
+  // 32 -> 16 channels: 0.051 against 0.088 ms, run 68).
+  if (std::string narrow = direct_first(in); !narrow.empty() && few_channels(in.g)) return narrow;
+  const ConvGeometry& g = in.g;
+  // Sizes inside a plane, channel counts and taps are 32-bit in the kernel; offsets are int64.
+  if (!fits_plane32(g)) return "a spatial size or plane past the kernel's 32-bit plane arithmetic";
+  constexpr int64_t kIntMax = 2147483647;
+  const int64_t cig = g.in_channels_per_group();
+  const int64_t cols = g.out_channels_per_group() * g.kernel[0] * g.kernel[1];
+  if (g.in_channels > kIntMax / 2 || g.out_channels > kIntMax / 2 || cols > kIntMax / 2)
+    return "more than 2^30 channels or (C_out/groups) x taps columns";
+  BatchWgradPlan& p = plan.batch_wgrad;
+  p.groups = g.groups;
+  p.m_tiles = ceil_div(cig, kBatchWgradBM);
+  p.n_tiles = ceil_div(cols, kBatchWgradBN);
+  p.steps = ceil_div(g.batch * g.in_size[0] * g.in_size[1], kBatchWgradBK);
+  const int64_t tiles = p.m_tiles * p.n_tiles * p.groups;
+  const int64_t most = std::max<int64_t>(1, p.steps / kBatchWgradMinSteps);
+  const int64_t splits = std::clamp<int64_t>(ceil_div(kBatchWgradCtas, tiles), 1, most);
+  p.steps_per_split = ceil_div(p.steps, splits);
+  p.splits = ceil_div(p.steps, p.steps_per_split);
+  if (tiles * p.splits > kIntMax)
+    return std::to_string(tiles * p.splits) + " CTAs: more than the grid's 2^31 - 1";
+  p.smem_bytes = batch_wgrad_smem_bytes();
+  if (p.smem_bytes > in.caps.smem_per_block_optin)
+    return std::to_string(p.smem_bytes) + " bytes of shared memory a CTA, more than the device's " +
+           std::to_string(in.caps.smem_per_block_optin);
+  if (!in.prefer) return "";
+  // The preferences below are measured: every suite layer's and S1-S5's wgrad at "high" forced to
+  // each kernel (docs/performance.md, run 68). This kernel's dy gathers are bound by L1, so
+  // where another kernel reuses what it loads better, that kernel is faster:
+  // - C_in/groups >= kBatchWgradGemmMinCin: the GEMM path's cuBLAS GEMM (M = C_in) earns back its
+  //   column buffer (DCGAN 512 -> 256, U-Net 1024 -> 512 and 512 -> 256, EnCodec x8, HiFi-GAN
+  //   V1 x8, DeconvNet deconv5: 1.2x-2x faster);
+  // - a grid under a quarter of the SMs (a short K in few tiles: HiFi-GAN V3's first x8) leaves
+  //   most of the GPU idle, while the GEMM path's GEMM spans it;
+  // - C_in/groups <= 32, or <= 64 with stride 1: the split-K mma.sync kernel's 32-row warp tiles
+  //   fit the few rows (at least half of these 128-row tiles would be empty), and at stride 1 it
+  //   stages one dy window for every tap (S1, S2, S4, S5: 1.5x-2.9x faster there).
+  const bool gemm_ok = gemm_path_declined(in.pass, g, g.precision, in.dtype).empty();
+  if (cig >= kBatchWgradGemmMinCin && gemm_ok)
+    return "C_in/groups=" + std::to_string(cig) + " >= " + std::to_string(kBatchWgradGemmMinCin) +
+           ": the GEMM path's cuBLAS GEMM earns back its column buffer";
+  const int64_t ctas = tiles * p.splits;
+  if (4 * ctas < in.caps.sm_count && gemm_ok)
+    return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
+           " SMs (under a quarter): the GEMM path spans batch x positions";
+  const bool stride1 = g.stride[0] == 1 && g.stride[1] == 1;
+  if (cig <= kBatchWgradMmaMaxCin || (cig <= 2 * kBatchWgradMmaMaxCin && stride1)) {
+    ConvPlan scratch;
+    if (rule_wgrad_mma_sync(in, scratch).empty())
+      return "C_in/groups=" + std::to_string(cig) + (stride1 ? " at stride 1" : "") +
+             ": the split-K mma.sync kernel's 32-row tiles fit it";
+  }
+  return "";
+}
+
 // ---- wgrad's split-K tensor-core GEMM ---------------------------------------------------------
 
 // The GEMM path ahead of the split-K kernel where it measured faster at both precisions (every
@@ -719,6 +805,7 @@ const std::vector<Candidate>& conv_candidates() {
       {kKernelDirect, ConvPass::dgrad, rule_direct},
       {kKernelGemm, ConvPass::dgrad, rule_gemm},
       {kKernelFma, ConvPass::dgrad, rule_fma},
+      {kKernelBatchWgmma, ConvPass::wgrad, rule_wgrad_batch_wgmma},
       {kKernelMmaSync, ConvPass::wgrad, rule_wgrad_mma_sync},
       {kKernelDepthwise, ConvPass::wgrad, rule_depthwise},
       {kKernelDirect, ConvPass::wgrad, rule_direct},
@@ -789,6 +876,13 @@ std::string ConvPlan::describe() const {
     }
     os << ", raw stages " << p.raw_stages << ", smem " << p.smem_bytes << " B, grid "
        << igemm_ctas(p) << "]";
+  } else if (kernel == kKernelBatchWgmma && pass == ConvPass::wgrad) {
+    const BatchWgradPlan& b = batch_wgrad;
+    os << " [tile " << kBatchWgradBM << "x" << kBatchWgradBN << "/" << kBatchWgradBK
+       << " positions 1xTF32, " << b.splits << " K slices of " << b.steps_per_split
+       << " steps, smem " << b.smem_bytes << " B, grid "
+       << b.n_tiles * b.m_tiles * b.groups * b.splits
+       << (b.groups > 1 ? ", " + std::to_string(b.groups) + " groups" : std::string()) << "]";
   } else if (kernel == kKernelBatchIgemm || kernel == kKernelBatchWgmma) {
     const BatchIgemmPlan& b = batch;
     os << " [tile " << b.bm << "x" << b.bn << "/" << kBatchIgemmChunk << "ch"

@@ -47,7 +47,8 @@ inline constexpr const char* kKernelWgmma = "wgmma";       // fwd, dgrad: sm_90a
 inline constexpr const char* kKernelMmaSync = "mma.sync";  // every pass: TF32 tensor cores
 // fwd, dgrad: TF32 tensor cores, GEMM N over batch x positions per stride phase, no column buffer
 inline constexpr const char* kKernelBatchIgemm = "batch-igemm";
-// fwd, dgrad: the same GEMM on sm_90a's wgmma, both operands from shared memory ("high" only)
+// fwd, dgrad: the same GEMM on sm_90a's wgmma, both operands from shared memory ("high" only);
+// wgrad: K over batch x positions, N over (C_out, tap), dy gathered (conv_batch_igemm.h)
 inline constexpr const char* kKernelBatchWgmma = "batch-wgmma";
 inline constexpr const char* kKernelDepthwise = "depthwise";  // every pass: depthwise direct
 // every pass: float32/float64 FMA with a register block, few channels per group
@@ -73,6 +74,8 @@ struct ConvPlan {
   BatchIgemmPlan batch{};
   // mma.sync (wgrad): the split-K GEMM's plan and instance.
   WgradLaunch wgrad{};
+  // batch-wgmma (wgrad): tiles, K slices and shared memory.
+  BatchWgradPlan batch_wgrad{};
   // direct (every pass): register block, stages, grid, wgrad chunks.
   DirectPlan direct{};
   // fma (wgrad): positions per chunk and chunks (their partials are summed in order).

@@ -26,4 +26,11 @@ struct BiArgs;  // batch_igemm_device.cuh
 void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIgemmPlan& plan,
                       const float* w, int device);
 
+// batch-wgmma's wgrad (conv_transpose_wgrad_wgmma.cu, 1xTF32): K slice z of plan writes its
+// partial of dw ((C_in, C_out/groups * taps), float32) at out + z * dw's elements (out may be dw
+// itself when plan.splits == 1); the caller sums the partials in order. tgrad::Error when the
+// build lacks the sm_90a code.
+void conv_wgrad_wgmma(const BatchWgradPlan& plan, const ConvGeometry& g, const float* x,
+                      const float* dy, float* out, int device);
+
 }  // namespace tgrad::cuda

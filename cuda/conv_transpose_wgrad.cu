@@ -1,7 +1,8 @@
 // Transposed-convolution weight and bias gradients.
 //   dw[ci, co, kh, kw] = sum_{n, ih, iw} x[n, ci, ih, iw] * dy[n, g*Cog+co, ih*sH - pH + kh*dH,
 //                                                          iw*sW - pW + kw*dW],  g = ci / Cig
-// The planner (cuda/conv_plan.cpp) chooses between the two kernels below.
+// The planner (cuda/conv_plan.cpp) chooses between the two kernels below, batch-wgmma
+// (conv_transpose_wgrad_wgmma.cu, whose split partials are summed here) and the operand paths.
 // float32, groups == 1: a split-K GEMM on TF32 tensor cores (3xTF32 for "highest"), M = C_in,
 // N = C_out, K = positions; one CTA covers every kw tap of one kh from one staged dy window,
 // converted to TF32 once per segment into fragment-ordered buffers, and each split's partial
@@ -14,6 +15,7 @@
 #include "cuda/conv_caps.h"
 #include "cuda/conv_params.h"
 #include "cuda/conv_plan.h"
+#include "cuda/conv_transpose_batch_igemm.cuh"
 #include "cuda/conv_transpose_gemm.h"
 #include "cuda/cuda_util.h"
 #include "cuda/kernels.h"
@@ -385,6 +387,8 @@ __global__ void sum_splits_kernel(const float* __restrict__ partials, float* __r
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < elements;
        e += int64_t{gridDim.x} * blockDim.x) {
     double acc = 0.0;
+    // Unrolled so that several loads are in flight; the adds stay in order of z.
+#pragma unroll 8
     for (int64_t z = 0; z < splits; ++z)
       acc += static_cast<double>(partials[z * elements + e]);
     dw[e] = static_cast<float>(acc);
@@ -405,30 +409,49 @@ WgradKernel wgrad_tc_instance(WgradInstance instance) {
   TGRAD_FAIL("wgrad_tc_instance: unknown instance ", static_cast<int>(instance));
 }
 
+// Where a split-K kernel writes: dw itself for one split, else a workspace of splits x dw's
+// elements (held by storage until the caller's scope ends; the stream orders its reuse).
+float* split_output(CachingAllocator& alloc, int64_t splits, Tensor& dw,
+                    std::shared_ptr<void>& storage) {
+  if (splits == 1) return dw.data_ptr<float>();
+  storage = alloc.allocate(splits * dw.numel() * int64_t{sizeof(float)}, dw.device().index());
+  return static_cast<float*>(storage.get());
+}
+
+// dw = the splits' partials summed in order (nothing to do for one split).
+void sum_split_partials(const float* partials, int64_t splits, Tensor& dw) {
+  if (splits == 1) return;
+  const int64_t elements = dw.numel();
+  sum_splits_kernel<<<grid_for(elements), kThreads>>>(partials, dw.data_ptr<float>(), elements,
+                                                      splits);
+  TGRAD_CUDA_CHECK_LAUNCH("sum_splits_kernel");
+}
+
 // Runs the planner's tensor-core plan (split-K partials summed in order when it splits).
 void wgrad_tc_launch(CachingAllocator& alloc, const WgradLaunch& launch, const ConvParams& p,
                      const Tensor& x, const Tensor& dy, Tensor& dw) {
   const WgradPlan& s = launch.plan;
   const WgradKernel kernel = wgrad_tc_instance(launch.instance);
-  const int64_t elements = dw.numel();
   const int64_t tiles = p.kH * s.kw_groups * s.m_tiles * s.n_tiles;
   std::shared_ptr<void> storage;
-  float* out = dw.data_ptr<float>();
-  if (s.splits > 1) {
-    storage = alloc.allocate(s.splits * elements * int64_t{sizeof(float)}, dw.device().index());
-    out = static_cast<float*>(storage.get());
-  }
+  float* out = split_output(alloc, s.splits, dw, storage);
   const auto blocks = static_cast<unsigned>(tiles * s.splits);
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, launch.smem_bytes));
   kernel<<<blocks, static_cast<unsigned>(launch.threads), launch.smem_bytes>>>(
       x.data_ptr<float>(), dy.data_ptr<float>(), out, p, s);
   TGRAD_CUDA_CHECK_LAUNCH("wgrad_tc_kernel");
-  if (s.splits > 1) {
-    sum_splits_kernel<<<grid_for(elements), kThreads>>>(out, dw.data_ptr<float>(), elements,
-                                                        s.splits);
-    TGRAD_CUDA_CHECK_LAUNCH("sum_splits_kernel");
-  }
+  sum_split_partials(out, s.splits, dw);
+}
+
+// batch-wgmma's wgrad: one implicit GEMM over the whole batch per K slice, then the partials.
+void wgrad_batch_wgmma_launch(CachingAllocator& alloc, const BatchWgradPlan& s,
+                              const ConvGeometry& g, const Tensor& x, const Tensor& dy,
+                              Tensor& dw) {
+  std::shared_ptr<void> storage;
+  float* out = split_output(alloc, s.splits, dw, storage);
+  conv_wgrad_wgmma(s, g, x.data_ptr<float>(), dy.data_ptr<float>(), out, dw.device().index());
+  sum_split_partials(out, s.splits, dw);
 }
 
 }  // namespace
@@ -451,6 +474,10 @@ void conv_transpose_wgrad(CachingAllocator& alloc, const ConvGeometry& g, const 
       return;
     if (plan.kernel == kKernelMmaSync) {
       wgrad_tc_launch(alloc, plan.wgrad, p, x, dy, dw);
+      return;
+    }
+    if (plan.kernel == kKernelBatchWgmma) {
+      wgrad_batch_wgmma_launch(alloc, plan.batch_wgrad, g, x, dy, dw);
       return;
     }
     TGRAD_CHECK(plan.kernel == kKernelFma, "CUDA conv_transpose_wgrad: no launcher for kernel '",

@@ -124,9 +124,12 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
     if (use < 0.25 && static_cast<double>(cig * taps_per_phase) * use <= 256.0) return true;
   }
   if (!(std::min(cig, cog) <= 8 || (l.groups > 1 && cig * cog <= 1024))) return false;
-  if (pass == ConvPass::wgrad)
-    return !(dtype == DType::float32 && precision == Precision::high && l.groups == 1 &&
-             cog * l.kernel[0] * l.kernel[1] > 16);
+  if (pass == ConvPass::wgrad) {
+    if (dtype != DType::float32 || precision != Precision::high) return true;
+    // At "high", batch-wgmma keeps the calls narrow through their groups alone, and the GEMM
+    // path's TF32 those with more than 16 (C_out, tap) columns.
+    return std::min(cig, cog) <= 8 && !(l.groups == 1 && cog * l.kernel[0] * l.kernel[1] > 16);
+  }
   if (pass != ConvPass::forward) return true;
   int64_t taps_per_phase = 1;
   for (int a = 0; a < l.dims; ++a) {
@@ -152,8 +155,9 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
                                      (precision == Precision::high ? " high" : " highest");
           const ConvPlan plan = plan_conv(pass, g, dtype, caps);
           expect_consistent(plan, pass, config);
-          // The tensor cores take float32 only, the row kernels and wgrad's groups 1 only (the
-          // batch-positions kernels run one GEMM per group); depthwise layers take the
+          // The tensor cores take float32 only, the row kernels and wgrad's mma.sync groups 1
+          // only (the batch-positions kernels, wgrad's at "high", run one GEMM per group);
+          // depthwise layers take the
           // depthwise kernels (wgrad up to 32 taps); narrow calls (few channels per group) the
           // direct kernels, at either dtype; the other calls the tensor cores decline take the
           // GEMM path unless one sample's columns pass its workspace (S4, S5 in float64), and
@@ -163,8 +167,8 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
               depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
           if (!dw_row && expect_direct(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
-          } else if (dtype == DType::float32 && g.groups > 1 && pass != ConvPass::wgrad &&
-                     !dw_row) {
+          } else if (dtype == DType::float32 && g.groups > 1 &&
+                     (pass != ConvPass::wgrad || precision == Precision::high) && !dw_row) {
             EXPECT_TRUE(plan.kernel == "batch-igemm" || plan.kernel == "batch-wgmma" ||
                         plan.kernel == "gemm")
                 << config << ": " << plan.describe();
@@ -201,7 +205,7 @@ TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
       {"S2", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
       {"S3", ConvPass::forward, "wgmma", "batch-wgmma"},
       {"S3", ConvPass::dgrad, "wgmma", "batch-wgmma"},
-      {"S3", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
+      {"S3", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (batch-wgmma)"},
       {"S4", ConvPass::forward, "wgmma", "wgmma, 2 taps in flight"},
       {"S4", ConvPass::dgrad, "mma.sync", "wgmma, 2 taps in flight"},
       {"S4", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
@@ -237,25 +241,32 @@ std::string reason_of(const ConvPlan& plan, const std::string& kernel) {
 TEST(ConvPlan, GroupsDeclineTheRowKernelsNamingGroups) {
   // Groups of 64 x 64 channels: too wide for the direct kernels. The row kernels and wgrad's
   // split-K GEMM take groups 1 only; batch-igemm runs one GEMM per group (M = 64: batch-wgmma
-  // leaves it the call), wgrad goes to the GEMM path.
-  const ConvGeometry g = small_2d(128, 128, 2, Precision::high);
-  for (ConvPass pass : kPasses) {
-    const ConvPlan plan = plan_conv(pass, g, DType::float32, DeviceCaps::h100());
-    if (pass == ConvPass::wgrad) {
-      EXPECT_EQ(plan.kernel, "gemm") << plan.describe();
-    } else {
-      EXPECT_EQ(plan.kernel, "batch-igemm") << plan.describe();
-      EXPECT_EQ(plan.batch.groups, 2) << plan.describe();
-      EXPECT_NE(plan.describe().find(", 2 groups]"), std::string::npos) << plan.describe();
+  // leaves it the call), and so does wgrad's batch-wgmma at "high"; at "highest" wgrad goes to
+  // the GEMM path.
+  for (Precision precision : {Precision::high, Precision::highest}) {
+    const ConvGeometry g = small_2d(128, 128, 2, precision);
+    for (ConvPass pass : kPasses) {
+      const ConvPlan plan = plan_conv(pass, g, DType::float32, DeviceCaps::h100());
+      if (pass == ConvPass::wgrad && precision == Precision::high) {
+        EXPECT_EQ(plan.kernel, "batch-wgmma") << plan.describe();
+        EXPECT_EQ(plan.batch_wgrad.groups, 2) << plan.describe();
+        EXPECT_NE(plan.describe().find(", 2 groups]"), std::string::npos) << plan.describe();
+        continue;  // the rows below batch-wgmma were not asked
+      }
+      if (pass == ConvPass::wgrad) {
+        EXPECT_EQ(plan.kernel, "gemm") << plan.describe();
+        EXPECT_NE(reason_of(plan, "direct").find("not few channels per group"), std::string::npos)
+            << plan.describe();
+      } else if (precision == Precision::high) {
+        EXPECT_EQ(plan.kernel, "batch-igemm") << plan.describe();
+        EXPECT_EQ(plan.batch.groups, 2) << plan.describe();
+        EXPECT_NE(plan.describe().find(", 2 groups]"), std::string::npos) << plan.describe();
+      }
+      if (pass != ConvPass::wgrad) {
+        EXPECT_NE(reason_of(plan, "wgmma").find("groups=2"), std::string::npos) << plan.describe();
+      }
+      EXPECT_NE(reason_of(plan, "mma.sync").find("groups=2"), std::string::npos) << plan.describe();
     }
-    if (pass == ConvPass::wgrad) {
-      EXPECT_NE(reason_of(plan, "direct").find("not few channels per group"), std::string::npos)
-          << plan.describe();
-    }
-    if (pass != ConvPass::wgrad) {
-      EXPECT_NE(reason_of(plan, "wgmma").find("groups=2"), std::string::npos) << plan.describe();
-    }
-    EXPECT_NE(reason_of(plan, "mma.sync").find("groups=2"), std::string::npos) << plan.describe();
   }
 }
 
@@ -721,13 +732,14 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
       } else if (pass == ConvPass::dgrad) {
         EXPECT_TRUE(a.kernel == batch || a.kernel == "gemm") << a.describe();
       } else {
-        EXPECT_EQ(a.kernel, "gemm") << a.describe();
+        // wgrad: batch-wgmma at "high" (K spans the batch's positions), else the GEMM path.
+        EXPECT_EQ(a.kernel, precision == Precision::high ? batch : "gemm") << a.describe();
       }
       // forward and dgrad: the row kernels give way to the batch kernels on short 2-D rows
-      // before looking at their tiles; wgrad has none and names the tiles' use.
-      if (pass == ConvPass::wgrad) {
+      // before looking at their tiles; wgrad's split-K kernel names the tiles' use.
+      if (pass == ConvPass::wgrad && precision == Precision::highest) {
         EXPECT_NE(a.describe().find("% useful work"), std::string::npos) << a.describe();
-      } else if (a.kernel == batch) {
+      } else if (pass != ConvPass::wgrad && a.kernel == batch) {
         EXPECT_NE(reason_of(a, "mma.sync").find("batch-positions kernels' tiles span rows"),
                   std::string::npos)
             << a.describe();
@@ -960,42 +972,45 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
 }
 
 // The wgrad kernel of every suite layer at both precisions with H100 caps, as the forced A/B of
-// run 51 measured them (docs/performance.md): the split-K kernel keeps the layers it was faster
-// on (C_in <= 128 with 6 or more segments a split: U-Net 128 -> 64, CycleGAN 128 -> 64, EnCodec
-// x2, DeconvNet deconv1); 256 input channels or more, and short splits (HiFi-GAN x2 / x4), go to
-// the GEMM path; narrow layers to the direct kernels (at "high" the RGB outputs keep the GEMM
-// path's TF32), depthwise layers to theirs.
+// runs 51 and 68 measured them (docs/performance.md). "highest": the split-K kernel keeps the
+// layers it was faster on (C_in <= 128 with 6 or more segments a split: U-Net 128 -> 64,
+// CycleGAN 128 -> 64, EnCodec x2, DeconvNet deconv1); 256 input channels or more, and short
+// splits (HiFi-GAN x2 / x4), go to the GEMM path; narrow layers to the direct kernels, depthwise
+// layers to theirs. "high": batch-wgmma takes every layer but those with 512 input channels or
+// more and HiFi-GAN V3's first x8 (a grid of 32 CTAs: the GEMM path), DeconvNet deconv1 (64
+// channels at stride 1: the split-K kernel), and the layers with few channels per group (direct,
+// depthwise).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
   struct Row {
     const char *id, *highest, *high;
   };
   const Row rows[] = {
-      {"dcgan_g1", "gemm", "gemm"},
+      {"dcgan_g1", "gemm", "batch-wgmma"},
       {"dcgan_g2", "gemm", "gemm"},
-      {"dcgan_g3", "gemm", "gemm"},
-      {"dcgan_g4", "gemm", "gemm"},
-      {"dcgan_g5", "direct", "gemm"},
+      {"dcgan_g3", "gemm", "batch-wgmma"},
+      {"dcgan_g4", "gemm", "batch-wgmma"},
+      {"dcgan_g5", "direct", "batch-wgmma"},
       {"unet_up1", "gemm", "gemm"},
       {"unet_up2", "gemm", "gemm"},
-      {"unet_up3", "gemm", "gemm"},
-      {"unet_up4", "mma.sync", "mma.sync"},
-      {"cyclegan_up1", "gemm", "gemm"},
-      {"cyclegan_up2", "mma.sync", "mma.sync"},
-      {"pix2pix_out", "direct", "gemm"},
+      {"unet_up3", "gemm", "batch-wgmma"},
+      {"unet_up4", "mma.sync", "batch-wgmma"},
+      {"cyclegan_up1", "gemm", "batch-wgmma"},
+      {"cyclegan_up2", "mma.sync", "batch-wgmma"},
+      {"pix2pix_out", "direct", "batch-wgmma"},
       {"hifigan_v1_up1", "gemm", "gemm"},
-      {"hifigan_v1_up2", "gemm", "gemm"},
-      {"hifigan_v1_up3", "gemm", "gemm"},
-      {"hifigan_v1_up4", "gemm", "gemm"},
+      {"hifigan_v1_up2", "gemm", "batch-wgmma"},
+      {"hifigan_v1_up3", "gemm", "batch-wgmma"},
+      {"hifigan_v1_up4", "gemm", "batch-wgmma"},
       {"hifigan_v3_up1", "gemm", "gemm"},
-      {"hifigan_v3_up2", "gemm", "gemm"},
-      {"hifigan_v3_up3", "gemm", "gemm"},
+      {"hifigan_v3_up2", "gemm", "batch-wgmma"},
+      {"hifigan_v3_up3", "gemm", "batch-wgmma"},
       {"encodec_up8", "gemm", "gemm"},
-      {"encodec_up5", "gemm", "gemm"},
-      {"encodec_up4", "gemm", "gemm"},
-      {"encodec_up2", "mma.sync", "mma.sync"},
+      {"encodec_up5", "gemm", "batch-wgmma"},
+      {"encodec_up4", "gemm", "batch-wgmma"},
+      {"encodec_up2", "mma.sync", "batch-wgmma"},
       {"convtasnet_dec", "direct", "direct"},
-      {"grouped_g2", "gemm", "gemm"},
-      {"grouped_g4", "direct", "direct"},
+      {"grouped_g2", "gemm", "batch-wgmma"},
+      {"grouped_g4", "direct", "batch-wgmma"},
       {"grouped_g8", "direct", "direct"},
       {"fcn_up2_dw", "depthwise", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise"},
@@ -1045,10 +1060,95 @@ TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
   EXPECT_EQ(c.describe().find("(under half)"), std::string::npos) << c.describe();
 }
 
+// wgrad's batch-wgmma: float32 at "high" on a 9.0 device with the sm_90a code; K (the batch's
+// positions) cut into slices of at least 16 steps that cover it once; and the measured
+// preferences, each named: 512 input channels or more and grids under a quarter of the SMs go to
+// the GEMM path, C_in <= 32 (or <= 64 at stride 1) to the split-K kernel, few channels to the
+// direct kernels. Forced, it runs all of them.
+TEST(ConvPlan, WgradBatchWgmmaTakesHighAndNamesItsPreferences) {
+  const DeviceCaps h100 = DeviceCaps::h100();
+  const auto plan = [&](const ConvLayerSpec& l, Precision precision = Precision::high,
+                        const DeviceCaps& caps = DeviceCaps::h100(), const std::string& forced = "",
+                        DType dtype = DType::float32) {
+    return plan_conv(ConvPass::wgrad, geometry(l, precision), dtype, caps, forced);
+  };
+  // DCGAN 128 -> 64 at 16x16, batch 128: 32768 positions = 1024 steps, one row tile of 128 and
+  // 1024 / 128 = 8 column tiles; 512 CTAs wanted, so 64 slices of 16 steps.
+  const ConvLayerSpec dcgan = bench::layer2d("t", "t", 128, 128, 64, 16, 4, 2, 1);
+  const ConvPlan a = plan(dcgan);
+  ASSERT_EQ(a.kernel, "batch-wgmma") << a.describe();
+  EXPECT_EQ(a.label(), "wgrad (batch-wgmma)");
+  const cuda::BatchWgradPlan& p = a.batch_wgrad;
+  EXPECT_EQ(p.m_tiles, 1);
+  EXPECT_EQ(p.n_tiles, 8);
+  EXPECT_EQ(p.steps, 1024);
+  EXPECT_EQ(p.splits, 64) << a.describe();
+  EXPECT_EQ(p.steps_per_split, 16);
+  EXPECT_NE(a.describe().find("64 K slices of 16 steps"), std::string::npos) << a.describe();
+  // The slices depend on the shape alone (the bits do not depend on the GPU's SM count).
+  DeviceCaps fewer_sms = h100;
+  fewer_sms.sm_count = 78;
+  EXPECT_EQ(plan(dcgan, Precision::high, fewer_sms).batch_wgrad.splits, 64);
+  // Slices cover K once for any length: the last one may be short, none is empty.
+  for (int64_t n : {1, 3, 7, 129}) {
+    const ConvPlan b = plan(bench::layer2d("t", "t", n, 128, 64, 16, 4, 2, 1), Precision::high,
+                            h100, "batch-wgmma");
+    const cuda::BatchWgradPlan& q = b.batch_wgrad;
+    EXPECT_EQ(q.steps, (n * 256 + 31) / 32) << b.describe();
+    EXPECT_GE(q.splits * q.steps_per_split, q.steps) << b.describe();
+    EXPECT_LT((q.splits - 1) * q.steps_per_split, q.steps) << b.describe();
+    EXPECT_TRUE(q.splits == 1 || q.steps_per_split >= 16) << b.describe();
+  }
+  // What it cannot run: "highest", float64, another device, a build without sm_90a code.
+  EXPECT_NE(reason_of(plan(dcgan, Precision::highest), "batch-wgmma").find("1xTF32 only"),
+            std::string::npos);
+  EXPECT_NE(reason_of(plan(dcgan, Precision::high, h100, "", DType::float64), "batch-wgmma")
+                .find("float32 only"),
+            std::string::npos);
+  DeviceCaps a100 = h100;
+  a100.sm_major = 8;
+  EXPECT_NE(reason_of(plan(dcgan, Precision::high, a100), "batch-wgmma")
+                .find("compute capability 8.0: wgmma needs 9.0"),
+            std::string::npos);
+  DeviceCaps no_code = h100;
+  no_code.wgmma_compiled = false;
+  EXPECT_NE(reason_of(plan(dcgan, Precision::high, no_code), "batch-wgmma").find("no sm_90a code"),
+            std::string::npos);
+  EXPECT_THROW(plan(dcgan, Precision::highest, h100, "batch-wgmma"), Error);
+  // The preferences, each named; forced, the kernel runs the call.
+  struct Case {
+    ConvLayerSpec layer;
+    const char* kernel;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {bench::layer2d("t", "t", 8, 512, 256, 52, 2, 2, 0), "gemm", "C_in/groups=512 >= 512"},
+      {bench::layer1d("t", "t", 16, 256, 128, 32, 16, 8, 4), "gemm",
+       "32 CTAs for 132 SMs (under a quarter)"},
+      {bench::layer1d("t", "t", 16, 32, 64, 131072, 3, 2, 1), "mma.sync",
+       "C_in/groups=32: the split-K mma.sync kernel's 32-row tiles fit it"},
+      {bench::layer1d("t", "t", 64, 64, 128, 65536, 3, 1, 0), "mma.sync",
+       "C_in/groups=64 at stride 1"},
+      {bench::layer1d("t", "t", 8, 512, 1, 3999, 16, 8, 0), "direct", "few channels per group"},
+  };
+  for (const Case& c : cases) {
+    const ConvPlan d = plan(c.layer);
+    EXPECT_EQ(d.kernel, c.kernel) << d.describe();
+    EXPECT_NE(reason_of(d, "batch-wgmma").find(c.reason), std::string::npos) << d.describe();
+    EXPECT_EQ(plan(c.layer, Precision::high, h100, "batch-wgmma").kernel, "batch-wgmma");
+  }
+  // At stride 2, 64 input channels stay here (EnCodec x2).
+  EXPECT_EQ(plan(bench::layer1d("t", "t", 64, 64, 32, 12000, 4, 2, 0)).kernel, "batch-wgmma");
+}
+
 // The split-K kernel gives way to the GEMM path for two measured reasons, each named in the
 // plan: 256 input channels or more, and splits of fewer than 4 segments. Preferences, not
 // inabilities: forced, or with preferences off, the split-K kernel runs both.
 TEST(ConvPlan, WgradGivesWideInputsAndShortSplitsToTheGemmPath) {
+  // A 9.0 device without the sm_90a code: batch-wgmma, which takes most of these calls at
+  // "high" first, declines, so both precisions reach the split-K kernel's rules.
+  DeviceCaps caps = DeviceCaps::h100();
+  caps.wgmma_compiled = false;
   const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 512, 256, 52, 2, 2, 0);
   const ConvLayerSpec narrower = bench::layer2d("t", "t", 8, 128, 256, 52, 2, 2, 0);
   const ConvLayerSpec short_rows = bench::layer1d("t", "t", 16, 64, 32, 4096, 4, 2, 1);
@@ -1056,8 +1156,8 @@ TEST(ConvPlan, WgradGivesWideInputsAndShortSplitsToTheGemmPath) {
   for (Precision precision : {Precision::highest, Precision::high}) {
     const auto plan = [&](const ConvLayerSpec& l, const std::string& forced = "",
                           bool prefer = true) {
-      return plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32, DeviceCaps::h100(),
-                       forced, prefer);
+      return plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32, caps, forced,
+                       prefer);
     };
     const ConvPlan a = plan(wide);
     EXPECT_EQ(a.kernel, "gemm") << a.describe();

@@ -1,11 +1,12 @@
-// The batch-positions implicit GEMMs on the GPU, forced for forward and dgrad: batch-igemm
-// (cuda/conv_transpose_batch_igemm.cu, mma.sync, both precisions) and batch-wgmma
-// (cuda/conv_transpose_batch_wgmma.cu, sm_90a's wgmma, "high"). Every layer of the decoder
-// suite at batch 2 (so a tile's columns cross samples), grouped and depthwise ones included
-// (one GEMM per group), and edge geometries (dilation, output padding, phases without
-// taps, M and C off the tile sizes, unequal strides, groups of odd sizes), each
-// element of y (with bias) and dx against float64 within its own error budget
-// (tests/conv_budget.h), and the plan that ran is the forced kernel with the precision's multiply.
+// The batch-positions implicit GEMMs on the GPU, forced: batch-igemm
+// (cuda/conv_transpose_batch_igemm.cu, mma.sync, both precisions, forward and dgrad) and
+// batch-wgmma (sm_90a's wgmma, "high": cuda/conv_transpose_batch_wgmma.cu for forward and dgrad,
+// cuda/conv_transpose_wgrad_wgmma.cu for wgrad). Every layer of the decoder suite at batch 2 (so
+// a tile's columns, or wgrad's K steps, cross samples), grouped and depthwise ones included (one
+// GEMM per group), and edge geometries (dilation, output padding, phases without taps, M and C
+// off the tile sizes, unequal strides, groups of odd sizes), each element of y (with bias), dx
+// and dw against float64 within its own error budget (tests/conv_budget.h), and the plan that ran
+// is the forced kernel with the precision's multiply.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -111,6 +112,56 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kerne
   }
 }
 
+// wgrad forced to batch-wgmma at "high": every element of dw within its budget (a sum over the
+// batch's positions), the plan that ran the forced kernel, and its K slices summed in order: a
+// second run gives the same bits.
+void check_wgrad_layer(const ConvLayerSpec& l, int64_t batch) {
+  const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
+  Generator gen(12);
+  Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels / l.groups};
+  Shape y_shape = {batch, l.out_channels};
+  int64_t positions = batch;
+  for (int a = 0; a < l.dims; ++a) {
+    const auto u = static_cast<size_t>(a);
+    x_shape.push_back(l.in_size[u]);
+    w_shape.push_back(l.kernel[u]);
+    y_shape.push_back(g.out_size[static_cast<size_t>(2 - l.dims + a)]);
+    positions *= l.in_size[u];
+  }
+  const Tensor x = randn(x_shape, gen, TensorOptions(kFloat32));
+  const Tensor w = randn(w_shape, gen, TensorOptions(kFloat32)) * 0.05;
+  const Tensor b = randn({l.out_channels}, gen, TensorOptions(kFloat32));
+  const Tensor dy = randn(y_shape, gen, TensorOptions(kFloat32));
+  const auto dw_of = [&](const Tensor& xs, const Tensor& ws, const Tensor& bs, const Tensor& dys) {
+    const Tensor wr = ws.detach().requires_grad_();
+    sum(conv(l, xs, wr, bs) * dys).backward();
+    return wr.grad();
+  };
+  const Tensor ref = dw_of(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), dy.to(kFloat64));
+  const Tensor mag =
+      dw_of(abs(x).to(kFloat64), abs(w).to(kFloat64), abs(b).to(kFloat64), abs(dy).to(kFloat64));
+
+  struct Restore {
+    std::string kernel = get_conv_kernel();
+    std::string precision = get_float32_matmul_precision();
+    ~Restore() {
+      set_conv_kernel(kernel);
+      set_float32_matmul_precision(precision);
+    }
+  } restore;
+  set_conv_kernel(std::string("wgrad=") + cuda::kKernelBatchWgmma);
+  set_float32_matmul_precision("high");
+  const Device cuda(kCUDA);
+  const Tensor got = dw_of(x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
+  EXPECT_TRUE(within_budget(got, ref, mag, budget_factor(true, positions), "wgrad"));
+  const cuda::ConvPlan plan = cuda::last_conv_plan(cuda::ConvPass::wgrad);
+  EXPECT_EQ(plan.kernel, cuda::kKernelBatchWgmma) << plan.describe();
+  EXPECT_GE(plan.batch_wgrad.splits, 1) << plan.describe();
+  const Tensor again = dw_of(x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
+  // Tolerance{} is exact: no atomics, the slices summed in a fixed order.
+  EXPECT_TRUE(testing::tensors_close(again, got, testing::Tolerance{}, "wgrad run twice"));
+}
+
 // batch-wgmma is built for sm_90a alone.
 #define SKIP_WITHOUT_WGMMA() \
   if (!cuda::wgmma_supported(0)) GTEST_SKIP() << "batch-wgmma needs compute capability 9.0"
@@ -126,6 +177,12 @@ TEST_P(CudaBatchIgemmSuite, ForwardAndDgradWithinBudgetOnTheForcedWgmmaKernel) {
   TGRAD_SKIP_WITHOUT_CUDA();
   SKIP_WITHOUT_WGMMA();
   check_layer(GetParam(), 2, cuda::kKernelBatchWgmma);
+}
+
+TEST_P(CudaBatchIgemmSuite, WgradWithinBudgetOnTheForcedWgmmaKernel) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_WGMMA();
+  check_wgrad_layer(GetParam(), 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Suite, CudaBatchIgemmSuite, ::testing::ValuesIn(bench::decoder_layers()),
@@ -179,6 +236,12 @@ TEST_P(CudaBatchIgemmEdges, ForwardAndDgradWithinBudgetOnTheForcedWgmmaKernel) {
   TGRAD_SKIP_WITHOUT_CUDA();
   SKIP_WITHOUT_WGMMA();
   check_layer(GetParam(), GetParam().batch, cuda::kKernelBatchWgmma);
+}
+
+TEST_P(CudaBatchIgemmEdges, WgradWithinBudgetOnTheForcedWgmmaKernel) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_WGMMA();
+  check_wgrad_layer(GetParam(), GetParam().batch);
 }
 
 INSTANTIATE_TEST_SUITE_P(Edges, CudaBatchIgemmEdges, ::testing::ValuesIn(edge_layers()),

@@ -1,0 +1,288 @@
+// The weight gradient as one implicit GEMM over the whole batch on sm_90a's wgmma (planner row
+// "batch-wgmma", pass wgrad, "high": 1xTF32). The GEMM is conv_batch_igemm.h's BatchWgradPlan:
+//   dw[m, j] = sum_k x[n, m, ih, iw] * dy[n, co, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW]
+// with rows m (a group's input channels), columns j = (co*kH + kh)*kW + kw (dw's layout) and K
+// over k = (n*Hi + ih)*Wi + iw, every sample and position.
+//
+// Why: the GEMM path writes this B operand (C_out x taps rows of dy, one per position) to a
+// column buffer and reads it back for cuBLAS, and that traffic was most of its time on the
+// decoder layers; the split-K mma.sync kernel tiles one input row of one sample, which short rows
+// and small images leave mostly empty. Here K spans samples and rows, so 4x4 images and long
+// sequences alike fill 128 x 128 x 32 steps, and B is gathered from dy straight into shared
+// memory.
+//
+// Work split. A CTA owns one 128 x 128 tile of one group and one slice of K (the planner cuts K
+// into slices so that the grid fills the GPU); its tile goes to that slice's partial and
+// conv_transpose_wgrad.cu sums the partials in slice order, so the bits do not depend on timing.
+//
+// Layout. wgmma takes TF32 operands K-major in core matrices of 8 rows x 4 positions (128
+// contiguous bytes): A (x) lands in [k/4][m][k % 4], B (dy) in [k/4][j][k % 4], as in
+// conv_transpose_batch_wgmma.cu. Thread t owns the 4 positions k = k_step + 4*((t / 8) % 8) + i of
+// every step, and rows (A) and columns (B) r = t % 8 + 8*(t / 64) + 32*u for u < 4: its loads
+// read 4 consecutive positions of a row, its stores are one 16-byte group per (u, operand), and
+// the 8 lanes of each quarter warp store 8 consecutive rows (128 contiguous bytes: no bank
+// conflicts). Values are rounded to TF32 (round to nearest, as every tgrad kernel at "high") on
+// the way to shared memory.
+//
+// Pipeline, two stages, one barrier a step: load step s + 1 into registers -> fence this thread's
+// stores of step s for the async proxy, wait for this warpgroup's wgmmas of step s - 1 ->
+// barrier -> issue step s's wgmmas -> round and store step s + 1 into the other stage (last read
+// by step s - 1, which every warpgroup finished before the barrier). The loads are in flight
+// through the barrier and step s's multiplies.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/conv_batch_igemm.h"
+#include "cuda/conv_transpose_batch_igemm.cuh"
+#include "cuda/conv_transpose_igemm.cuh"
+#include "cuda/cuda_util.h"
+#include "cuda/tf32_mma.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace tgrad::cuda {
+
+namespace {
+
+constexpr int kBM = kBatchWgradBM, kBN = kBatchWgradBN, kBK = kBatchWgradBK;
+constexpr int kCtaThreads = kBatchWgradThreads;
+constexpr int kAFloats = kBK * kBM, kStageFloats = kBK * (kBM + kBN);
+constexpr int kStages = kBatchWgradStages;
+constexpr int kUnits = 4;  // rows (A) and columns (B) a thread loads per step
+static_assert(kCtaThreads == 256 && kBM == 128 && kBN == 128 && kBK == 32,
+              "the thread-to-tile map below assumes 256 threads on 128 x 128 x 32");
+static_assert(kStages == 2 && batch_wgrad_smem_bytes() == kStages * kStageFloats * 4,
+              "the planner's shared-memory count");
+
+struct WgArgs {
+  const float* x;
+  const float* dy;
+  float* out;  // partials: slice z at out + z * (C_in * cols)
+  int64_t N;
+  int Ci, Co, Cig, Cog, Hi, Wi, Ho, Wo, kH, kW, sH, sW, pH, pW, dH, dW;
+  int64_t cols;  // C_out/groups * taps: the columns of one group's GEMM and dw's row length
+  int64_t k_total, steps_per_split;
+  int64_t m_tiles, n_tiles, groups;
+};
+
+// kRowAligned: Wi % 4 == 0 and x 16-byte aligned. A thread's 4 positions are then one row of one
+// sample (its first is a multiple of 4): x is one float4 a row, and each column of dy one output
+// row at columns ow, ow + sW, ... Otherwise each position is placed on its own (rows and samples
+// may change between them).
+template <bool kRowAligned>
+__global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) float smem[];
+  // Column tiles fastest: CTAs that run together read the same slice of x through L2.
+  int64_t b = blockIdx.x;
+  const int64_t nt = b % a.n_tiles;
+  b /= a.n_tiles;
+  const int64_t mt = b % a.m_tiles;
+  b /= a.m_tiles;
+  const int64_t g = b % a.groups, z = b / a.groups;
+  const int m0 = static_cast<int>(mt) * kBM;
+  const int64_t j0 = nt * kBN;
+  const int64_t k_begin = z * a.steps_per_split * kBK;
+  const int64_t k_end = min(a.k_total, k_begin + a.steps_per_split * kBK);
+  const int steps = static_cast<int>((k_end - k_begin + kBK - 1) / kBK);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int grp = (tid / 8) % 8;            // this thread's 4 positions of a step
+  const int r0 = tid % 8 + 8 * (tid / 64);  // its rows / columns r0 + 32*u
+  const int64_t hw = int64_t{a.Hi} * a.Wi, howo = int64_t{a.Ho} * a.Wo;
+  const int64_t x_sample = int64_t{a.Ci} * hw, dy_sample = int64_t{a.Co} * howo;
+  // A: rows m0 + r0 + 32u of the group, valid below a_rows.
+  const int a_rows = a.Cig - m0 - r0;
+  const float* const xg = a.x + (g * a.Cig + m0 + r0) * hw;
+  // B: column j = j0 + r0 + 32u is (co, kh, kw). Position (n, ih, iw) reads it at dy row
+  // ih*sH + b_oh, column iw*sW + b_ow, i.e. at b_ptr + n*dy_sample + ih*sH*Wo + iw*sW.
+  // Bit u of b_cols: column u is one of the group's (a partial last tile has fewer).
+  const float* b_ptr[kUnits];
+  int b_oh[kUnits], b_ow[kUnits];
+  unsigned b_cols = 0;
+#pragma unroll
+  for (int u = 0; u < kUnits; ++u) {
+    const int64_t j = j0 + r0 + 32 * u;
+    const int64_t jj = j < a.cols ? j : 0;
+    const int kw = static_cast<int>(jj % a.kW), kh = static_cast<int>(jj / a.kW % a.kH);
+    const int64_t co = jj / (int64_t{a.kW} * a.kH);
+    b_oh[u] = kh * a.dH - a.pH;
+    b_ow[u] = kw * a.dW - a.pW;
+    b_cols |= j < a.cols ? 1u << u : 0u;
+    b_ptr[u] = a.dy + (g * a.Cog + co) * howo + int64_t{b_oh[u]} * a.Wo + b_ow[u];
+  }
+
+  // Where this thread's 4 positions of the next step to load start, as (n, ih, iw); advanced a
+  // step (kBK positions) at a time with at most two divisions.
+  int64_t cn;
+  int cih, ciw;
+  {
+    const int64_t k = k_begin + 4 * grp;
+    cn = k / hw;
+    const int64_t p = k - cn * hw;
+    cih = static_cast<int>(p / a.Wi), ciw = static_cast<int>(p % a.Wi);
+  }
+  const auto advance = [&] {
+    ciw += kBK;
+    if (ciw >= a.Wi) {
+      cih += ciw / a.Wi, ciw %= a.Wi;
+      if (cih >= a.Hi) cn += cih / a.Hi, cih %= a.Hi;
+    }
+  };
+
+  // A (x's rows r0 + 32u) and B (dy for columns r0 + 32u) at the step's 4 positions, into
+  // registers: zero past the batch, past the group's rows and columns, and where dy's index
+  // leaves its plane.
+  float xv[kUnits][4], bv[kUnits][4];
+  const auto load = [&] {
+    if constexpr (kRowAligned) {
+      const bool in = cn < a.N;
+      const float* const xp = xg + (in ? cn * x_sample + int64_t{cih} * a.Wi + ciw : 0);
+#pragma unroll
+      for (int u = 0; u < kUnits; ++u) {
+        const float4 v = in && 32 * u < a_rows
+                             ? __ldg(reinterpret_cast<const float4*>(xp + 32 * u * hw))
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        xv[u][0] = v.x, xv[u][1] = v.y, xv[u][2] = v.z, xv[u][3] = v.w;
+      }
+      const int oh0 = cih * a.sH, ow0 = ciw * a.sW;
+      const int64_t off = cn * dy_sample + int64_t{oh0} * a.Wo + ow0;
+#pragma unroll
+      for (int u = 0; u < kUnits; ++u) {
+        const unsigned oh = static_cast<unsigned>(oh0 + b_oh[u]);
+        const bool row = in && (b_cols >> u & 1u) && oh < static_cast<unsigned>(a.Ho);
+        const int ow = ow0 + b_ow[u];
+        const float* const p = b_ptr[u] + off;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const bool ok = row && static_cast<unsigned>(ow + i * a.sW) < static_cast<unsigned>(a.Wo);
+          bv[u][i] = ok ? __ldg(p + i * a.sW) : 0.0f;
+        }
+      }
+    } else {
+      // Each position on its own: rows and samples may change between them.
+      int64_t n = cn;
+      int ih = cih, iw = ciw;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (i > 0 && ++iw == a.Wi) {
+          iw = 0;
+          if (++ih == a.Hi) ih = 0, ++n;
+        }
+        const bool in = n < a.N;
+        const float* const xp = xg + (in ? n * x_sample + int64_t{ih} * a.Wi + iw : 0);
+#pragma unroll
+        for (int u = 0; u < kUnits; ++u)
+          xv[u][i] = in && 32 * u < a_rows ? __ldg(xp + 32 * u * hw) : 0.0f;
+        const int oh0 = ih * a.sH, ow0 = iw * a.sW;
+        const int64_t off = n * dy_sample + int64_t{oh0} * a.Wo + ow0;
+#pragma unroll
+        for (int u = 0; u < kUnits; ++u) {
+          const bool ok = in && (b_cols >> u & 1u) &&
+                          static_cast<unsigned>(oh0 + b_oh[u]) < static_cast<unsigned>(a.Ho) &&
+                          static_cast<unsigned>(ow0 + b_ow[u]) < static_cast<unsigned>(a.Wo);
+          bv[u][i] = ok ? __ldg(b_ptr[u] + off) : 0.0f;
+        }
+      }
+    }
+    advance();
+  };
+  // Rounded to TF32, one 16-byte group per row (A) and column (B): [k/4][r][k % 4].
+  const auto store = [&](int stage) {
+    float* const at = smem + stage * kStageFloats + (grp * kBM + r0) * 4;
+    float* const bt = smem + stage * kStageFloats + kAFloats + (grp * kBN + r0) * 4;
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      *reinterpret_cast<uint4*>(at + 32 * u * 4) =
+          make_uint4(to_tf32(xv[u][0]), to_tf32(xv[u][1]), to_tf32(xv[u][2]), to_tf32(xv[u][3]));
+      *reinterpret_cast<uint4*>(bt + 32 * u * 4) =
+          make_uint4(to_tf32(bv[u][0]), to_tf32(bv[u][1]), to_tf32(bv[u][2]), to_tf32(bv[u][3]));
+    }
+  };
+
+  const int warp = tid / 32, lane = tid % 32, wgm = warp / 4;
+  const uint32_t base = smem_addr(smem);
+  constexpr uint32_t kLboA = kBM * 16, kLboB = kBN * 16;
+  float acc[kBN / 2] = {};
+
+  if (steps > 0) {
+    load();
+    store(0);
+  }
+  for (int s = 0; s < steps; ++s) {
+    const int rd = s & 1;
+    const bool next = s + 1 < steps;
+    if (next) load();     // step s + 1's loads fly through the barrier and step s's multiplies
+    fence_proxy_async();  // this thread's stores of step s are visible to wgmma
+    wgmma_wait_all();     // this warpgroup's step s - 1
+    __syncthreads();      // step s is in shared memory; every warpgroup is done with step s - 1
+    const uint32_t a_addr = base + static_cast<uint32_t>(rd * kStageFloats * 4 + wgm * 64 * 16);
+    const uint32_t b_addr = base + static_cast<uint32_t>((rd * kStageFloats + kAFloats) * 4);
+    wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < kBK / 8; ++kb)
+      wgmma_tf32_ss<kBN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
+                         wgmma_desc(b_addr + 2 * kb * kLboB, kLboB, 128));
+    wgmma_commit();
+    // The other stage was last read by step s - 1, which every warpgroup finished before the
+    // barrier.
+    if (next) store(rd ^ 1);
+  }
+  wgmma_wait_all();
+
+  // acc[nt*4 + i] holds row g + 8*(i / 2), column nt*8 + 2t + i % 2 of this warp's 16 rows of
+  // its warpgroup's 64 x 128; written straight to the slice's partial (row-major, cols long).
+  const int gq = lane / 4, t = lane % 4;
+  float* const out = a.out + z * (int64_t{a.Ci} * a.cols) + (g * a.Cig) * a.cols + j0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = m0 + wgm * 64 + (warp % 4) * 16 + gq + 8 * half;
+    if (row >= a.Cig) continue;
+    float* const orow = out + int64_t{row} * a.cols;
+#pragma unroll
+    for (int nt8 = 0; nt8 < kBN / 8; ++nt8) {
+      const int col = nt8 * 8 + 2 * t;
+      if (j0 + col < a.cols) orow[col] = acc[nt8 * 4 + half * 2];
+      if (j0 + col + 1 < a.cols) orow[col + 1] = acc[nt8 * 4 + half * 2 + 1];
+    }
+  }
+#else
+  // Built without sm_90a's features the body would be empty and dw never written.
+  __trap();
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+}  // namespace
+
+void conv_wgrad_wgmma(const BatchWgradPlan& plan, const ConvGeometry& g, const float* x,
+                      const float* dy, float* out, int device) {
+  check_wgmma_code(device);
+  TGRAD_CHECK(plan.smem_bytes == batch_wgrad_smem_bytes() && plan.splits > 0,
+              "conv batch-wgmma wgrad: the plan's ", plan.smem_bytes,
+              " bytes of shared memory are not the instance's ", batch_wgrad_smem_bytes());
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  WgArgs a{};
+  a.x = x, a.dy = dy, a.out = out;
+  a.N = g.batch;
+  a.Ci = i(g.in_channels), a.Co = i(g.out_channels);
+  a.Cig = i(g.in_channels_per_group());
+  a.Cog = i(g.out_channels_per_group());
+  a.Hi = i(g.in_size[0]), a.Wi = i(g.in_size[1]), a.Ho = i(g.out_size[0]), a.Wo = i(g.out_size[1]);
+  a.kH = i(g.kernel[0]), a.kW = i(g.kernel[1]);
+  a.sH = i(g.stride[0]), a.sW = i(g.stride[1]);
+  a.pH = i(g.padding[0]), a.pW = i(g.padding[1]);
+  a.dH = i(g.dilation[0]), a.dW = i(g.dilation[1]);
+  a.cols = g.out_channels_per_group() * g.kernel[0] * g.kernel[1];
+  a.k_total = g.batch * g.in_size[0] * g.in_size[1];
+  a.steps_per_split = plan.steps_per_split;
+  a.m_tiles = plan.m_tiles, a.n_tiles = plan.n_tiles, a.groups = plan.groups;
+  const int64_t ctas = plan.m_tiles * plan.n_tiles * plan.groups * plan.splits;
+  const bool row_aligned = g.in_size[1] % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const auto kernel = row_aligned ? wgrad_wgmma_kernel<true> : wgrad_wgmma_kernel<false>;
+  TGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+  kernel<<<static_cast<unsigned>(ctas), kCtaThreads, plan.smem_bytes>>>(a);
+  TGRAD_CUDA_CHECK_LAUNCH("wgrad_wgmma_kernel");
+}
+
+}  // namespace tgrad::cuda
