@@ -15,8 +15,12 @@ namespace tgrad::cuda {
 
 // The kernels' arguments (by value). Sizes per conv_batch_igemm.h; gather: forward's phase
 // arithmetic.
-// C and M are one group's channels; a CTA's group is blockIdx.z / phases, its phase
-// blockIdx.z % phases (batch_igemm_group rebases the pointers to the group).
+// C and M are one group's channels; a CTA's group is blockIdx.z, its phase blockIdx.x % phases
+// and its column tile blockIdx.x / phases (batch_igemm_group rebases the pointers to the group).
+// The phases of a column tile are neighbours in the grid: a strided forward's phases interleave
+// in y, so the CTAs that write the same output sectors run at about the same time and L2 merges
+// their writes (with the phase slowest, a phase's partial sectors of a y larger than L2 were
+// evicted before the next phase filled them).
 struct BiArgs {
   const float* src;
   const float* a_big;    // packed TF32 weights (each kernel its own layout), group after group
@@ -36,7 +40,7 @@ struct BiArgs {
 // channel.
 __device__ inline BiArgs batch_igemm_group(const BiArgs& args) {
   BiArgs a = args;
-  const int64_t g = blockIdx.z / a.phases;
+  const int64_t g = blockIdx.z;
   if (g == 0) return a;
   a.src += g * a.C * int64_t{a.Hs} * a.Ws;
   a.out += g * a.M * int64_t{a.Ho} * a.Wo;
@@ -55,7 +59,7 @@ __device__ inline float batch_igemm_weight(const float* w, int64_t g, int64_t m,
   return gather ? w[((g * C + c) * M + m) * taps + tap] : w[((g * M + m) * C + c) * taps + tap];
 }
 
-// The CTA's phase (blockIdx.z % phases): both axes and their tap tables (kernel index, src offset),
+// The CTA's phase (blockIdx.x % phases): both axes and their tap tables (kernel index, src offset),
 // in shared memory. Thread 0 fills them; the caller synchronizes before reading.
 struct BiTaps {
   int kh[kBatchIgemmMaxTaps], sh[kBatchIgemmMaxTaps];
@@ -65,7 +69,7 @@ struct BiTaps {
 
 __device__ inline void batch_igemm_list_taps(const BiArgs& a, BiTaps& t) {
   if (threadIdx.x != 0) return;
-  const int phase = static_cast<int>(blockIdx.z % a.phases);
+  const int phase = static_cast<int>(blockIdx.x % a.phases);
   const int rh = phase / a.phases_w, rw = phase % a.phases_w;
   t.axis[0] =
       batch_igemm_axis(a.gather, a.Ho, a.kH, a.sH, a.pH, a.dH, rh, t.kh, t.sh, kBatchIgemmMaxTaps);
@@ -88,7 +92,7 @@ __device__ inline BiTile batch_igemm_tile(const BiArgs& a, BiTaps& tt, int bm, i
   t.ay = tt.axis[0], t.ax = tt.axis[1];
   t.qplane = int64_t{t.ay.q} * t.ax.q;
   t.n_total = a.N * t.qplane;
-  t.n0 = int64_t{blockIdx.x} * bn;
+  t.n0 = int64_t{blockIdx.x / a.phases} * bn;
   t.m0 = static_cast<int>(blockIdx.y) * bm;
   return t;
 }
@@ -150,8 +154,9 @@ __device__ inline void batch_igemm_store(const BiArgs& a, const float* tile, int
     *out_j = *cs + (a.bias ? a.bias[m0 + r] : 0.0f);
 }
 
-// Launches one instance: `what` names the kernel in errors; the grid is column tiles x row tiles
-// x (phases x groups); smem_bytes must be what the planner counted for the plan's tile.
+// Launches one instance: `what` names the kernel in errors; the grid is (column tiles x phases,
+// the phase fastest) x row tiles x groups; smem_bytes must be what the planner counted for the
+// plan's tile.
 template <class Kernel>
 void batch_igemm_launch(Kernel kernel, const char* what, int threads, int smem_bytes,
                         const BiArgs& args, const BatchIgemmPlan& plan) {
@@ -159,8 +164,8 @@ void batch_igemm_launch(Kernel kernel, const char* what, int threads, int smem_b
               " bytes of shared memory are not the instance's ", smem_bytes);
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  const dim3 grid(static_cast<unsigned>(plan.n_tiles), static_cast<unsigned>(plan.m_tiles),
-                  static_cast<unsigned>(plan.phases_h * plan.phases_w * plan.groups));
+  const dim3 grid(static_cast<unsigned>(plan.n_tiles * plan.phases_h * plan.phases_w),
+                  static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.groups));
   kernel<<<grid, threads, smem_bytes>>>(args);
   check_cuda(cudaGetLastError(), what, __FILE__, __LINE__);  // as TGRAD_CUDA_CHECK_LAUNCH
 }

@@ -422,10 +422,8 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   plan.groups = g.groups;
   plan.phases_h = fwd ? static_cast<int>(std::min<int64_t>(g.stride[0], 65536)) : 1;
   plan.phases_w = fwd ? static_cast<int>(std::min<int64_t>(g.stride[1], 65536)) : 1;
-  if (int64_t{plan.phases_h} * plan.phases_w * g.groups > 65535)
-    return "stride " + std::to_string(g.stride[0]) + "x" + std::to_string(g.stride[1]) +
-           " with groups=" + std::to_string(g.groups) +
-           ": more than 65535 output phases and groups (the grid's z)";
+  if (g.groups > 65535)
+    return "groups=" + std::to_string(g.groups) + ": more than 65535 (the grid's z)";
   // Per axis, the most taps and output positions of any phase (the same arithmetic as the
   // kernel's, conv_batch_igemm.h).
   const auto i = [](int64_t v) { return static_cast<int>(v); };
@@ -474,7 +472,8 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   plan.max_q = g.batch * most_q[0] * most_q[1];
   plan.n_tiles = ceil_div(plan.max_q, plan.bn);
   plan.m_tiles = ceil_div(M, plan.bm);
-  if (plan.n_tiles > kIntMax) return "more than 2^31-1 column tiles (the grid's x)";
+  if (plan.n_tiles * plan.phases_h * plan.phases_w > kIntMax)
+    return "more than 2^31-1 column tiles x phases (the grid's x)";
   if (plan.m_tiles > 65535) return "more than 65535 row tiles (the grid's y)";
   plan.c_pad = ceil_div(C, kBatchIgemmChunk) * kBatchIgemmChunk;
   plan.m_pad = plan.m_tiles * plan.bm;
@@ -887,8 +886,8 @@ std::string ConvPlan::describe() const {
     const BatchIgemmPlan& b = batch;
     os << " [tile " << b.bm << "x" << b.bn << "/" << kBatchIgemmChunk << "ch"
        << (b.split ? " 3xTF32" : " 1xTF32") << ", " << b.phases_h * b.phases_w
-       << " phases, taps<=" << b.max_taps << ", smem " << b.smem_bytes << " B, grid " << b.n_tiles
-       << "x" << b.m_tiles << "x" << b.phases_h * b.phases_w * b.groups
+       << " phases, taps<=" << b.max_taps << ", smem " << b.smem_bytes << " B, grid "
+       << b.n_tiles * b.phases_h * b.phases_w << "x" << b.m_tiles << "x" << b.groups
        << (b.groups > 1 ? ", " + std::to_string(b.groups) + " groups" : std::string()) << "]";
   } else if (kernel == kKernelMmaSync) {
     const WgradPlan& s = wgrad.plan;

@@ -435,7 +435,7 @@ TEST(ConvPlan, TraceLineNamesPassGeometryKernelConfigAndDeclines) {
                                    DType::float32, DeviceCaps::h100())
                              .describe();
   for (const char* part :
-       {"-> batch-igemm [tile 128x64/32ch 3xTF32, 4 phases, taps<=4", "grid 128x1x4]",
+       {"-> batch-igemm [tile 128x64/32ch 3xTF32, 4 phases, taps<=4", "grid 512x1x1]",
         "declined: wgmma (", "; mma.sync (", "; batch-wgmma (\"highest\" (3xTF32)"}) {
     EXPECT_NE(bi.find(part), std::string::npos) << part << " in: " << bi;
   }
