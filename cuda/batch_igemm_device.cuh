@@ -34,6 +34,10 @@ struct BiArgs {
   int64_t c_pad, m_pad;
   int64_t src_sample, out_sample;  // floats from one sample to the next (all groups' channels)
   int64_t packed_group;            // floats of packed weights per group
+  // batch-wgmma's channels-last source, or null: src as [n][y][x][group][c_pad], rounded to
+  // TF32 and zero past C; cl_pixel = groups * c_pad floats a pixel.
+  const float* src_cl;
+  int64_t cl_pixel;
 };
 
 // The arguments of this CTA's group: src, out, bias and the packed weights moved to its first
@@ -46,6 +50,7 @@ __device__ inline BiArgs batch_igemm_group(const BiArgs& args) {
   a.out += g * a.M * int64_t{a.Ho} * a.Wo;
   if (a.bias) a.bias += g * a.M;
   a.a_big += g * a.packed_group;
+  if (a.src_cl) a.src_cl += g * a.c_pad;
   if (a.a_small) a.a_small += g * a.packed_group;
   return a;
 }

@@ -79,8 +79,10 @@ constexpr int batch_igemm_smem_bytes(int bm, int bn, bool split) {
 // a kBatchIgemmChunk x bm A tile and a chunk x bn B tile, both unpadded in wgmma's K-major core
 // matrices.
 inline constexpr int kBatchWgmmaStages = 3;
-constexpr int batch_wgmma_smem_bytes(int bm, int bn) {
-  return kBatchWgmmaStages * kBatchIgemmChunk * (bm + bn) * 4;
+// channels_last: B is copied from a channels-last copy of src into 128-byte swizzled rows, whose
+// descriptors want 1024-byte aligned stages: 1024 bytes more to align the first.
+constexpr int batch_wgmma_smem_bytes(int bm, int bn, bool channels_last = false) {
+  return kBatchWgmmaStages * kBatchIgemmChunk * (bm + bn) * 4 + (channels_last ? 1024 : 0);
 }
 
 // What the planner hands the launcher (conv_plan.h's ConvPlan::batch): the tile and the grid.
@@ -88,8 +90,11 @@ struct BatchIgemmPlan {
   int bm = 0, bn = 0;  // CTA tile: bm rows m x bn columns (batch, position) of one phase
   bool split = false;  // 3xTF32 ("highest"), else 1xTF32
   bool wgmma = false;  // the sm_90a wgmma instance (batch-wgmma), else mma.sync
+  // batch-wgmma: B from a channels-last copy of src (made per call), one 16-byte cp.async per
+  // 4 channels of a column, instead of gathered through registers from src.
+  bool channels_last = false;
   int phases_h = 1, phases_w = 1;
-  int64_t groups = 1;  // one GEMM per group and phase (the grid's z: groups x phases)
+  int64_t groups = 1;  // one GEMM per group and phase (the grid's z: groups)
   int64_t max_q = 0;   // most output positions of one phase, times the batch (the grid's x)
   int max_taps = 0;    // most taps of one phase
   double tap_use = 1;  // share of the GEMMs' (position, tap) pairs that land inside src

@@ -394,6 +394,9 @@ constexpr int64_t kBatchIgemmMaxPreferredM = 512;
 
 // wgmma: the sm_90a instance (batch-wgmma), 1xTF32 only, which multiplies with wgmma from shared
 // memory instead of mma.sync; the same GEMM, arithmetic and preferences.
+constexpr double kChannelsLastMinUses = 1024;
+constexpr int64_t kChannelsLastMinStride = 5;
+
 std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wgmma) {
   // Groups are the grid's z beside the phases: one GEMM per group and phase.
   if (in.dtype != DType::float32)
@@ -456,11 +459,9 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     // as fast or faster (docs/performance.md, run 54), and at M <= 32 half the tile is padding.
     if (in.prefer && M <= 64)
       return "M=" + std::to_string(M) + " <= 64: batch-igemm's narrower tiles";
-    // A dgrad loads every s-th src column: past stride 4 those scattered loads cost more than
-    // the multiplies save (k10 s5 and k16 s8 measured slower than mma.sync and the GEMM path).
-    const int64_t s_max = std::max(g.stride[0], g.stride[1]);
-    if (in.prefer && in.pass == ConvPass::dgrad && s_max > 4)
-      return "dgrad with stride " + std::to_string(s_max) + " > 4: strided loads";
+    // (A dgrad past stride 4 gathered every s-th src column, and declined here for the row
+    // kernels and the GEMM path; it now reads the channels-last copy, below, whose lines are
+    // whole: EnCodec x5's dgrad 0.301 ms against mma.sync's 0.434, run 69b.)
     plan.bm = M > 64 ? 128 : 64;
     plan.bn = 128;
   } else {
@@ -482,7 +483,22 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   if (packed > kGemmWorkspaceBytes)
     return "packed weights of " + std::to_string(packed) + " bytes, over the workspace budget of " +
            std::to_string(kGemmWorkspaceBytes);
-  plan.smem_bytes = wgmma ? batch_wgmma_smem_bytes(plan.bm, plan.bn)
+  // batch-wgmma reads B from a channels-last copy of src (made per call: src read and written
+  // once more) where that measured faster (run 69b, the suite and S1-S5 forced both ways):
+  // - each src value feeds at least kChannelsLastMinUses multiply-adds (M x the taps that read
+  //   it: every tap forward, taps / (sH*sW) in dgrad), so the copy costs little beside them
+  //   (DeconvNet deconv5 1.19x, U-Net 1024 -> 512 dgrad 1.44x); below it the copy dominated
+  //   (U-Net 128 -> 64 dgrad 0.50x, S1-S4 0.48x-0.90x);
+  // - a dgrad at stride 5 or more: the register gather there reads one src column in s, most
+  //   of each line it loads wasted, while the copy's lines are whole (EnCodec x8 / x5 dgrad
+  //   2.66x / 2.29x, HiFi-GAN's x8 dgrads 1.45x-1.78x).
+  if (wgmma) {
+    const double uses = static_cast<double>(M) * static_cast<double>(g.kernel[0] * g.kernel[1]) /
+                        static_cast<double>(fwd ? 1 : g.stride[0] * g.stride[1]);
+    const bool wide_stride = !fwd && std::max(g.stride[0], g.stride[1]) >= kChannelsLastMinStride;
+    plan.channels_last = uses >= kChannelsLastMinUses || wide_stride;
+  }
+  plan.smem_bytes = wgmma ? batch_wgmma_smem_bytes(plan.bm, plan.bn, plan.channels_last)
                           : batch_igemm_smem_bytes(plan.bm, plan.bn, plan.split);
   if (plan.smem_bytes > in.caps.smem_per_block_optin)
     return "tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) + " needs " +
@@ -885,9 +901,9 @@ std::string ConvPlan::describe() const {
   } else if (kernel == kKernelBatchIgemm || kernel == kKernelBatchWgmma) {
     const BatchIgemmPlan& b = batch;
     os << " [tile " << b.bm << "x" << b.bn << "/" << kBatchIgemmChunk << "ch"
-       << (b.split ? " 3xTF32" : " 1xTF32") << ", " << b.phases_h * b.phases_w
-       << " phases, taps<=" << b.max_taps << ", smem " << b.smem_bytes << " B, grid "
-       << b.n_tiles * b.phases_h * b.phases_w << "x" << b.m_tiles << "x" << b.groups
+       << (b.split ? " 3xTF32" : " 1xTF32") << (b.channels_last ? ", channels-last B" : "") << ", "
+       << b.phases_h * b.phases_w << " phases, taps<=" << b.max_taps << ", smem " << b.smem_bytes
+       << " B, grid " << b.n_tiles * b.phases_h * b.phases_w << "x" << b.m_tiles << "x" << b.groups
        << (b.groups > 1 ? ", " + std::to_string(b.groups) + " groups" : std::string()) << "]";
   } else if (kernel == kKernelMmaSync) {
     const WgradPlan& s = wgrad.plan;

@@ -25,6 +25,16 @@
 // conflict), then rounded in place, the same tile cost three times the L1 wavefronts, and Nsight
 // Compute found the kernel bound by L1 (docs/performance.md).
 //
+// B from a channels-last copy (plan.channels_last). Gathered from NCHW, a column's 4 channels
+// are 4 loads a plane apart, and a dgrad's columns are s src columns apart, so most of each
+// loaded line is wasted at wide strides; and the register staging leaves one step of B in
+// flight. Where the planner finds the copy worth its cost (many multiply-adds per src value, or
+// a dgrad at stride 5 or more), to_channels_last_kernel first writes src as [n][y][x][group]
+// [c_pad] rounded to TF32, and the kernel copies B with 16-byte cp.async (zero filled outside
+// the plane), two steps ahead like A: each row of the B tile is one column's 32 channels of a
+// step, one 128-byte line of the copy, stored with wgmma's 128-byte swizzle (16-byte group c of
+// row j at group c ^ (j % 8)) so that 8 lanes writing one row hit all 32 banks.
+//
 // Pipeline, one barrier a step, kBatchWgmmaStages stages:
 //   load B of step s + 1 into registers -> wait for this thread's A copies of step s, fence its
 //   B stores of step s for the async proxy, wait for this warpgroup's wgmmas of step s - 1 ->
@@ -35,6 +45,8 @@
 // CTAs per SM fill each other's barriers. Each output is written once from a fixed-order sum:
 // deterministic.
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "cuda/batch_igemm_device.cuh"
 #include "cuda/conv_transpose_batch_igemm.cuh"
@@ -80,13 +92,18 @@ __global__ void pack_kmajor_kernel(const float* __restrict__ w, float* __restric
   }
 }
 
-template <class Cfg>
+// kCl: B from the channels-last copy (a.src_cl), each 16-byte group of 4 channels of a column
+// copied by cp.async into 128-byte swizzled rows (below); else gathered from src through
+// registers.
+template <class Cfg, bool kCl>
 __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const BiArgs a = batch_igemm_group(args);
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN;
-  extern __shared__ __align__(128) float smem[];
+  extern __shared__ __align__(128) float smem_raw[];
   __shared__ BiTaps tt;
+  // The swizzled B rows repeat their pattern every 1024 bytes, from a 1024-byte aligned address.
+  float* const smem = kCl ? smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024) / 4 : smem_raw;
 
   const int tid = static_cast<int>(threadIdx.x);
   const BiTile tile = batch_igemm_tile(a, tt, kBM, kBN);
@@ -162,19 +179,59 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
           make_uint4(to_tf32(bv[u][0]), to_tf32(bv[u][1]), to_tf32(bv[u][2]), to_tf32(bv[u][3]));
   };
 
+  // Channels-last B: row j of a stage's B tile holds the step's 32 channels of column j, 128
+  // bytes, its 16-byte group c stored at group c ^ (j % 8) (the 128-byte swizzle wgmma reads).
+  // Thread t copies group t % 8 of columns t / 8 + kClStep*u: 8 lanes fill one row (a 128-byte
+  // line of src_cl, one conflict-free row of shared memory).
+  constexpr int kClStep = Cfg::kThreads / 8, kClUnits = kBN / kClStep;
+  static_assert(kBN % kClStep == 0 && kClStep % 8 == 0, "whole swizzle rows a thread step");
+  const int cl_group = tid % 8, cl_row0 = tid / 8;
+  const float* cl_src[kCl ? kClUnits : 1];
+  int cl_sy0[kCl ? kClUnits : 1], cl_sx0[kCl ? kClUnits : 1];
+  unsigned cl_ok = 0;
+  if constexpr (kCl) {
+    const int64_t pixels = int64_t{a.Hs} * a.Ws;
+#pragma unroll
+    for (int u = 0; u < kClUnits; ++u) {
+      const int64_t j = n0 + cl_row0 + kClStep * u;
+      const bool ok = j < tile.n_total;
+      const BiColumn c = batch_igemm_column(ok ? j : 0, tile.qplane, ax.q);
+      cl_src[u] = a.src_cl + c.n * pixels * a.cl_pixel + cl_group * 4;
+      cl_sy0[u] = c.qy * ay.ss, cl_sx0[u] = c.qx * ax.ss;
+      cl_ok |= ok ? 1u << u : 0u;
+    }
+  }
+  const auto load_b_cl = [&](int stage) {
+    const int sh = tt.sh[kb_cur.th], sw = tt.sw[kb_cur.tw];
+    float* const bt = b_tile(stage) + cl_row0 * 32 + ((cl_group ^ (cl_row0 % 8)) * 4);
+#pragma unroll
+    for (int u = 0; u < kClUnits; ++u) {
+      const int sy = cl_sy0[u] + sh, sx = cl_sx0[u] + sw;
+      const bool in = (cl_ok >> u & 1u) && sy >= 0 && sy < a.Hs && sx >= 0 && sx < a.Ws;
+      const float* const src =
+          in ? cl_src[u] + (int64_t{sy} * a.Ws + sx) * a.cl_pixel + kb_cur.c0 : a.src_cl;
+      cp_async16_zfill(bt + kClStep * u * 32, src, in);
+    }
+    advance(kb_cur);
+  };
+
   const int wg = warp / 4;
   const int wgm = wg / Cfg::kWgN, wgn = wg % Cfg::kWgN;
   const uint32_t base = smem_addr(smem);
   constexpr uint32_t kLboA = kBM * 16, kLboB = kBN * 16;
   float acc[Cfg::kN / 2] = {};
 
-  // Prologue: A of steps 0 and 1 in flight, B of step 0 in place.
+  // Prologue: A of steps 0 and 1 in flight, and B of step 0 in place (channels-last: B of steps
+  // 0 and 1 in flight beside A).
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) load_a(s);
+    if (s < steps) {
+      load_a(s);
+      if constexpr (kCl) load_b_cl(s);
+    }
     cp_async_commit();
   }
-  if (steps > 0) {
+  if (!kCl && steps > 0) {
     load_b();
     store_b(0);
   }
@@ -182,24 +239,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   for (int s = 0; s < steps; ++s) {
     // B of step s + 1 into registers first (step s's were stored last iteration): the loads
     // are in flight through the waits and the barrier below and while step s multiplies.
-    const bool next_b = s + 1 < steps;
+    const bool next_b = !kCl && s + 1 < steps;
     if (next_b) load_b();
-    cp_async_wait<kStages - 2>();  // this thread's copies of A for step s have landed
-    fence_proxy_async();           // and its B stores of step s are visible to wgmma
+    cp_async_wait<kStages - 2>();  // this thread's copies of step s have landed
+    fence_proxy_async();           // and its stores and copies of step s are visible to wgmma
     wgmma_wait_all();              // this warpgroup's step s - 1
     __syncthreads();  // step s is complete in shared memory; every warpgroup is done with s - 1
-    if (s + kStages - 1 < steps) load_a(wr);
+    if (s + kStages - 1 < steps) {
+      load_a(wr);
+      if constexpr (kCl) load_b_cl(wr);
+    }
     cp_async_commit();
     const uint32_t a_addr =
         base + static_cast<uint32_t>(rd * Cfg::kStageFloats * 4 + wgm * 64 * 16);
-    const uint32_t b_addr =
-        base +
-        static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kAFloats) * 4 + wgn * Cfg::kN * 16);
     wgmma_fence();
+    if constexpr (kCl) {
+      // 128-byte swizzle, K-major: 8-row groups 1024 bytes apart (SBO), each k8 step 32 bytes
+      // further along the rows (the swizzle applies to the address bits).
+      const uint32_t b_addr =
+          base +
+          static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kAFloats) * 4 + wgn * Cfg::kN * 128);
 #pragma unroll
-    for (int kb = 0; kb < kBK / 8; ++kb)
-      wgmma_tf32_ss<Cfg::kN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
-                             wgmma_desc(b_addr + 2 * kb * kLboB, kLboB, 128));
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
+                               wgmma_desc_sw128(b_addr + kb * 32));
+    } else {
+      const uint32_t b_addr =
+          base +
+          static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kAFloats) * 4 + wgn * Cfg::kN * 16);
+#pragma unroll
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
+                               wgmma_desc(b_addr + 2 * kb * kLboB, kLboB, 128));
+    }
     wgmma_commit();
     rd = rd + 1 == kStages ? 0 : rd + 1;
     wr = wr + 1 == kStages ? 0 : wr + 1;
@@ -235,10 +307,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
 using Bw128 = BwConfig<2, 1, 128>;
 using Bw64 = BwConfig<1, 2, 64>;
 
-template <class Cfg>
+template <class Cfg, bool kCl>
 void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
-  batch_igemm_launch(batch_wgmma_kernel<Cfg>, "batch_wgmma_kernel", Cfg::kThreads, Cfg::kSmemBytes,
-                     args, plan);
+  batch_igemm_launch(batch_wgmma_kernel<Cfg, kCl>, "batch_wgmma_kernel", Cfg::kThreads,
+                     batch_wgmma_smem_bytes(Cfg::kBM, Cfg::kBN, kCl), args, plan);
+}
+
+// dst[n][p][g][c] = tf32(src[n][g*C + c][p]) for c < C, 0 for C <= c < c_pad (p a pixel of the
+// plane): the channels-last copy B is read from. A 32 x 32 tile of (channel, pixel) a block,
+// through shared memory, so that both the reads (along pixels) and the writes (along channels)
+// are whole lines.
+__global__ void to_channels_last_kernel(const float* __restrict__ src, float* __restrict__ dst,
+                                        int64_t N, int64_t groups, int64_t C, int64_t c_pad,
+                                        int64_t pixels) {
+  __shared__ float tile[32][33];
+  const int64_t p_tiles = (pixels + 31) / 32, c_tiles = c_pad / 32;
+  const int64_t tiles = N * groups * c_tiles * p_tiles;
+  const int tx = static_cast<int>(threadIdx.x % 32), ty = static_cast<int>(threadIdx.x / 32);
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t pt = t % p_tiles, ct = t / p_tiles % c_tiles,
+                  g = t / (p_tiles * c_tiles) % groups;
+    const int64_t n = t / (p_tiles * c_tiles * groups);
+    const int64_t p0 = pt * 32, c0 = ct * 32;
+    // Read: row c (ty + 8i), pixels p0 + tx.
+    for (int i = 0; i < 4; ++i) {
+      const int64_t c = c0 + ty + 8 * i, p = p0 + tx;
+      tile[ty + 8 * i][tx] =
+          c < C && p < pixels ? src[((n * groups + g) * C + c) * pixels + p] : 0.0f;
+    }
+    __syncthreads();
+    // Write: pixel p0 + ty + 8i, channels c0 + tx.
+    for (int i = 0; i < 4; ++i) {
+      const int64_t p = p0 + ty + 8 * i;
+      if (p < pixels)
+        dst[((n * pixels + p) * groups + g) * c_pad + c0 + tx] =
+            __uint_as_float(to_tf32(tile[tx][ty + 8 * i]));
+    }
+    __syncthreads();  // the tile is rewritten by this block's next one
+  }
 }
 
 }  // namespace
@@ -258,10 +364,24 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
   TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma pack_kmajor_kernel");
   BiArgs a = args;
   a.a_big = wp, a.a_small = nullptr;
+  a.src_cl = nullptr, a.cl_pixel = 0;
+  std::shared_ptr<void> cl_copy;
+  if (plan.channels_last) {
+    const int64_t pixels = int64_t{args.Hs} * args.Ws,
+                  cl_values = args.N * pixels * plan.groups * plan.c_pad;
+    cl_copy = alloc.allocate(cl_values * int64_t{sizeof(float)}, device);
+    float* cl = static_cast<float*>(cl_copy.get());
+    const int64_t tiles = args.N * plan.groups * (plan.c_pad / 32) * ((pixels + 31) / 32);
+    to_channels_last_kernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, 65536)), 256>>>(
+        args.src, cl, args.N, plan.groups, args.C, plan.c_pad, pixels);
+    TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma to_channels_last_kernel");
+    a.src_cl = cl, a.cl_pixel = plan.groups * plan.c_pad;
+  }
+  const bool cl = plan.channels_last;
   if (plan.bm == 128) {
-    launch<Bw128>(a, plan);
+    cl ? launch<Bw128, true>(a, plan) : launch<Bw128, false>(a, plan);
   } else {
-    launch<Bw64>(a, plan);
+    cl ? launch<Bw64, true>(a, plan) : launch<Bw64, false>(a, plan);
   }
 }
 

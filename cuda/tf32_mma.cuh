@@ -33,6 +33,13 @@ __device__ inline void cp_async16(float* dst, const float* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 
+// Copies 16 bytes (both addresses 16-byte aligned), or writes 16 zero bytes when !valid (src is
+// then not read, but must be a valid address).
+__device__ inline void cp_async16_zfill(float* dst, const float* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+
 // Copies base[first .. first+4) of a row of `limit` floats to dst (16-byte aligned), zero
 // outside the row or when !row_ok: one 16-byte copy when all four are in range and aligned, two
 // 8-byte ones when they start 8 bytes off (S2/S3's dy rows are 65538 floats long, so every other

@@ -19,6 +19,14 @@ __device__ inline uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
   return uint64_t{(addr & 0x3FFFF) >> 4} | (uint64_t{lbo >> 4} << 16) | (uint64_t{sbo >> 4} << 32);
 }
 
+// K-major operand rows of 128 bytes with the 128-byte swizzle (16-byte group c of row r stored
+// at group c ^ (r % 8), from a 1024-byte aligned base): 8-row groups 1024 bytes apart (SBO); LBO
+// is unused when a row holds the whole K of a step. Layout type 1 in bits 62-63.
+__device__ inline uint64_t wgmma_desc_sw128(uint32_t addr) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
 __device__ inline void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -769,8 +769,8 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
 
 // batch-wgmma (the batch-positions GEMM on sm_90a's wgmma, 1xTF32) takes what batch-igemm would
 // at "high" on a 9.0 device with its code, for M > 64; it also keeps forward and stride-1 dgrad
-// calls with M > 256 from the GEMM path, and leaves dgrad with stride > 4 to the others. Each
-// decline names its reason (measured in docs/performance.md, run 54).
+// calls with M > 256 from the GEMM path, and dgrad at stride > 4 (from its channels-last copy).
+// Each decline names its reason (measured in docs/performance.md, runs 54 and 69).
 TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   const auto kernel_of = [](ConvPass pass, const ConvLayerSpec& l, Precision precision) {
     return plan_conv(pass, geometry(l, precision), DType::float32, DeviceCaps::h100()).kernel;
@@ -782,9 +782,12 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_TRUE(high.batch.wgmma && !high.batch.split) << high.describe();
   EXPECT_EQ(high.batch.bm, 128);
   EXPECT_EQ(high.batch.bn, 128);
-  EXPECT_EQ(high.batch.smem_bytes, cuda::batch_wgmma_smem_bytes(128, 128));
-  EXPECT_NE(high.describe().find("-> batch-wgmma [tile 128x128/32ch 1xTF32, 4 phases"),
-            std::string::npos)
+  // 128 rows x 16 taps per x value: B from the channels-last copy, its stages 1024-byte aligned.
+  EXPECT_TRUE(high.batch.channels_last) << high.describe();
+  EXPECT_EQ(high.batch.smem_bytes, cuda::batch_wgmma_smem_bytes(128, 128, true));
+  EXPECT_NE(
+      high.describe().find("-> batch-wgmma [tile 128x128/32ch 1xTF32, channels-last B, 4 phases"),
+      std::string::npos)
       << high.describe();
   // "highest" multiplies in 3xTF32, which this kernel does not.
   const ConvPlan highest = plan_conv(ConvPass::forward, geometry(l, Precision::highest),
@@ -827,7 +830,8 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   const ConvPlan m64_forced = plan_conv(ConvPass::forward, geometry(narrow, Precision::high),
                                         DType::float32, DeviceCaps::h100(), "batch-wgmma");
   EXPECT_EQ(m64_forced.batch.bm, 64) << m64_forced.describe();
-  EXPECT_EQ(m64_forced.batch.smem_bytes, cuda::batch_wgmma_smem_bytes(64, 128));
+  EXPECT_EQ(m64_forced.batch.smem_bytes,
+            cuda::batch_wgmma_smem_bytes(64, 128, m64_forced.batch.channels_last));
   // M = 512: forward, stride-1 and stride-2 dgrad stay on the batch kernels (on 8.0,
   // batch-igemm); past 512 rows, and for a dgrad with stride > 4 past 256, the GEMM path.
   const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 1024, 512, 28, 2, 2, 0);
@@ -860,15 +864,18 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
       reason_of(s8_wide, "mma.sync").find("dgrad with stride 8 and M=512 > 256: the GEMM path"),
       std::string::npos)
       << s8_wide.describe();
-  // dgrad with stride 8 (k16 s8, M = 128): strided loads; stride 4 keeps batch-wgmma.
+  // dgrad with stride 8 (k16 s8, M = 128): batch-wgmma reads the channels-last copy, whose lines
+  // are whole however wide the stride; stride 4 keeps the gather.
   const ConvLayerSpec s8 = bench::layer1d("t", "t", 64, 128, 64, 512, 16, 8, 4);
   const ConvPlan s8_dgrad =
       plan_conv(ConvPass::dgrad, geometry(s8, Precision::high), DType::float32, DeviceCaps::h100());
-  EXPECT_NE(s8_dgrad.kernel, "batch-wgmma") << s8_dgrad.describe();
-  EXPECT_NE(reason_of(s8_dgrad, "batch-wgmma").find("stride 8 > 4"), std::string::npos)
-      << s8_dgrad.describe();
+  EXPECT_EQ(s8_dgrad.kernel, "batch-wgmma") << s8_dgrad.describe();
+  EXPECT_TRUE(s8_dgrad.batch.channels_last) << s8_dgrad.describe();
   const ConvLayerSpec s4 = bench::layer1d("t", "t", 64, 128, 64, 512, 8, 4, 2);
-  EXPECT_EQ(kernel_of(ConvPass::dgrad, s4, Precision::high), "batch-wgmma");
+  const ConvPlan s4_dgrad =
+      plan_conv(ConvPass::dgrad, geometry(s4, Precision::high), DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(s4_dgrad.kernel, "batch-wgmma") << s4_dgrad.describe();
+  EXPECT_FALSE(s4_dgrad.batch.channels_last) << s4_dgrad.describe();
   // Long 1-D sequences with M > 64 leave the row kernels for batch-wgmma at "high" only.
   const ConvLayerSpec seq = bench::layer1d("t", "t", 64, 128, 128, 65536, 3, 1, 0);
   EXPECT_EQ(kernel_of(ConvPass::forward, seq, Precision::high), "batch-wgmma");
@@ -912,7 +919,8 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
 // wide M the GEMM path; float64 calls never reach it, grouped ones one GEMM per group. At
 // "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1 dgrad with
 // M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
-// (EnCodec x5 forward, x4 dgrad), but no dgrad of stride 8. Few channels per group (RGB and
+// (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy, run 69);
+// the x8 dgrads with M >= 256 stay on the GEMM path. Few channels per group (RGB and
 // mono outputs, grouped layers) run the direct kernels, except forwards whose sums are long
 // (pix2pix's 128 x 4, Conv-TasNet's 512 x 2 products a output): the GEMM path (run 46). A row
 // kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
@@ -943,7 +951,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"hifigan_v3_up2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
       {"hifigan_v3_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"encodec_up8", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
-      {"encodec_up5", "wgmma", "batch-igemm", "batch-wgmma", "mma.sync"},
+      {"encodec_up5", "wgmma", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"encodec_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"encodec_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"convtasnet_dec", "gemm", "direct", "gemm", "direct"},
@@ -1058,6 +1066,42 @@ TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
   const ConvPlan c = plan_conv(ConvPass::dgrad, g, DType::float32, smaller);
   EXPECT_EQ(c.kernel, "batch-igemm") << c.describe();
   EXPECT_EQ(c.describe().find("(under half)"), std::string::npos) << c.describe();
+}
+
+// batch-wgmma reads B from a channels-last copy of src when each src value feeds 1024
+// multiply-adds or more (M x the taps that read it), or in a dgrad at stride 5 or more; else it
+// gathers B from src. The plan says which.
+TEST(ConvPlan, BatchWgmmaCopiesSrcChannelsLastWhereItPays) {
+  struct Case {
+    ConvLayerSpec layer;
+    ConvPass pass;
+    bool channels_last;
+  };
+  const Case cases[] = {
+      // DeconvNet deconv5: 512 rows x 9 taps per value, both passes.
+      {bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1), ConvPass::forward, true},
+      {bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1), ConvPass::dgrad, true},
+      // U-Net 128 -> 64 (k2 s2): 64 x 4 forward, 128 x 4 / 4 dgrad.
+      {bench::layer2d("t", "t", 8, 128, 64, 196, 2, 2, 0), ConvPass::forward, false},
+      {bench::layer2d("t", "t", 8, 128, 64, 196, 2, 2, 0), ConvPass::dgrad, false},
+      // EnCodec x5's dgrad: 256 x 10 / 5 = 512 uses, but stride 5.
+      {bench::layer1d("t", "t", 64, 256, 128, 600, 10, 5, 0), ConvPass::dgrad, true},
+      // EnCodec x4's dgrad: 128 x 8 / 4 = 256 uses at stride 4.
+      {bench::layer1d("t", "t", 64, 128, 64, 3000, 8, 4, 0), ConvPass::dgrad, false},
+  };
+  for (const Case& c : cases) {
+    const ConvPlan plan = plan_conv(c.pass, geometry(c.layer, Precision::high), DType::float32,
+                                    DeviceCaps::h100(), "batch-wgmma");
+    EXPECT_EQ(plan.batch.channels_last, c.channels_last) << plan.describe();
+    EXPECT_EQ(plan.describe().find("channels-last B") != std::string::npos, c.channels_last)
+        << plan.describe();
+    EXPECT_EQ(plan.batch.smem_bytes,
+              cuda::batch_wgmma_smem_bytes(plan.batch.bm, plan.batch.bn, c.channels_last));
+    // batch-igemm (mma.sync) has no channels-last copy.
+    EXPECT_FALSE(plan_conv(c.pass, geometry(c.layer, Precision::high), DType::float32,
+                           DeviceCaps::h100(), "batch-igemm")
+                     .batch.channels_last);
+  }
 }
 
 // wgrad's batch-wgmma: float32 at "high" on a 9.0 device with the sm_90a code; K (the batch's

@@ -6,7 +6,9 @@
 // GEMM per group), and edge geometries (dilation, output padding, phases without taps, M and C
 // off the tile sizes, unequal strides, groups of odd sizes), each element of y (with bias), dx
 // and dw against float64 within its own error budget (tests/conv_budget.h), and the plan that ran
-// is the forced kernel with the precision's multiply.
+// is the forced kernel with the precision's multiply. batch-wgmma's two ways of loading B (from a
+// channels-last copy of src, or gathered from src) are both among these layers (the plan says
+// which, by M and taps: ConvPlan.BatchWgmmaCopiesSrcChannelsLastWhereItPays).
 #include <gtest/gtest.h>
 
 #include <string>
