@@ -394,6 +394,19 @@ constexpr int64_t kBatchIgemmMaxPreferredM = 512;
 
 // wgmma: the sm_90a instance (batch-wgmma), 1xTF32 only, which multiplies with wgmma from shared
 // memory instead of mma.sync; the same GEMM, arithmetic and preferences.
+// What batch-wgmma (every pass) cannot run: a device other than 9.0, a build without its code,
+// "highest". Empty when it can.
+std::string batch_wgmma_declined(const PlanInput& in) {
+  // Built for sm_90a alone (cuda/CMakeLists.txt), which runs on 9.0 only.
+  if (in.caps.sm_major != 9 || in.caps.sm_minor != 0)
+    return "compute capability " + std::to_string(in.caps.sm_major) + "." +
+           std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
+  if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernels";
+  if (in.g.precision == Precision::highest)
+    return "\"highest\" (3xTF32): this kernel multiplies in 1xTF32 only";
+  return "";
+}
+
 constexpr double kChannelsLastMinUses = 1024;
 constexpr int64_t kChannelsLastMinStride = 5;
 
@@ -402,13 +415,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   if (in.dtype != DType::float32)
     return std::string(dtype_name(in.dtype)) + ": the tensor-core kernels are float32 only";
   if (wgmma) {
-    // Built for sm_90a alone (cuda/CMakeLists.txt), which runs on 9.0 only.
-    if (in.caps.sm_major != 9 || in.caps.sm_minor != 0)
-      return "compute capability " + std::to_string(in.caps.sm_major) + "." +
-             std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
-    if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernels";
-    if (in.g.precision == Precision::highest)
-      return "\"highest\" (3xTF32): this kernel multiplies in 1xTF32 only";
+    if (std::string no = batch_wgmma_declined(in); !no.empty()) return no;
   } else if (in.caps.sm_major < 8) {
     return "compute capability " + std::to_string(in.caps.sm_major) + "." +
            std::to_string(in.caps.sm_minor) + ": TF32 mma.sync needs 8.0";
@@ -598,13 +605,7 @@ bool few_channels(const ConvGeometry& g) {
 std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   if (in.dtype != DType::float32)
     return std::string(dtype_name(in.dtype)) + ": the tensor-core kernels are float32 only";
-  // Built for sm_90a alone (cuda/CMakeLists.txt), which runs on 9.0 only.
-  if (in.caps.sm_major != 9 || in.caps.sm_minor != 0)
-    return "compute capability " + std::to_string(in.caps.sm_major) + "." +
-           std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
-  if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernels";
-  if (in.g.precision == Precision::highest)
-    return "\"highest\" (3xTF32): this kernel multiplies in 1xTF32 only";
+  if (std::string no = batch_wgmma_declined(in); !no.empty()) return no;
   // Calls narrow through their groups alone (more than kNarrowChannels channels each side) stay
   // here: one GEMM per group in the grid measured faster than the direct kernel (groups 4 of
   // 32 -> 16 channels: 0.051 against 0.088 ms, run 68).

@@ -253,25 +253,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     const uint32_t a_addr =
         base + static_cast<uint32_t>(rd * Cfg::kStageFloats * 4 + wgm * 64 * 16);
     wgmma_fence();
-    if constexpr (kCl) {
-      // 128-byte swizzle, K-major: 8-row groups 1024 bytes apart (SBO), each k8 step 32 bytes
-      // further along the rows (the swizzle applies to the address bits).
-      const uint32_t b_addr =
-          base +
-          static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kAFloats) * 4 + wgn * Cfg::kN * 128);
+    // B: channels-last rows of 128 bytes with the 128-byte swizzle (8-row groups 1024 bytes
+    // apart, each k8 step 32 bytes further along the rows: the swizzle applies to the address
+    // bits), else core matrices [c/4][column][c % 4].
+    const uint32_t b_addr =
+        base + static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kAFloats) * 4 +
+                                     wgn * Cfg::kN * (kCl ? 128 : 16));
 #pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
-                               wgmma_desc_sw128(b_addr + kb * 32));
-    } else {
-      const uint32_t b_addr =
-          base +
-          static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kAFloats) * 4 + wgn * Cfg::kN * 16);
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
-                               wgmma_desc(b_addr + 2 * kb * kLboB, kLboB, 128));
-    }
+    for (int kb = 0; kb < kBK / 8; ++kb)
+      wgmma_tf32_ss<Cfg::kN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
+                             kCl ? wgmma_desc_sw128(b_addr + kb * 32)
+                                 : wgmma_desc(b_addr + 2 * kb * kLboB, kLboB, 128));
     wgmma_commit();
     rd = rd + 1 == kStages ? 0 : rd + 1;
     wr = wr + 1 == kStages ? 0 : wr + 1;

@@ -62,35 +62,53 @@ Result run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tenso
   return {y.detach(), xr.grad()};
 }
 
-void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kernel) {
+// Random float32 operands of l at this batch (w scaled so that y stays near unit size), with its
+// taps and the positions of x (wgrad's sum length over the batch).
+struct LayerOperands {
+  Tensor x, w, b, dy;
+  int64_t taps = 1, positions = 1;
+};
+LayerOperands layer_operands(const ConvLayerSpec& l, int64_t batch, uint64_t seed) {
   const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
-  Generator gen(11);
+  Generator gen(seed);
   Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels / l.groups};
   Shape y_shape = {batch, l.out_channels};
-  int64_t taps = 1;
+  LayerOperands o;
+  o.positions = batch;
   for (int a = 0; a < l.dims; ++a) {
     const auto u = static_cast<size_t>(a);
     x_shape.push_back(l.in_size[u]);
     w_shape.push_back(l.kernel[u]);
     y_shape.push_back(g.out_size[static_cast<size_t>(2 - l.dims + a)]);
-    taps *= l.kernel[u];
+    o.taps *= l.kernel[u];
+    o.positions *= l.in_size[u];
   }
-  const Tensor x = randn(x_shape, gen, TensorOptions(kFloat32));
-  const Tensor w = randn(w_shape, gen, TensorOptions(kFloat32)) * 0.05;
-  const Tensor b = randn({l.out_channels}, gen, TensorOptions(kFloat32));
-  const Tensor dy = randn(y_shape, gen, TensorOptions(kFloat32));
+  o.x = randn(x_shape, gen, TensorOptions(kFloat32));
+  o.w = randn(w_shape, gen, TensorOptions(kFloat32)) * 0.05;
+  o.b = randn({l.out_channels}, gen, TensorOptions(kFloat32));
+  o.dy = randn(y_shape, gen, TensorOptions(kFloat32));
+  return o;
+}
+
+// Restores the forced kernels and the float32 precision when a check ends.
+struct SettingsGuard {
+  std::string kernel = get_conv_kernel();
+  std::string precision = get_float32_matmul_precision();
+  ~SettingsGuard() {
+    set_conv_kernel(kernel);
+    set_float32_matmul_precision(precision);
+  }
+};
+
+void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kernel) {
+  const LayerOperands o = layer_operands(l, batch, 11);
+  const Tensor &x = o.x, &w = o.w, &b = o.b, &dy = o.dy;
+  const int64_t taps = o.taps;
   const Result ref = run(l, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), dy.to(kFloat64));
   const Result mag =
       run(l, abs(x).to(kFloat64), abs(w).to(kFloat64), abs(b).to(kFloat64), abs(dy).to(kFloat64));
 
-  struct Restore {
-    std::string kernel = get_conv_kernel();
-    std::string precision = get_float32_matmul_precision();
-    ~Restore() {
-      set_conv_kernel(kernel);
-      set_float32_matmul_precision(precision);
-    }
-  } restore;
+  const SettingsGuard restore;
   set_conv_kernel("fwd=" + kernel + ",dgrad=" + kernel);
   const Device cuda(kCUDA);
   const bool wgmma = kernel == cuda::kKernelBatchWgmma;  // 1xTF32 only
@@ -118,22 +136,8 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kerne
 // batch's positions), the plan that ran the forced kernel, and its K slices summed in order: a
 // second run gives the same bits.
 void check_wgrad_layer(const ConvLayerSpec& l, int64_t batch) {
-  const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
-  Generator gen(12);
-  Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels / l.groups};
-  Shape y_shape = {batch, l.out_channels};
-  int64_t positions = batch;
-  for (int a = 0; a < l.dims; ++a) {
-    const auto u = static_cast<size_t>(a);
-    x_shape.push_back(l.in_size[u]);
-    w_shape.push_back(l.kernel[u]);
-    y_shape.push_back(g.out_size[static_cast<size_t>(2 - l.dims + a)]);
-    positions *= l.in_size[u];
-  }
-  const Tensor x = randn(x_shape, gen, TensorOptions(kFloat32));
-  const Tensor w = randn(w_shape, gen, TensorOptions(kFloat32)) * 0.05;
-  const Tensor b = randn({l.out_channels}, gen, TensorOptions(kFloat32));
-  const Tensor dy = randn(y_shape, gen, TensorOptions(kFloat32));
+  const LayerOperands o = layer_operands(l, batch, 12);
+  const Tensor &x = o.x, &w = o.w, &b = o.b, &dy = o.dy;
   const auto dw_of = [&](const Tensor& xs, const Tensor& ws, const Tensor& bs, const Tensor& dys) {
     const Tensor wr = ws.detach().requires_grad_();
     sum(conv(l, xs, wr, bs) * dys).backward();
@@ -143,19 +147,12 @@ void check_wgrad_layer(const ConvLayerSpec& l, int64_t batch) {
   const Tensor mag =
       dw_of(abs(x).to(kFloat64), abs(w).to(kFloat64), abs(b).to(kFloat64), abs(dy).to(kFloat64));
 
-  struct Restore {
-    std::string kernel = get_conv_kernel();
-    std::string precision = get_float32_matmul_precision();
-    ~Restore() {
-      set_conv_kernel(kernel);
-      set_float32_matmul_precision(precision);
-    }
-  } restore;
+  const SettingsGuard restore;
   set_conv_kernel(std::string("wgrad=") + cuda::kKernelBatchWgmma);
   set_float32_matmul_precision("high");
   const Device cuda(kCUDA);
   const Tensor got = dw_of(x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
-  EXPECT_TRUE(within_budget(got, ref, mag, budget_factor(true, positions), "wgrad"));
+  EXPECT_TRUE(within_budget(got, ref, mag, budget_factor(true, o.positions), "wgrad"));
   const cuda::ConvPlan plan = cuda::last_conv_plan(cuda::ConvPass::wgrad);
   EXPECT_EQ(plan.kernel, cuda::kKernelBatchWgmma) << plan.describe();
   EXPECT_GE(plan.batch_wgrad.splits, 1) << plan.describe();
