@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -306,6 +307,120 @@ int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end) {
   return i;
 }
 
+// The S-way interleave of S vectors of L elements: in[r] holds element r of groups 0..L-1, and
+// out, read as S*L consecutive elements, holds group after group (out element j is in[j % S]
+// at j / S). S a power of two; built from 2-way interleaves. deinterleave_n is its inverse.
+template <int S, int L, class Vec>
+inline void interleave_n(const Vec* in, Vec* out) {
+  if constexpr (S == 1) {
+    out[0] = in[0];
+  } else {
+    Vec even[S / 2], odd[S / 2], e[S / 2], o[S / 2];
+    for (int i = 0; i < S / 2; ++i)
+      even[i] = in[2 * i], odd[i] = in[2 * i + 1];
+    interleave_n<S / 2, L>(even, e);
+    interleave_n<S / 2, L>(odd, o);
+    for (int i = 0; i < S / 2; ++i)
+      interleave_vectors<L>(e[i], o[i], out[2 * i], out[2 * i + 1]);
+  }
+}
+template <int S, int L, class Vec>
+inline void deinterleave_n(const Vec* in, Vec* out) {
+  if constexpr (S == 1) {
+    out[0] = in[0];
+  } else {
+    Vec e[S / 2], o[S / 2], even[S / 2], odd[S / 2];
+    for (int i = 0; i < S / 2; ++i)
+      deinterleave_vectors<L>(in[2 * i], in[2 * i + 1], e[i], o[i]);
+    deinterleave_n<S / 2, L>(e, even);
+    deinterleave_n<S / 2, L>(o, odd);
+    for (int i = 0; i < S / 2; ++i)
+      out[2 * i] = even[i], out[2 * i + 1] = odd[i];
+  }
+}
+
+// Taps of one row col2im_phases takes at most (its per-tap tables live on the stack).
+inline constexpr int64_t kPhaseMaxTaps = 32;
+
+// col2im_add for W stride S (4 or 8), W dilation 1 and rows long enough: per output row, the
+// taps of every kw at once, by output phase. Tap kw adds c_kw[iw] at ow = iw*S + kw - pW =
+// (iw + off[kw])*S + r[kw]: on the q = ow / S where every tap lands inside this call's
+// positions and inside y, a block of L q's is S whole vectors of y, split into its S phases,
+// each phase given its taps' contiguous runs of c (one vector each) in kw order, and put back.
+// Each element gets its taps in the order the scalar loops give them (kh, then kw), so the bits
+// do not depend on where a block starts; the q's outside run the scalar loop, tap by tap.
+template <class T, int S>
+void col2im_phases(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1, int64_t p0,
+                   int64_t len, T* y_ng) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  const int64_t p1 = p0 + len, kw_n = pl.kernel_w;
+  const int64_t ih_first = p0 / pl.in_w, ih_last = (p1 - 1) / pl.in_w;
+  // Per tap its q offset and this row's iw range; per phase its taps in kw order.
+  int64_t off[kPhaseMaxTaps], lo[kPhaseMaxTaps], hi[kPhaseMaxTaps];
+  int64_t phase_taps[S][kPhaseMaxTaps];
+  int phase_n[S] = {};
+  for (int64_t kw = 0; kw < kw_n; ++kw) {
+    const int64_t v = kw - pl.pad_w;
+    const int64_t r = ((v % S) + S) % S;
+    off[kw] = (v - r) / S;
+    phase_taps[r][phase_n[r]++] = kw;
+  }
+  const int64_t q_end_y = pl.out_w / S;  // q's whose S elements all lie in the row
+  for (int64_t co = co0; co < co1; ++co) {
+    T* y_c = y_ng + co * pl.out_hw;
+    for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+      const int64_t ih_begin = std::max(pl.h.lo[kh], ih_first);
+      const int64_t ih_end = std::min(pl.h.hi[kh], ih_last + 1);
+      const T* c_kh = cols + ((co - co0) * pl.taps + kh * kw_n) * ld;
+      for (int64_t ih = ih_begin; ih < ih_end; ++ih) {
+        const int64_t row_p = ih * pl.in_w;
+        const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+        T* const y_row = y_c + oh * pl.out_w;
+        const T* const c_row = c_kh + row_p - p0;  // + kw*ld + iw
+        int64_t qa = 0, qb = q_end_y;
+        for (int64_t kw = 0; kw < kw_n; ++kw) {
+          lo[kw] = std::max(pl.w.lo[kw], p0 - row_p);
+          hi[kw] = std::min(pl.w.hi[kw], p1 - row_p);
+          qa = std::max(qa, lo[kw] + off[kw]);
+          qb = std::min(qb, hi[kw] + off[kw]);
+        }
+        int64_t qv = qa + std::max<int64_t>(0, (qb - qa) / L) * L;  // vector q's: [qa, qv)
+        if (qv == qa) qa = qv = std::numeric_limits<int64_t>::max() / 2;
+        // The scalar q's below qa, tap by tap.
+        for (int64_t kw = 0; kw < kw_n; ++kw) {
+          const T* c = c_row + kw * ld;
+          const int64_t end = std::min(hi[kw], qa - off[kw]);
+          for (int64_t iw = lo[kw]; iw < end; ++iw)
+            y_row[iw * S + kw - pl.pad_w] += c[iw];
+        }
+        for (int64_t q = qa; q < qv; q += L) {
+          Vec v[S], ph[S];
+          std::memcpy(v, y_row + q * S, sizeof(v));
+          deinterleave_n<S, L>(v, ph);
+#pragma GCC unroll 8
+          for (int r = 0; r < S; ++r) {
+            for (int j = 0; j < phase_n[r]; ++j) {
+              const int64_t kw = phase_taps[r][j];
+              Vec c;
+              std::memcpy(&c, c_row + kw * ld + q - off[kw], sizeof(Vec));
+              ph[r] += c;
+            }
+          }
+          interleave_n<S, L>(ph, v);
+          std::memcpy(y_row + q * S, v, sizeof(v));
+        }
+        // The scalar q's from qv on.
+        for (int64_t kw = 0; kw < kw_n; ++kw) {
+          const T* c = c_row + kw * ld;
+          for (int64_t iw = std::max(lo[kw], qv - off[kw]); iw < hi[kw]; ++iw)
+            y_row[iw * S + kw - pl.pad_w] += c[iw];
+        }
+      }
+    }
+  }
+}
+
 // col2im_add's loops, for the W stride S (0: read at run time). With kStride2Vectors (S = 2, rows
 // longer than two vectors), each row segment's adds go a vector of taps at a time (add_stride2):
 // the same adds in the same order. An instance of its own, since a branch between the two inner
@@ -350,6 +465,15 @@ void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t 
                 int64_t len, T* y_ng) {
   if (pl.stride_w == 2 && pl.in_w > 2 * gemm::kLanes<T>) {
     col2im_loops<T, 2, true>(pl, cols, ld, co0, co1, p0, len, y_ng);
+    return;
+  }
+  if ((pl.stride_w == 4 || pl.stride_w == 8) && pl.dil_w == 1 && pl.kernel_w <= kPhaseMaxTaps &&
+      pl.in_w > 2 * gemm::kLanes<T>) {
+    if (pl.stride_w == 4) {
+      col2im_phases<T, 4>(pl, cols, ld, co0, co1, p0, len, y_ng);
+    } else {
+      col2im_phases<T, 8>(pl, cols, ld, co0, co1, p0, len, y_ng);
+    }
     return;
   }
   with_stride(pl.stride_w, [&]<int64_t S>() {

@@ -49,6 +49,16 @@ std::vector<PathCase> path_cases() {
       // do not (3), dilated, on long sequences cut into chunks.
       {"1-D stride 4",
        conv_case_from_shapes(1, {3, 24, 700}, {24, 16, 8}, true, {4}, {2}, {1}, {1}, 1)},
+      // col2im by output phase (col2im_phases): stride 8 with k5, so three phases get one tap
+      // and five none, padding past the stride; stride 8 k16 p4 (HiFi-GAN's) on items short
+      // enough that a GEMM block holds several, each row's vector run between scalar edges;
+      // 2-D with W stride 4 under a 3 x 6 kernel, W padding past the stride, output padding.
+      {"1-D stride 8, phases of one tap or none",
+       conv_case_from_shapes(1, {2, 16, 300}, {16, 12, 5}, true, {8}, {11}, {3}, {1}, 1)},
+      {"1-D stride 8 k16, items batched",
+       conv_case_from_shapes(1, {9, 24, 40}, {24, 20, 16}, true, {8}, {4}, {0}, {1}, 1)},
+      {"2-D W stride 4, kernel 3 x 6", conv_case_from_shapes(2, {2, 8, 3, 45}, {8, 6, 3, 6}, false,
+                                                             {2, 4}, {1, 5}, {1, 2}, {1, 1}, 2)},
       {"1-D stride 2 dilation 2",
        conv_case_from_shapes(1, {4, 16, 900}, {16, 32, 3}, false, {2}, {1}, {0}, {2}, 1)},
       {"1-D stride 3, small sequences batched",
