@@ -339,10 +339,66 @@ inline void deinterleave_n(const Vec* in, Vec* out) {
   }
 }
 
+// The same two for any S, from two-source shuffles with masks worked out at compile time: output
+// vector m takes, phase after phase, the elements whose phase is r (S x S shuffles each way, so
+// the power-of-two versions above, with S log S, are used where they apply).
+template <int S, int L, int M, int R, class Vec>
+inline Vec interleave_take(const Vec& acc, const Vec& src) {
+  return [&]<std::size_t... E>(std::index_sequence<E...>) {
+    return __builtin_shufflevector(
+        acc, src,
+        ((M * L + static_cast<int>(E)) % S == R ? L + (M * L + static_cast<int>(E)) / S
+                                                : static_cast<int>(E))...);
+  }
+  (std::make_index_sequence<L>{});
+}
+template <int S, int L, int M, int R, class Vec>
+inline Vec deinterleave_take(const Vec& acc, const Vec& src) {
+  return [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+    return __builtin_shufflevector(
+        acc, src,
+        ((static_cast<int>(Q) * S + R) / L == M ? L + (static_cast<int>(Q) * S + R) % L
+                                                : static_cast<int>(Q))...);
+  }
+  (std::make_index_sequence<L>{});
+}
+// Output vector M of interleave_any from phases R.. on (acc holds the phases before R), and
+// phase R of deinterleave_any from vectors M.. on; then every vector / phase from M / R on.
+template <int S, int L, int M, int R, class Vec>
+inline Vec interleave_from(const Vec* in, const Vec& acc) {
+  if constexpr (R == S) {
+    return acc;
+  } else {
+    return interleave_from<S, L, M, R + 1>(in, interleave_take<S, L, M, R>(acc, in[R]));
+  }
+}
+template <int S, int L, int M, int R, class Vec>
+inline Vec deinterleave_from(const Vec* in, const Vec& acc) {
+  if constexpr (M == S) {
+    return acc;
+  } else {
+    return deinterleave_from<S, L, M + 1, R>(in, deinterleave_take<S, L, M, R>(acc, in[M]));
+  }
+}
+template <int S, int L, int M = 0, class Vec>
+inline void interleave_any(const Vec* in, Vec* out) {
+  if constexpr (M < S) {
+    out[M] = interleave_from<S, L, M, 0>(in, Vec{});
+    interleave_any<S, L, M + 1>(in, out);
+  }
+}
+template <int S, int L, int R = 0, class Vec>
+inline void deinterleave_any(const Vec* in, Vec* out) {
+  if constexpr (R < S) {
+    out[R] = deinterleave_from<S, L, 0, R>(in, Vec{});
+    deinterleave_any<S, L, R + 1>(in, out);
+  }
+}
+
 // Taps of one row col2im_phases takes at most (its per-tap tables live on the stack).
 inline constexpr int64_t kPhaseMaxTaps = 32;
 
-// col2im_add for W stride S (4 or 8), W dilation 1 and rows long enough: per output row, the
+// col2im_add for W stride S (3, 4, 5 or 8), W dilation 1 and rows long enough: per output row, the
 // taps of every kw at once, by output phase. Tap kw adds c_kw[iw] at ow = iw*S + kw - pW =
 // (iw + off[kw])*S + r[kw]: on the q = ow / S where every tap lands inside this call's
 // positions and inside y, a block of L q's is S whole vectors of y, split into its S phases,
@@ -397,7 +453,11 @@ void col2im_phases(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64
         for (int64_t q = qa; q < qv; q += L) {
           Vec v[S], ph[S];
           std::memcpy(v, y_row + q * S, sizeof(v));
-          deinterleave_n<S, L>(v, ph);
+          if constexpr ((S & (S - 1)) == 0) {
+            deinterleave_n<S, L>(v, ph);
+          } else {
+            deinterleave_any<S, L>(v, ph);
+          }
 #pragma GCC unroll 8
           for (int r = 0; r < S; ++r) {
             for (int j = 0; j < phase_n[r]; ++j) {
@@ -407,7 +467,11 @@ void col2im_phases(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64
               ph[r] += c;
             }
           }
-          interleave_n<S, L>(ph, v);
+          if constexpr ((S & (S - 1)) == 0) {
+            interleave_n<S, L>(ph, v);
+          } else {
+            interleave_any<S, L>(ph, v);
+          }
           std::memcpy(y_row + q * S, v, sizeof(v));
         }
         // The scalar q's from qv on.
@@ -467,14 +531,19 @@ void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t 
     col2im_loops<T, 2, true>(pl, cols, ld, co0, co1, p0, len, y_ng);
     return;
   }
-  if ((pl.stride_w == 4 || pl.stride_w == 8) && pl.dil_w == 1 && pl.kernel_w <= kPhaseMaxTaps &&
-      pl.in_w > 2 * gemm::kLanes<T>) {
-    if (pl.stride_w == 4) {
-      col2im_phases<T, 4>(pl, cols, ld, co0, co1, p0, len, y_ng);
-    } else {
-      col2im_phases<T, 8>(pl, cols, ld, co0, co1, p0, len, y_ng);
+  if (pl.dil_w == 1 && pl.kernel_w <= kPhaseMaxTaps && pl.in_w > 2 * gemm::kLanes<T>) {
+    switch (pl.stride_w) {
+      case 3:
+        return col2im_phases<T, 3>(pl, cols, ld, co0, co1, p0, len, y_ng);
+      case 4:
+        return col2im_phases<T, 4>(pl, cols, ld, co0, co1, p0, len, y_ng);
+      case 5:
+        return col2im_phases<T, 5>(pl, cols, ld, co0, co1, p0, len, y_ng);
+      case 8:
+        return col2im_phases<T, 8>(pl, cols, ld, co0, co1, p0, len, y_ng);
+      default:
+        break;
     }
-    return;
   }
   with_stride(pl.stride_w, [&]<int64_t S>() {
     col2im_loops<T, S, false>(pl, cols, ld, co0, co1, p0, len, y_ng);

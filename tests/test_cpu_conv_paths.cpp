@@ -53,6 +53,12 @@ std::vector<PathCase> path_cases() {
       // and five none, padding past the stride; stride 8 k16 p4 (HiFi-GAN's) on items short
       // enough that a GEMM block holds several, each row's vector run between scalar edges;
       // 2-D with W stride 4 under a 3 x 6 kernel, W padding past the stride, output padding.
+      // Strides 3 and 5 (no power of two: the general shuffles), EnCodec x5's k10 and a k7
+      // whose phases get 3, 2 and 2 taps.
+      {"1-D stride 5 k10, long rows",
+       conv_case_from_shapes(1, {2, 12, 130}, {12, 10, 10}, true, {5}, {0}, {0}, {1}, 1)},
+      {"1-D stride 3 k7, padded",
+       conv_case_from_shapes(1, {3, 10, 90}, {10, 14, 7}, false, {3}, {4}, {2}, {1}, 1)},
       {"1-D stride 8, phases of one tap or none",
        conv_case_from_shapes(1, {2, 16, 300}, {16, 12, 5}, true, {8}, {11}, {3}, {1}, 1)},
       {"1-D stride 8 k16, items batched",
