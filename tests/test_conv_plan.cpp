@@ -1158,7 +1158,13 @@ TEST(ConvPlan, WgradBatchWgmmaTakesHighAndNamesItsPreferences) {
   no_code.wgmma_compiled = false;
   EXPECT_NE(reason_of(plan(dcgan, Precision::high, no_code), "batch-wgmma").find("no sm_90a code"),
             std::string::npos);
-  EXPECT_THROW(plan(dcgan, Precision::highest, h100, "batch-wgmma"), Error);
+  // Forced there, it throws naming the pass, itself and the reason.
+  const std::string forced_highest =
+      testing::error_of([&] { plan(dcgan, Precision::highest, h100, "batch-wgmma"); });
+  EXPECT_NE(forced_highest.find("conv_transpose wgrad: the forced kernel 'batch-wgmma'"),
+            std::string::npos)
+      << forced_highest;
+  EXPECT_NE(forced_highest.find("1xTF32 only"), std::string::npos) << forced_highest;
   // The preferences, each named; forced, the kernel runs the call.
   struct Case {
     ConvLayerSpec layer;
