@@ -264,11 +264,15 @@ void store_dx(const Plan& pl, int64_t g, const ColBlock& b, int64_t ci0, int64_t
 // chain over the rows of cols in order, whatever the task.
 constexpr int kFewRows = gemm::kRows;
 
-// Few columns, and row blocks enough for kMinTasks tasks: the cut does not split the reduction,
-// so a weight of fewer rows (DCGAN's 100-channel latent: 9 blocks) would leave threads idle
-// while each task streams its rows (0.69x the GEMM path at 16 threads).
-bool few_columns(const Plan& pl) {
-  return few_columns_fit(pl) && pl.groups * ceil_div(pl.cig, int64_t{kFewRows}) >= kMinTasks;
+// Few columns (up to 256 on a weight past 2 MiB, few_columns_wide_fit: DCGAN 256 -> 128 at 8x8,
+// U-Net 512 -> 256 and EnCodec x8 on the scaled suite, 1.26x-1.37x at 1 thread, where the GEMM
+// path packed the weight block by block), and row blocks enough for kMinTasks tasks: the cut does
+// not split the reduction, so a weight of fewer rows (DCGAN's 100-channel latent: 9 blocks) would
+// leave threads idle while each task streams its rows (0.69x the GEMM path at 16 threads).
+bool few_columns(const Plan& pl, int64_t elem_bytes) {
+  const int64_t w_bytes = pl.in_channels * pl.rows * elem_bytes;
+  return few_columns_wide_fit(pl, w_bytes) &&
+         pl.groups * ceil_div(pl.cig, int64_t{kFewRows}) >= kMinTasks;
 }
 
 template <class T>
@@ -403,7 +407,7 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
     direct_dgrad(pl, dy, w, dx, threads);
     return;
   }
-  if (few_columns(pl)) {
+  if (few_columns(pl, sizeof(T))) {
     dgrad_few_columns(pl, dy, w, dx, threads);
     return;
   }

@@ -749,6 +749,18 @@ inline bool few_columns_fit(const Plan& pl) {
   return columns >= 1 && columns <= kFewColumns;
 }
 
+// Up to kWideFewColumns columns where the weight is larger than a core's L2, 2 MiB: the GEMM
+// path then packs (dgrad) or writes back (wgrad) a weight that no longer stays in cache, on a
+// product too thin to earn it, while the few-columns products read or write each weight element
+// once, in place. w_bytes: the whole weight's.
+inline constexpr int64_t kWideFewColumns = 256;
+inline constexpr int64_t kStreamedWeightBytes = int64_t{2} << 20;
+inline bool few_columns_wide_fit(const Plan& pl, int64_t w_bytes) {
+  const int64_t columns = pl.batch * pl.in_hw;
+  return few_columns_fit(pl) ||
+         (columns >= 1 && columns <= kWideFewColumns && w_bytes >= kStreamedWeightBytes);
+}
+
 // cols (rows x ld) of every group, the items side by side and columns past batch x in_hw zero,
 // built in parallel over blocks of output channels: on small images im2col's cost is per row, not
 // per element.

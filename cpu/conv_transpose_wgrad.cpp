@@ -91,18 +91,13 @@ void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threa
   });
 }
 
-// Which shapes take wgrad_few_columns, by the shape: up to kFewColumns columns always; up to
-// kWideFewColumns where dw is larger than a core's L2, 2 MiB (the GEMM path's copy of it out of
-// its buffer then goes to memory and back). With more columns, or a dw that stays in cache, the
-// GEMM path measured as fast or faster: packing every row of cols costs what streaming saves
-// (144 columns on a 1 MiB dw: 0.88x).
-constexpr int64_t kWideFewColumns = 256;
-constexpr int64_t kStreamedWeightBytes = int64_t{2} << 20;
-
+// Which shapes take wgrad_few_columns, by the shape (few_columns_wide_fit): up to kFewColumns
+// columns always; up to kWideFewColumns where dw is larger than a core's L2 (the GEMM path's copy
+// of it out of its buffer then goes to memory and back). With more columns, or a dw that stays
+// in cache, the GEMM path measured as fast or faster: packing every row of cols costs what
+// streaming saves (144 columns on a 1 MiB dw: 0.88x).
 bool wgrad_few_columns_suits(const Plan& pl, int64_t w_bytes) {
-  const int64_t columns = pl.batch * pl.in_hw;
-  return few_columns_fit(pl) ||
-         (columns >= 1 && columns <= kWideFewColumns && w_bytes >= kStreamedWeightBytes);
+  return few_columns_wide_fit(pl, w_bytes);
 }
 
 // wgrad for few rows (conv_transpose_cols.h, few_rows_fit): dw_g (cig x rows) = x_g (cig x P)

@@ -133,6 +133,11 @@ std::vector<PathCase> path_cases() {
       {"wgrad few columns, 100 columns, large weight",
        conv_case_from_shapes(2, {2, 64, 5, 10}, {64, 512, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
+      // The same 100 columns for dgrad, with 192 input channels (16 row blocks) and a weight of
+      // 2.25 MiB: past kFewColumns, dgrad takes the few-columns product on the large weight.
+      {"dgrad few columns, 100 columns, large weight",
+       conv_case_from_shapes(2, {2, 192, 5, 10}, {192, 192, 4, 4}, true, {2, 2}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
       // dgrad and wgrad on few rows (dgrad_few_rows, wgrad_few_rows) in 2 groups of 3 input
       // channels and 1 output channel (5 rows, partial tiles both ways): 1100 positions, wgrad's
       // in chunks of 512, 512 and 76, dgrad's last tile of positions partial.
