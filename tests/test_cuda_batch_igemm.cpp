@@ -22,6 +22,7 @@
 #include "cuda/conv_plan.h"
 #include "cuda/kernel_stats.h"
 #include "tests/conv_budget.h"
+#include "tests/decoder_layer_inputs.h"
 #include "tests/test_util.h"
 
 namespace tgrad {
@@ -31,25 +32,6 @@ using bench::ConvLayerSpec;
 using testing::budget_factor;
 using testing::within_budget;
 
-Tensor conv(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (l.dims == 1) {
-    return conv_transpose1d(x, w, b,
-                            ConvTranspose1dFuncOptions()
-                                .stride(l.stride[0])
-                                .padding(l.padding[0])
-                                .output_padding(l.output_padding[0])
-                                .groups(l.groups)
-                                .dilation(l.dilation[0]));
-  }
-  return conv_transpose2d(x, w, b,
-                          ConvTranspose2dFuncOptions()
-                              .stride(l.stride)
-                              .padding(l.padding)
-                              .output_padding(l.output_padding)
-                              .groups(l.groups)
-                              .dilation(l.dilation));
-}
-
 struct Result {
   Tensor y, dx;
 };
@@ -57,58 +39,20 @@ struct Result {
 Result run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& b,
            const Tensor& dy) {
   const Tensor xr = x.detach().requires_grad_();
-  const Tensor y = conv(l, xr, w, b);
+  const Tensor y = testing::layer_conv(l, xr, w, b);
   sum(y * dy).backward();
   return {y.detach(), xr.grad()};
 }
 
-// Random float32 operands of l at this batch (w scaled so that y stays near unit size), with its
-// taps and the positions of x (wgrad's sum length over the batch).
-struct LayerOperands {
-  Tensor x, w, b, dy;
-  int64_t taps = 1, positions = 1;
-};
-LayerOperands layer_operands(const ConvLayerSpec& l, int64_t batch, uint64_t seed) {
-  const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
-  Generator gen(seed);
-  Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels / l.groups};
-  Shape y_shape = {batch, l.out_channels};
-  LayerOperands o;
-  o.positions = batch;
-  for (int a = 0; a < l.dims; ++a) {
-    const auto u = static_cast<size_t>(a);
-    x_shape.push_back(l.in_size[u]);
-    w_shape.push_back(l.kernel[u]);
-    y_shape.push_back(g.out_size[static_cast<size_t>(2 - l.dims + a)]);
-    o.taps *= l.kernel[u];
-    o.positions *= l.in_size[u];
-  }
-  o.x = randn(x_shape, gen, TensorOptions(kFloat32));
-  o.w = randn(w_shape, gen, TensorOptions(kFloat32)) * 0.05;
-  o.b = randn({l.out_channels}, gen, TensorOptions(kFloat32));
-  o.dy = randn(y_shape, gen, TensorOptions(kFloat32));
-  return o;
-}
-
-// Restores the forced kernels and the float32 precision when a check ends.
-struct SettingsGuard {
-  std::string kernel = get_conv_kernel();
-  std::string precision = get_float32_matmul_precision();
-  ~SettingsGuard() {
-    set_conv_kernel(kernel);
-    set_float32_matmul_precision(precision);
-  }
-};
-
 void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kernel) {
-  const LayerOperands o = layer_operands(l, batch, 11);
+  const testing::LayerOperands o = testing::layer_operands(l, batch, kFloat32, 11);
   const Tensor &x = o.x, &w = o.w, &b = o.b, &dy = o.dy;
   const int64_t taps = o.taps;
   const Result ref = run(l, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), dy.to(kFloat64));
   const Result mag =
       run(l, abs(x).to(kFloat64), abs(w).to(kFloat64), abs(b).to(kFloat64), abs(dy).to(kFloat64));
 
-  const SettingsGuard restore;
+  const testing::ConvSettingsGuard restore;
   set_conv_kernel("fwd=" + kernel + ",dgrad=" + kernel);
   const Device cuda(kCUDA);
   const bool wgmma = kernel == cuda::kKernelBatchWgmma;  // 1xTF32 only
@@ -136,18 +80,18 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kerne
 // batch's positions), the plan that ran the forced kernel, and its K slices summed in order: a
 // second run gives the same bits.
 void check_wgrad_layer(const ConvLayerSpec& l, int64_t batch) {
-  const LayerOperands o = layer_operands(l, batch, 12);
+  const testing::LayerOperands o = testing::layer_operands(l, batch, kFloat32, 12);
   const Tensor &x = o.x, &w = o.w, &b = o.b, &dy = o.dy;
   const auto dw_of = [&](const Tensor& xs, const Tensor& ws, const Tensor& bs, const Tensor& dys) {
     const Tensor wr = ws.detach().requires_grad_();
-    sum(conv(l, xs, wr, bs) * dys).backward();
+    sum(testing::layer_conv(l, xs, wr, bs) * dys).backward();
     return wr.grad();
   };
   const Tensor ref = dw_of(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), dy.to(kFloat64));
   const Tensor mag =
       dw_of(abs(x).to(kFloat64), abs(w).to(kFloat64), abs(b).to(kFloat64), abs(dy).to(kFloat64));
 
-  const SettingsGuard restore;
+  const testing::ConvSettingsGuard restore;
   set_conv_kernel(std::string("wgrad=") + cuda::kKernelBatchWgmma);
   set_float32_matmul_precision("high");
   const Device cuda(kCUDA);

@@ -21,6 +21,7 @@
 #include "cuda/conv_plan.h"
 #include "cuda/kernel_stats.h"
 #include "tests/conv_budget.h"
+#include "tests/decoder_layer_inputs.h"
 #include "tests/test_util.h"
 
 namespace tgrad {
@@ -30,25 +31,6 @@ using bench::ConvLayerSpec;
 using testing::budget_factor;
 using testing::within_budget;
 
-Tensor conv(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (l.dims == 1) {
-    return conv_transpose1d(x, w, b,
-                            ConvTranspose1dFuncOptions()
-                                .stride(l.stride[0])
-                                .padding(l.padding[0])
-                                .output_padding(l.output_padding[0])
-                                .groups(l.groups)
-                                .dilation(l.dilation[0]));
-  }
-  return conv_transpose2d(x, w, b,
-                          ConvTranspose2dFuncOptions()
-                              .stride(l.stride)
-                              .padding(l.padding)
-                              .output_padding(l.output_padding)
-                              .groups(l.groups)
-                              .dilation(l.dilation));
-}
-
 struct Result {
   Tensor y, dx, dw;
 };
@@ -56,54 +38,18 @@ struct Result {
 Result run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& b,
            const Tensor& dy) {
   const Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
-  const Tensor y = conv(l, xr, wr, b);
+  const Tensor y = testing::layer_conv(l, xr, wr, b);
   sum(y * dy).backward();
   return {y.detach(), xr.grad(), wr.grad()};
 }
 
-struct Inputs {
-  Tensor x, w, b, dy;
-  int64_t taps = 1, positions = 1;
-};
-
-Inputs make_inputs(const ConvLayerSpec& l, int64_t batch, DType dtype) {
-  const ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
-  Generator gen(23);
-  Inputs in;
-  Shape x_shape = {batch, l.in_channels}, w_shape = {l.in_channels, l.out_channels / l.groups};
-  Shape y_shape = {batch, l.out_channels};
-  for (int a = 0; a < l.dims; ++a) {
-    const auto u = static_cast<size_t>(a);
-    x_shape.push_back(l.in_size[u]);
-    w_shape.push_back(l.kernel[u]);
-    y_shape.push_back(g.out_size[static_cast<size_t>(2 - l.dims + a)]);
-    in.taps *= l.kernel[u];
-    in.positions *= l.in_size[u];
-  }
-  in.positions *= batch;
-  in.x = randn(x_shape, gen, TensorOptions(dtype));
-  in.w = randn(w_shape, gen, TensorOptions(dtype)) * 0.05;
-  in.b = randn({l.out_channels}, gen, TensorOptions(dtype));
-  in.dy = randn(y_shape, gen, TensorOptions(dtype));
-  return in;
-}
-
-struct RestoreSettings {
-  std::string kernel = get_conv_kernel();
-  std::string precision = get_float32_matmul_precision();
-  ~RestoreSettings() {
-    set_conv_kernel(kernel);
-    set_float32_matmul_precision(precision);
-  }
-};
-
 void check_layer(const ConvLayerSpec& l, int64_t batch) {
-  const Inputs in = make_inputs(l, batch, kFloat32);
+  const testing::LayerOperands in = testing::layer_operands(l, batch, kFloat32, 23);
   const auto f64 = [](const Tensor& t) { return t.to(kFloat64); };
   const auto mag64 = [](const Tensor& t) { return abs(t).to(kFloat64); };
   const Result ref = run(l, f64(in.x), f64(in.w), f64(in.b), f64(in.dy));
   const Result mag = run(l, mag64(in.x), mag64(in.w), mag64(in.b), mag64(in.dy));
-  RestoreSettings restore;
+  const testing::ConvSettingsGuard restore;
   set_conv_kernel(cuda::kKernelDirect);
   const Device cuda(kCUDA);
   const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
@@ -214,10 +160,10 @@ TEST(CudaDirect, Float64MatchesTheCpu) {
   TGRAD_SKIP_WITHOUT_CUDA();
   for (const ConvLayerSpec& l : edge_layers()) {
     SCOPED_TRACE(l.id);
-    const Inputs in = make_inputs(l, l.batch, kFloat64);
+    const testing::LayerOperands in = testing::layer_operands(l, l.batch, kFloat64, 23);
     const Result ref = run(l, in.x, in.w, in.b, in.dy);
     const Result mag = run(l, abs(in.x), abs(in.w), abs(in.b), abs(in.dy));
-    RestoreSettings restore;
+    const testing::ConvSettingsGuard restore;
     set_conv_kernel(cuda::kKernelDirect);
     const Device cuda(kCUDA);
     const Result got = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
@@ -243,8 +189,8 @@ TEST(CudaDirect, RunsAreBitIdentical) {
   for (const ConvLayerSpec& e : edge_layers())
     if (e.id == "fwd_stages") l = e;
   ASSERT_EQ(l.id, "fwd_stages");
-  const Inputs in = make_inputs(l, 4, kFloat32);
-  RestoreSettings restore;
+  const testing::LayerOperands in = testing::layer_operands(l, 4, kFloat32, 23);
+  const testing::ConvSettingsGuard restore;
   set_conv_kernel(cuda::kKernelDirect);
   const Device cuda(kCUDA);
   const Result a = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
