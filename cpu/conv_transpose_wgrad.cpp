@@ -91,15 +91,6 @@ void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threa
   });
 }
 
-// Which shapes take wgrad_few_columns, by the shape (few_columns_wide_fit): up to kFewColumns
-// columns always; up to kWideFewColumns where dw is larger than a core's L2 (the GEMM path's copy
-// of it out of its buffer then goes to memory and back). With more columns, or a dw that stays
-// in cache, the GEMM path measured as fast or faster: packing every row of cols costs what
-// streaming saves (144 columns on a 1 MiB dw: 0.88x).
-bool wgrad_few_columns_suits(const Plan& pl, int64_t w_bytes) {
-  return few_columns_wide_fit(pl, w_bytes);
-}
-
 // wgrad for few rows (conv_transpose_cols.h, few_rows_fit): dw_g (cig x rows) = x_g (cig x P)
 // cols^T (P x rows) with rows = cog x taps small and P = batch x in_hw long. x, the large
 // operand, is read once, as it lies; cols (rows x P), built once, stays in L2. The GEMM path cut P
@@ -229,7 +220,12 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
     direct_wgrad(pl, x, dy, dw, threads);
     return;
   }
-  if (wgrad_few_columns_suits(pl, w_numel * static_cast<int64_t>(sizeof(T)))) {
+  // wgrad_few_columns takes the shapes few_columns_wide_fit names: up to kFewColumns columns
+  // always; up to kWideFewColumns where dw is larger than a core's L2 (the GEMM path's copy of
+  // it out of its buffer then goes to memory and back). With more columns, or a dw that stays
+  // in cache, the GEMM path measured as fast or faster: packing every row of cols costs what
+  // streaming saves (144 columns on a 1 MiB dw: 0.88x).
+  if (few_columns_wide_fit(pl, w_numel * static_cast<int64_t>(sizeof(T)))) {
     wgrad_few_columns(pl, x, dy, dw, threads);
     return;
   }

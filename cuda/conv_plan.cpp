@@ -387,13 +387,6 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
 
 // ---- batch-igemm: the implicit GEMM with N over batch x positions (forward and dgrad) ---------
 
-// Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) runs the call, with its
-// plan in `plan`; else why not: what it cannot run, then (in.prefer) where the GEMM path measured
-// faster.
-constexpr int64_t kBatchIgemmMaxPreferredM = 512;
-
-// wgmma: the sm_90a instance (batch-wgmma), 1xTF32 only, which multiplies with wgmma from shared
-// memory instead of mma.sync; the same GEMM, arithmetic and preferences.
 // What batch-wgmma (every pass) cannot run: a device other than 9.0, a build without its code,
 // "highest". Empty when it can.
 std::string batch_wgmma_declined(const PlanInput& in) {
@@ -410,8 +403,15 @@ std::string batch_wgmma_declined(const PlanInput& in) {
 constexpr double kChannelsLastMinUses = 1024;
 constexpr int64_t kChannelsLastMinStride = 5;
 
+// Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) runs the call, with its
+// plan in `plan`; else why not: what it cannot run, then (in.prefer) where the GEMM path measured
+// faster.
+constexpr int64_t kBatchIgemmMaxPreferredM = 512;
+
+// wgmma: the sm_90a instance (batch-wgmma), 1xTF32 only, which multiplies with wgmma from shared
+// memory instead of mma.sync; the same GEMM, arithmetic and preferences.
 std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wgmma) {
-  // Groups are the grid's z beside the phases: one GEMM per group and phase.
+  // Groups are the grid's z, the phases part of its x: one GEMM per group and phase.
   if (in.dtype != DType::float32)
     return std::string(dtype_name(in.dtype)) + ": the tensor-core kernels are float32 only";
   if (wgmma) {
@@ -466,9 +466,8 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     // as fast or faster (docs/performance.md, run 54), and at M <= 32 half the tile is padding.
     if (in.prefer && M <= 64)
       return "M=" + std::to_string(M) + " <= 64: batch-igemm's narrower tiles";
-    // (A dgrad past stride 4 gathered every s-th src column, and declined here for the row
-    // kernels and the GEMM path; it now reads the channels-last copy, below, whose lines are
-    // whole: EnCodec x5's dgrad 0.301 ms against mma.sync's 0.434, run 69b.)
+    // A dgrad past stride 4, whose gather would use one src column in s, reads the
+    // channels-last copy (below), whose lines are whole.
     plan.bm = M > 64 ? 128 : 64;
     plan.bn = 128;
   } else {
