@@ -3,8 +3,11 @@
 // width / 8) and on the decoder-layer suite (bench/decoder_layers.h) scaled down for the CPU.
 // bench/cpu_vs_torch.py runs it with --json and times the same geometries in PyTorch.
 // Usage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] [--shape SPEC]... [--runs 5]
-// [--threads N] [--json]; --shape (any geometry, unscaled, keys as conv_bench's) replaces the
-// suite.
+// [--threads N] [--model-threads N] [--json]; --shape (any geometry, unscaled, keys as
+// conv_bench's) replaces the suite. --model-threads N estimates, on a machine with fewer cores,
+// the time on N: every parallel loop runs its tasks on one thread, timed, and is charged what N
+// workers claiming them in order would take (cpu/parallel.h, TaskModel); memory bandwidth and
+// caches shared between cores are left out.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +23,7 @@
 #include "core/device.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "cpu/parallel.h"
 
 namespace {
 
@@ -70,14 +74,25 @@ std::vector<ConvLayerSpec> decoder_workloads() {
   return out;
 }
 
-double median_seconds(int runs, const std::function<void()>& fn) {
+// The median of `runs` timings of fn, after one warm-up run. With `model` (--model-threads), each
+// run's time is its serial time with every parallel loop's tasks replaced by the model's time
+// for them.
+double median_seconds(int runs, const std::function<void()>& fn, tgrad::cpu::TaskModel* model) {
   fn();  // warm-up: first-touch of buffers, caches
   std::vector<double> times;
   for (int r = 0; r < runs; ++r) {
+    tgrad::cpu::TaskModel counts;
+    tgrad::cpu::set_task_model(model != nullptr ? &counts : nullptr);
     const auto start = std::chrono::steady_clock::now();
     fn();
-    times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    tgrad::cpu::set_task_model(nullptr);
+    if (model != nullptr) {
+      seconds += counts.makespan_seconds - counts.task_seconds;
+      if (r == 0) *model = counts;
+    }
+    times.push_back(seconds);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -110,7 +125,7 @@ int usage(const char* why) {
   std::fprintf(
       stderr,
       "cpu_conv_bench: %s\nusage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] "
-      "[--shape SPEC]... [--runs N] [--threads N] [--json]\n"
+      "[--shape SPEC]... [--runs N] [--threads N] [--model-threads N] [--json]\n"
       "  --id: only these workloads (e.g. S5,dcgan_g2)\n"
       "  --shape: any geometry instead of the suite, e.g. \"n=16 ci=512 co=256 l=32 k=16 s=8 "
       "p=4\"\n",
@@ -126,6 +141,8 @@ int main(int argc, char** argv) {
   std::vector<ConvLayerSpec> shapes;  // --shape geometries; when given, they replace the suite
   int runs = 5;
   bool json = false;
+  bool modeled = false;        // --model-threads
+  bool model_regions = false;  // --model-regions: print each modeled parallel loop
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -156,6 +173,13 @@ int main(int argc, char** argv) {
       const int t = std::atoi(argv[++i]);
       if (t < 1) return usage("--threads must be positive");
       tgrad::set_num_threads(t);
+    } else if (arg == "--model-threads" && has_value) {
+      const int t = std::atoi(argv[++i]);
+      if (t < 1) return usage("--model-threads must be positive");
+      tgrad::set_num_threads(t);
+      modeled = true;
+    } else if (arg == "--model-regions") {
+      model_regions = true;
     } else {
       return usage(("unknown argument " + arg).c_str());
     }
@@ -185,11 +209,15 @@ int main(int argc, char** argv) {
   tgrad::manual_seed(0);
   tgrad::Backend& cpu = tgrad::backend(tgrad::Device(tgrad::kCPU));
   if (json) {
-    std::printf("{\"threads\": %d, \"cpu_capability\": \"%s\", \"runs\": %d, \"results\": [\n",
-                tgrad::get_num_threads(), tgrad::get_cpu_capability().c_str(), runs);
+    std::printf(
+        "{\"threads\": %d, \"modeled\": %s, \"cpu_capability\": \"%s\", \"runs\": %d, "
+        "\"results\": [\n",
+        tgrad::get_num_threads(), modeled ? "true" : "false", tgrad::get_cpu_capability().c_str(),
+        runs);
   } else {
-    std::printf("tgrad CPU conv-transpose bench, float32, %d thread(s), level %s, median of %d\n",
-                tgrad::get_num_threads(), tgrad::get_cpu_capability().c_str(), runs);
+    std::printf("tgrad CPU conv-transpose bench, float32, %d thread(s)%s, level %s, median of %d\n",
+                tgrad::get_num_threads(), modeled ? " modeled on one" : "",
+                tgrad::get_cpu_capability().c_str(), runs);
     std::printf("%-9s %-16s %-7s %10s %9s\n", "suite", "id", "pass", "ms", "GFLOP/s");
   }
   bool first = true;
@@ -217,7 +245,8 @@ int main(int argc, char** argv) {
         {"wgrad", [&] { cpu.conv_transpose_wgrad(g, x, dy, dw); }},
     };
     for (const auto& pass : passes) {
-      const double seconds = median_seconds(runs, pass.fn);
+      tgrad::cpu::TaskModel model;
+      const double seconds = median_seconds(runs, pass.fn, modeled ? &model : nullptr);
       const double gflops = g.flops() / seconds * 1e-9;
       if (json) {
         std::printf(
@@ -229,6 +258,14 @@ int main(int argc, char** argv) {
       } else {
         std::printf("%-9s %-16s %-7s %10.3f %9.1f\n", suite_name.c_str(), l.id.c_str(), pass.name,
                     seconds * 1e3, gflops);
+      }
+      if (model_regions && modeled && !json) {  // the first timed run's parallel loops
+        std::printf("    serial %.3f ms;", (seconds - model.makespan_seconds) * 1e3);
+        for (const auto& r : model.regions)
+          std::printf(" [%lld tasks: sum %.3f, longest %.3f, %.3f ms]",
+                      static_cast<long long>(r.tasks), r.task_seconds * 1e3,
+                      r.longest_task_seconds * 1e3, r.makespan_seconds * 1e3);
+        std::printf("\n");
       }
       std::fflush(stdout);
     }

@@ -10,11 +10,13 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <queue>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -244,6 +246,47 @@ void run_workers(int workers, const std::function<void(int)>& body) {
     ~Release() { g_team_busy.store(false); }
   } release;
   run_team(workers, body);
+}
+
+namespace {
+std::atomic<TaskModel*> g_task_model{nullptr};
+thread_local bool t_in_modeled_task = false;
+}  // namespace
+
+void set_task_model(TaskModel* model) {
+  g_task_model.store(model);
+}
+
+TaskModel* task_model() {
+  return t_in_modeled_task ? nullptr : g_task_model.load(std::memory_order_relaxed);
+}
+
+void run_modeled(TaskModel& model, int workers, int64_t n_tasks,
+                 const std::function<void(int64_t)>& task) {
+  // Each task goes to the worker that is free first, as the team's workers claim them in order.
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_at;
+  for (int w = 0; w < workers; ++w)
+    free_at.push(0.0);
+  double makespan = 0, sum = 0, longest = 0;
+  t_in_modeled_task = true;
+  struct Reset {
+    ~Reset() { t_in_modeled_task = false; }
+  } reset;
+  for (int64_t t = 0; t < n_tasks; ++t) {
+    const auto start = std::chrono::steady_clock::now();
+    task(t);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double done = free_at.top() + seconds;
+    free_at.pop();
+    free_at.push(done);
+    makespan = std::max(makespan, done);
+    sum += seconds;
+    longest = std::max(longest, seconds);
+  }
+  model.task_seconds += sum;
+  model.makespan_seconds += makespan;
+  model.regions.push_back({n_tasks, sum, longest, makespan});
 }
 
 }  // namespace cpu

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace tgrad::cpu {
 
@@ -36,6 +37,31 @@ inline int threads_for(double flops, int max_threads) {
   return flops < kMinFlopsToThread ? 1 : std::max(1, max_threads);
 }
 
+// A developer's view of how a kernel's tasks would spread over more cores than the machine has
+// (cpu_conv_bench --model-threads). While one is installed, each parallel_for that would run on
+// several workers runs its tasks one by one on the calling thread instead, times each, and adds
+// to the model the time its workers would take claiming them in order: the longest of their sums
+// when each task goes to the first free worker. It leaves out what cores share (memory
+// bandwidth, L3) and the team's start-up, so it is an estimate of the cut, not of a machine.
+struct TaskModel {
+  struct Region {
+    int64_t tasks;
+    double task_seconds, longest_task_seconds, makespan_seconds;
+  };
+  double task_seconds = 0;      // every modeled task's time, summed
+  double makespan_seconds = 0;  // the modeled regions' times, summed
+  std::vector<Region> regions;  // each region, in order
+};
+// Installs `model` (nullptr: none); not for use while kernels run on other threads.
+void set_task_model(TaskModel* model);
+// The installed model, or nullptr (also inside a modeled task: nested loops run as they would
+// in a busy team, on one thread).
+TaskModel* task_model();
+// Runs task(t) for t in [0, n_tasks) on this thread and charges `workers` workers' time to the
+// model.
+void run_modeled(TaskModel& model, int workers, int64_t n_tasks,
+                 const std::function<void(int64_t)>& task);
+
 // Calls fn(state, task) once for every task in [0, n_tasks). Each thread first builds its own
 // state with make_state() (scratch buffers), so scratch is thread-private. Tasks must write
 // disjoint outputs.
@@ -46,6 +72,11 @@ void parallel_for(int max_threads, int64_t n_tasks, MakeState&& make_state, Fn&&
     auto state = make_state();
     for (int64_t t = 0; t < n_tasks; ++t)
       fn(state, t);
+    return;
+  }
+  if (TaskModel* model = task_model(); model != nullptr) {
+    auto state = make_state();
+    run_modeled(*model, workers, n_tasks, [&](int64_t t) { fn(state, t); });
     return;
   }
   std::atomic<int64_t> next{0};

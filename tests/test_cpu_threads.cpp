@@ -1,6 +1,6 @@
 // The CPU backend's threads: results bit-identical for any thread count, concurrent callers
 // from user threads, the pool's behaviour (errors, changing team sizes, idle threads asleep,
-// fork), and the setting's checks.
+// fork), the setting's checks, and the task model that cpu_conv_bench --model-threads uses.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -134,6 +134,43 @@ TEST(CpuThreads, ParallelForRangeBlocksDependOnTheSizeOnly) {
     cpu::parallel_for_range(0, 64, [&](int64_t, int64_t) { ++calls; });
     EXPECT_EQ(calls, 0);
   }
+}
+
+// The task model (cpu_conv_bench --model-threads): while installed, a loop's tasks all run once, on
+// the calling thread, in order; its region is charged what its workers would take, which lies
+// between the longest task (and the even share of the sum) and the sum; a loop inside a task runs
+// unmodeled; a loop of one worker is not modeled.
+TEST(CpuThreads, TheTaskModelRunsTasksInOrderAndChargesTheirMakespan) {
+  cpu::TaskModel model;
+  cpu::set_task_model(&model);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<int64_t> order;
+  bool on_caller = true;
+  cpu::parallel_for(4, 10, [&](int64_t t) {
+    order.push_back(t);
+    on_caller = on_caller && std::this_thread::get_id() == caller;
+    // A nested loop: not a region of its own.
+    cpu::parallel_for(4, 3, [&](int64_t) {});
+    // Uneven tasks, the last the longest: spin for (t + 1) * 50 microseconds.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50 * (t + 1));
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  });
+  cpu::parallel_for(1, 5, [](int64_t) {});
+  cpu::set_task_model(nullptr);
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_TRUE(on_caller);
+  ASSERT_EQ(model.regions.size(), 1U);
+  const cpu::TaskModel::Region& r = model.regions[0];
+  EXPECT_EQ(r.tasks, 10);
+  EXPECT_DOUBLE_EQ(model.task_seconds, r.task_seconds);
+  EXPECT_DOUBLE_EQ(model.makespan_seconds, r.makespan_seconds);
+  EXPECT_GE(r.longest_task_seconds, 500e-6);
+  EXPECT_GE(r.makespan_seconds, r.longest_task_seconds);
+  EXPECT_GE(r.makespan_seconds, r.task_seconds / 4);
+  // Four workers on tasks of 50..500 us: well under the sum (2.75 ms) whatever the timer's noise.
+  EXPECT_LT(r.makespan_seconds, 0.75 * r.task_seconds);
+  EXPECT_EQ(cpu::task_model(), nullptr);
 }
 
 // A task that throws on a pool thread: the caller gets that exception, and the pool still runs
