@@ -5,8 +5,10 @@
 //   forward: cols = W_g^T x_g, then col2im: y[co, oh, ow] += cols[r, p] (y starts as bias or 0)
 //   dgrad:   cols = im2col(dy) (0 where (oh, ow) is outside y), dx_g = W_g cols
 // Every decomposition into tasks depends on the shape only, never on the thread count, except
-// forward_by_positions' cut of its GEMMs, which cannot change a bit; so the results are
-// bit-identical for any thread count (docs/design.md, "Determinism").
+// forward_by_positions' cut of its GEMMs, forward's further cut of the output channels
+// (forward_channel_blocks) and dgrad's and wgrad's cut of the input channels (channel_cut),
+// which cannot change a bit; so the results are bit-identical for any thread count
+// (docs/design.md, "Determinism").
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
@@ -151,6 +153,43 @@ void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T*
   }
 }
 
+// forward_typed's blocks of output channels: the shape's (channel_blocks), cut further for the
+// threads where they leave fewer tasks than threads (batch-1 calls on small images: U-Net's
+// 512 -> 256 at 13 x 13 had 4 tasks). Each block's GEMM packs x's columns again, about
+// kRepackRows / rows of its time, so the count is the one with the least estimated time: rounds
+// of tasks over the threads, each a share of the work. Only where no product can take the thin
+// path below (every block at least 2 register tiles of rows and of columns), so that every
+// product is the backend GEMM, whose sums do not depend on the block: the cut changes no bit.
+ChannelBlocks forward_channel_blocks(const Plan& pl, const ColBlocks& cb, int64_t outer,
+                                     int threads) {
+  constexpr double kRepackRows = 32;
+  constexpr int64_t kMinRows = 2 * gemm::kRows;
+  const ChannelBlocks shape = channel_blocks(pl, outer);
+  const int64_t last_items = pl.batch - (cb.item_blocks - 1) * cb.items_per_block;
+  const int64_t last_len = pl.in_hw - (cb.chunks_per_item - 1) * cb.chunk;
+  if (outer * shape.count >= threads || last_items * last_len < kMinRows) return shape;
+  const auto rows_of = [&](int64_t per) {  // the fewest rows of a block of `per` channels
+    const int64_t last = pl.cog - (ceil_div(pl.cog, per) - 1) * per;
+    return std::min(per, last) * pl.taps;
+  };
+  if (rows_of(shape.per_block) < kMinRows) return shape;
+  ChannelBlocks best = shape;
+  double best_time = 0;
+  for (int64_t per = shape.per_block; per >= 1; --per) {
+    const int64_t count = ceil_div(pl.cog, per);
+    if (per < shape.per_block && ceil_div(pl.cog, per + 1) == count) continue;  // same count
+    if (per * pl.taps < kMinRows) break;
+    if (rows_of(per) < kMinRows) continue;  // a short last block; a smaller `per` may not have one
+    const int64_t tasks = outer * count;
+    const double time = static_cast<double>(ceil_div(tasks, int64_t{threads})) /
+                        static_cast<double>(tasks) *
+                        (1.0 + kRepackRows / static_cast<double>(per * pl.taps));
+    if (per == shape.per_block || time < best_time) best = {per, count}, best_time = time;
+    if (tasks >= 2 * int64_t{threads}) break;
+  }
+  return best;
+}
+
 // Tasks (item block, g, block of output channels); each writes only its own channels of its
 // items of y, looping over the column blocks of its items. The choice between this,
 // forward_by_positions and the depthwise loops depends on the shape only.
@@ -168,7 +207,7 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
     forward_by_positions(pl, x, w, b, y, threads);
     return;
   }
-  const ChannelBlocks chb = channel_blocks(pl, outer);
+  const ChannelBlocks chb = forward_channel_blocks(pl, cb, outer, threads);
   const int64_t max_rows = chb.per_block * pl.taps;
   const int64_t scratch = (max_rows + pl.cig) * cb.max_cols();
   const int64_t gemm_elems = std::max(gemm::scratch_elems<T>(max_rows, cb.max_cols(), pl.cig),
@@ -393,10 +432,12 @@ void dgrad_few_rows(const Plan& pl, const T* dy, const T* w, T* dx, int threads)
   });
 }
 
-// Tasks (column block, g, part of the reduction); each writes only its own block of dx, or of
-// its part's partial dx. The reduction over the (co, kh, kw) rows is cut into parts of whole
-// channels only when there are too few column blocks for every thread (small batches of small
-// images, where dx is small and the weight large); the partials are then added in part order.
+// Tasks (column block, g, part of the reduction, block of input channels); each writes only its
+// own block of dx, or of its part's partial dx. The reduction over the (co, kh, kw) rows is cut
+// into parts of whole channels only when there are too few column blocks for kMinTasks tasks
+// (small batches of small images, where dx is small and the weight large); the partials are then
+// added in part order. Both cuts follow the shape; the input channels are cut last, for the
+// threads (channel_cut: no bit changes).
 template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel, int threads) {
   if (depthwise(pl)) {
@@ -417,49 +458,56 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
   }
   constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
   const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T), /*for_tasks=*/true);
-  const int64_t blocks = cb.count() * pl.groups;
+  const int64_t col_tasks = cb.count() * pl.groups;
   const int64_t parts_by_memory =
       kMaxPartialBytes / std::max<int64_t>(1, x_numel * static_cast<int64_t>(sizeof(T)));
   const int64_t parts_by_size = std::min(pl.cog, pl.rows / kMinBlockRows);
   const int64_t parts =
-      std::max<int64_t>(1, std::min({ceil_div(kMinTasks, std::max<int64_t>(1, blocks)),
+      std::max<int64_t>(1, std::min({ceil_div(kMinTasks, std::max<int64_t>(1, col_tasks)),
                                      parts_by_size, parts_by_memory}));
+  const ChannelCut cut = channel_cut(pl, col_tasks * parts, threads);
+  const int64_t ci_blocks = cut.blocks, ci_per = cut.per_block;
+  const int64_t blocks = col_tasks * ci_blocks;
   const int64_t co_per = ceil_div(pl.cog, parts);
   const Workspace<T> partial(parts > 1 ? parts * x_numel : 0);
   const int64_t col_elems = co_per * pl.taps * cb.max_cols();
-  const int64_t tmp_elems = pl.cig * cb.max_cols();
-  const int64_t gemm_elems = gemm::scratch_elems<T>(pl.cig, cb.max_cols(), co_per * pl.taps);
+  const int64_t tmp_elems = ci_per * cb.max_cols();
+  const int64_t gemm_elems = gemm::scratch_elems<T>(ci_per, cb.max_cols(), co_per * pl.taps);
   parallel_for(
       threads, blocks * parts, [&] { return Workspace<T>(col_elems + tmp_elems + gemm_elems); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t k = t / blocks, i = t % blocks;
+        const int64_t k = t / blocks, i = t % blocks / ci_blocks;
+        const int64_t ci0 = std::min(pl.cig, t % ci_blocks * ci_per);
+        const int64_t ci1 = std::min(pl.cig, ci0 + ci_per);
         const int64_t ib = i / (pl.groups * cb.chunks_per_item);
         const int64_t g = (i / cb.chunks_per_item) % pl.groups;
         const ColBlock blk = cb.block(pl, ib, i % cb.chunks_per_item);
         const int64_t co0 = std::min(pl.cog, k * co_per), co1 = std::min(pl.cog, co0 + co_per);
         const int64_t rows = (co1 - co0) * pl.taps;
+        if (ci0 == ci1) return;
         T* cols = ws.data();
         T* tmp = ws.data() + col_elems;
         im2col_block(pl, dy, g, blk, co0, co1, cols, blk.cols());
         T* out = parts > 1 ? partial.data() + k * x_numel : dx;
-        // dx_g block (cig x columns) = W_g's rows of channels [co0, co1) times cols. On few
+        // dx_g block (channels x columns) = W_g's rows of channels [co0, co1) times cols. On few
         // columns, or a count that leaves the backend GEMM's last register tile mostly empty
         // (37 columns: 2 tiles of 32), Eigen's GEMM, 4 columns wide, wastes less.
         const int64_t n = blk.cols();
         if (n < 2 * gemm::kCols<T> || 4 * gemm::round_up(n, gemm::kCols<T>) > 5 * n) {
           const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-          store_dx(pl, g, blk, 0, pl.cig,
-                   w_g.middleCols(co0 * pl.taps, rows) * ConstMap<T>(cols, rows, n), tmp, out);
+          store_dx(pl, g, blk, ci0, ci1,
+                   w_g.block(ci0, co0 * pl.taps, ci1 - ci0, rows) * ConstMap<T>(cols, rows, n), tmp,
+                   out);
           return;
         }
         // Otherwise the backend's GEMM: in place for a block of one item, else through tmp,
         // item by item.
-        T* dx_first = out + (blk.n0 * pl.in_channels + g * pl.cig) * pl.in_hw + blk.p0;
+        T* dx_first = out + (blk.n0 * pl.in_channels + g * pl.cig + ci0) * pl.in_hw + blk.p0;
         const bool in_place = blk.items == 1;
-        gemm::gemm<T>(pl.cig, n, rows, {w + g * pl.cig * pl.rows + co0 * pl.taps, pl.rows, 1},
-                      {cols, n, 1}, in_place ? dx_first : tmp, in_place ? pl.in_hw : n, false,
-                      tmp + tmp_elems);
-        if (!in_place) copy_out_items(pl, blk, pl.cig, tmp, dx_first);
+        gemm::gemm<T>(ci1 - ci0, n, rows,
+                      {w + (g * pl.cig + ci0) * pl.rows + co0 * pl.taps, pl.rows, 1}, {cols, n, 1},
+                      in_place ? dx_first : tmp, in_place ? pl.in_hw : n, false, tmp + tmp_elems);
+        if (!in_place) copy_out_items(pl, blk, ci1 - ci0, tmp, dx_first);
       });
   if (parts > 1) sum_parts_in_order(partial.data(), parts, x_numel, dx, threads);
 }

@@ -3,10 +3,10 @@
 // few columns and few rows take the products below, wgrad_few_columns and wgrad_few_rows):
 //   wgrad: dw_g[ci, r] = sum over the (n, p) columns of x_g[ci, (n, p)] cols[r, (n, p)], with
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
-// Tasks own blocks of dw (a group, a block of output channels) and run their reduction in one
-// fixed order; only when that gives too few tasks is the reduction also cut into slices, summed
-// in slice order. Both cuts depend on the shape only, so results are bit-identical for any
-// thread count.
+// Tasks own blocks of dw (a group, a block of output channels, a block of input channels) and run
+// their reduction in one fixed order; only when that gives too few tasks is the reduction also
+// cut into slices, summed in slice order. Every cut depends on the shape only, so results are
+// bit-identical for any thread count.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
@@ -206,10 +206,12 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
       });
 }
 
-// The reduction over column blocks r (item block-major, conv_transpose_cols.h) is cut into
-// `slices` contiguous ranges; tasks (slice, g, channel block) sum their range in order into
-// their block of their own partial dw, and the partials are added in slice order. With one slice
-// the tasks write dw directly.
+// Tasks own blocks of dw: (g, block of output channels, block of input channels), each summing
+// its reduction in one fixed order. When the output-channel blocks are too few for kMinTasks
+// tasks, the reduction over column blocks r (item block-major, conv_transpose_cols.h) is cut
+// into `slices` contiguous ranges, each summed into its block of its own partial dw, and the
+// partials are added in slice order; with one slice the tasks write dw directly. Both cuts follow
+// the shape; the input channels are cut last, for the threads (channel_cut: no bit changes).
 template <class T>
 void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel, int threads) {
   if (depthwise(pl)) {
@@ -237,35 +239,41 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   const int64_t max_rows = chb.per_block * pl.taps;
   const ColBlocks cb = col_blocks(pl, max_rows, sizeof(T), /*for_tasks=*/true);
   const int64_t reduce = cb.count();
-  const int64_t owners = pl.groups * chb.count;
   const int64_t max_slices_by_memory =
       kMaxWgradPartialBytes / std::max<int64_t>(1, w_numel * static_cast<int64_t>(sizeof(T)));
-  const int64_t slices = std::max<int64_t>(
-      1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory, ceil_div(kMinTasks, owners)}));
+  const int64_t slices =
+      std::max<int64_t>(1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory,
+                                     ceil_div(kMinTasks, pl.groups * chb.count)}));
+  const ChannelCut cut = channel_cut(pl, slices * pl.groups * chb.count, threads);
+  const int64_t ci_blocks = cut.blocks, ci_per = cut.per_block;
+  const int64_t owners = pl.groups * chb.count * ci_blocks;
   const Workspace<T> partial(slices > 1 ? slices * w_numel : 0);
   parallel_for(
       threads, slices * owners,
-      [&] { return Workspace<T>(pl.cig * max_rows + (max_rows + pl.cig) * cb.max_cols()); },
+      [&] { return Workspace<T>(ci_per * max_rows + (max_rows + ci_per) * cb.max_cols()); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t s = t / owners, g = (t / chb.count) % pl.groups;
-        const int64_t co0 = (t % chb.count) * chb.per_block;
+        const int64_t s = t / owners, g = (t / (chb.count * ci_blocks)) % pl.groups;
+        const int64_t co0 = (t / ci_blocks % chb.count) * chb.per_block;
         const int64_t co1 = std::min(pl.cog, co0 + chb.per_block);
+        const int64_t ci0 = std::min(pl.cig, t % ci_blocks * ci_per);
+        const int64_t ci1 = std::min(pl.cig, ci0 + ci_per);
+        if (ci0 == ci1) return;
         const int64_t rows = (co1 - co0) * pl.taps;
         // The sum runs in a buffer of its own: dw's rows are pl.rows apart, often a multiple of
         // 4 KiB, and a block of them would all fall in the same few cache sets.
-        MutMap<T> acc(ws.data(), pl.cig, rows);
+        MutMap<T> acc(ws.data(), ci1 - ci0, rows);
         acc.setZero();
-        T* cols = ws.data() + pl.cig * max_rows;
+        T* cols = ws.data() + ci_per * max_rows;
         T* x_buf = cols + max_rows * cb.max_cols();
         const int64_t r_begin = reduce * s / slices, r_end = reduce * (s + 1) / slices;
         for (int64_t r = r_begin; r < r_end; ++r) {
           const ColBlock blk = cb.block(pl, r / cb.chunks_per_item, r % cb.chunks_per_item);
           im2col_block(pl, dy, g, blk, co0, co1, cols, blk.cols());
           const ConstMap<T> c(cols, rows, blk.cols());
-          acc.noalias() += x_block(pl, x, g, blk, x_buf) * c.transpose();
+          acc.noalias() += x_block(pl, x, g, blk, x_buf, ci0, ci1) * c.transpose();
         }
-        T* out = (slices > 1 ? partial.data() + s * w_numel : dw) + g * pl.cig * pl.rows;
-        StridedMap<T>(out + co0 * pl.taps, pl.cig, rows, Eigen::OuterStride<>(pl.rows)) = acc;
+        T* out = (slices > 1 ? partial.data() + s * w_numel : dw) + (g * pl.cig + ci0) * pl.rows;
+        StridedMap<T>(out + co0 * pl.taps, ci1 - ci0, rows, Eigen::OuterStride<>(pl.rows)) = acc;
       });
   if (slices > 1) sum_parts_in_order(partial.data(), slices, w_numel, dw, threads);
 }

@@ -148,6 +148,24 @@ std::vector<PathCase> path_cases() {
       // padding.
       {"few rows, 2-D, 2 items", conv_case_from_shapes(2, {2, 9, 15, 17}, {9, 2, 3, 3}, false,
                                                        {2, 2}, {1, 1}, {1, 0}, {1, 1}, 1)},
+      // Batch 1, 200 input channels on a 9 x 11 image (99 columns, one column block, one
+      // task by the shape): dgrad and wgrad cut the input channels for the threads (channel_cut)
+      // into blocks of 144 + 56 at 2 threads, 96 + 96 + 8 at 5 and 16; no cut at 1.
+      {"input channels cut for the threads, batch 1",
+       conv_case_from_shapes(2, {1, 200, 9, 11}, {200, 40, 2, 2}, true, {2, 2}, {0, 0}, {0, 0},
+                             {1, 1}, 1)},
+      // The same cut on a block of 3 items of 5 x 5 (x and dx go through buffers, channel by
+      // channel from the block's first), 144 input channels: 96 + 48 at 2 threads, 3 x 48 at 5
+      // and 16.
+      {"input channels cut for the threads, items batched",
+       conv_case_from_shapes(2, {3, 144, 5, 5}, {144, 24, 3, 3}, false, {2, 2}, {1, 1}, {1, 1},
+                             {1, 1}, 1)},
+      // Batch 1 on a 6 x 7 image, 96 output channels x 4 taps: one forward task by the shape,
+      // cut for the threads (forward_channel_blocks) into blocks of 48, 20 (the last 16) and 6
+      // channels at 2, 5 and 16 threads.
+      {"forward output channels cut for the threads",
+       conv_case_from_shapes(2, {1, 64, 6, 7}, {64, 96, 2, 2}, true, {2, 2}, {0, 0}, {0, 0}, {1, 1},
+                             1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
@@ -200,7 +218,7 @@ TEST(CpuConvPaths, SameBitsForAnyThreadCount) {
       const ConvTensors t = conv_tensors(pc.c, d, dtype, Device(kCPU));
       set_num_threads(1);
       const ConvOutputs one = run_backend_passes(pc.c, t);
-      for (int n : {2, 5}) {
+      for (int n : {2, 5, 16}) {
         set_num_threads(n);
         const ConvOutputs many = run_backend_passes(pc.c, t);
         const std::string config = std::string(pc.path) + " at " + std::to_string(n) + " threads";
