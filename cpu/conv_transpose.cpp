@@ -321,29 +321,19 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
   const int64_t ld = gemm::round_up(columns, L);  // zero columns up to whole vectors
   const int64_t vecs = ld / L;
   const int64_t row_blocks = ceil_div(pl.cig, int64_t{kFewRows});
-  // Where the row blocks are fewer than twice the threads (DCGAN 256 -> 128: 22 on 16 threads),
-  // the columns are also cut, in pairs of vectors, into parts for the threads: each part reads
-  // its block's rows of W again, and every element of dx is still one chain over the rows of
-  // cols, so the cut changes no bit.
-  const int64_t pairs = ceil_div(vecs, int64_t{2});
-  const int64_t parts =
-      std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, pl.groups * row_blocks), 1, pairs);
   const Workspace<T> cols(pl.groups * pl.rows * ld);
   few_columns_cols(pl, dy, ld, cols.data(), threads);
   parallel_for(
-      threads, pl.groups * row_blocks * parts, [&] { return Workspace<T>(kFewRows * ld); },
+      threads, pl.groups * row_blocks, [&] { return Workspace<T>(kFewRows * ld); },
       [&](Workspace<T>& out, int64_t t) {
-        const int64_t part = t % parts, g = t / parts / row_blocks;
-        const int64_t r0 = t / parts % row_blocks * kFewRows;
+        const int64_t g = t / row_blocks, r0 = t % row_blocks * kFewRows;
         const int rows = static_cast<int>(std::min<int64_t>(kFewRows, pl.cig - r0));
-        const int64_t v_begin = 2 * (pairs * part / parts);
-        const int64_t v_end = std::min(vecs, 2 * (pairs * (part + 1) / parts));
         const T* w_rows[kFewRows];
         for (int r = 0; r < kFewRows; ++r)  // rows past cig repeat the last: computed, not stored
           w_rows[r] = w + (g * pl.cig + r0 + std::min(r, rows - 1)) * pl.rows;
         const T* c = cols.data() + g * pl.rows * ld;
-        for (int64_t v0 = v_begin; v0 < v_end; v0 += 2) {
-          if (v_end - v0 >= 2) {
+        for (int64_t v0 = 0; v0 < vecs; v0 += 2) {
+          if (vecs - v0 >= 2) {
             few_columns_tile<T, kFewRows, 2>(w_rows, c + v0 * L, ld, pl.rows, out.data() + v0 * L,
                                              ld, kFewRows, false);
           } else {
@@ -351,15 +341,10 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
                                              ld, kFewRows, false);
           }
         }
-        // The part's columns [c_begin, c_end), item by item.
-        const int64_t c_begin = v_begin * L, c_end = std::min(columns, v_end * L);
         for (int r = 0; r < rows; ++r) {
-          for (int64_t n = c_begin / pl.in_hw; n * pl.in_hw < c_end; ++n) {
-            const int64_t p_begin = std::max(c_begin - n * pl.in_hw, int64_t{0});
-            const int64_t p_end = std::min(c_end - n * pl.in_hw, pl.in_hw);
-            std::copy(out.data() + r * ld + n * pl.in_hw + p_begin,
-                      out.data() + r * ld + n * pl.in_hw + p_end,
-                      dx + (n * pl.in_channels + g * pl.cig + r0 + r) * pl.in_hw + p_begin);
+          for (int64_t n = 0; n < pl.batch; ++n) {
+            std::copy_n(out.data() + r * ld + n * pl.in_hw, pl.in_hw,
+                        dx + (n * pl.in_channels + g * pl.cig + r0 + r) * pl.in_hw);
           }
         }
       });

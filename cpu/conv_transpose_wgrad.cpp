@@ -63,11 +63,9 @@ void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threa
   // Streaming stores need every vector of a tile aligned: dw's start and its rows.
   const bool stream = kStreamingStores && reinterpret_cast<uintptr_t>(dw) % gemm::kVecBytes == 0 &&
                       pl.rows * static_cast<int64_t>(sizeof(T)) % gemm::kVecBytes == 0;
-  // Tasks: runs of panels of a group, kMinTasks of them, or twice the threads, where the panels
-  // allow; each runs every block of input channels over a panel while the panel is in L1. Every
-  // element of dw is one chain whatever its run, so the cut may follow the threads.
-  const int64_t runs = std::clamp<int64_t>(
-      ceil_div(std::max(kMinTasks, 2 * int64_t{threads}), pl.groups), 1, panels);
+  // Tasks: runs of panels of a group, kMinTasks of them where the panels allow; each runs every
+  // block of input channels over a panel while the panel is in L1.
+  const int64_t runs = std::clamp<int64_t>(ceil_div(kMinTasks, pl.groups), 1, panels);
   parallel_for(threads, pl.groups * runs, [&](int64_t t) {
     const int64_t g = t / runs, run = t % runs;
     T edge[R * NR];  // a panel past the end of dw's rows: its tiles go through here
