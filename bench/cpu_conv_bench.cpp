@@ -2,12 +2,14 @@
 // median of several runs) on the S1-S5 workloads scaled down (1-D lengths / 64, 2-D height and
 // width / 8) and on the decoder-layer suite (bench/decoder_layers.h) scaled down for the CPU.
 // bench/cpu_vs_torch.py runs it with --json and times the same geometries in PyTorch.
-// Usage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] [--shape SPEC]... [--runs 5]
-// [--threads N] [--model-threads N] [--json]; --shape (any geometry, unscaled, keys as
-// conv_bench's) replaces the suite. --model-threads N estimates, on a machine with fewer cores,
-// the time on N: every parallel loop runs its tasks on one thread, timed, and is charged what N
-// workers claiming them in order would take (cpu/parallel.h, TaskModel); memory bandwidth and
-// caches shared between cores are left out.
+// Usage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] [--shape SPEC]...
+// [--passes forward,dgrad,wgrad] [--runs 5] [--threads N] [--model-threads N] [--model-regions]
+// [--json]; --shape (any geometry, unscaled, keys as conv_bench's) replaces the suite.
+// --model-threads N estimates, on a machine with fewer cores, the time on N: every parallel loop
+// runs its tasks on one thread, timed, and is charged what N workers claiming them in order would
+// take (cpu/parallel.h, TaskModel); memory bandwidth and caches shared between cores are left out
+// (on the 16-core host, the few-columns products ran slower with more tasks, which the model had
+// faster). --model-regions prints each loop of the first timed run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -125,8 +127,11 @@ int usage(const char* why) {
   std::fprintf(
       stderr,
       "cpu_conv_bench: %s\nusage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] "
-      "[--shape SPEC]... [--runs N] [--threads N] [--model-threads N] [--json]\n"
+      "[--shape SPEC]... [--passes P[,P...]] [--runs N] [--threads N] [--model-threads N] "
+      "[--model-regions] [--json]\n"
       "  --id: only these workloads (e.g. S5,dcgan_g2)\n"
+      "  --passes: only these passes (e.g. forward,wgrad)\n"
+      "  --model-threads: estimate N threads' time from one thread's timed tasks\n"
       "  --shape: any geometry instead of the suite, e.g. \"n=16 ci=512 co=256 l=32 k=16 s=8 "
       "p=4\"\n",
       why);
@@ -138,6 +143,7 @@ int usage(const char* why) {
 int main(int argc, char** argv) {
   std::string suite = "s";
   std::vector<std::string> ids;       // workload ids to keep; empty keeps all
+  std::vector<std::string> pass_names;  // --passes: the passes to time; empty times all
   std::vector<ConvLayerSpec> shapes;  // --shape geometries; when given, they replace the suite
   int runs = 5;
   bool json = false;
@@ -166,6 +172,16 @@ int main(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       usage("times the CPU backend's conv-transpose passes");
       return 0;
+    } else if (arg == "--passes" && has_value) {
+      for (std::string rest = argv[++i]; !rest.empty();) {
+        const size_t comma = rest.find(',');
+        pass_names.push_back(rest.substr(0, comma));
+        if (pass_names.back() != "forward" && pass_names.back() != "dgrad" &&
+            pass_names.back() != "wgrad") {
+          return usage("--passes takes forward, dgrad and wgrad");
+        }
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      }
     } else if (arg == "--runs" && has_value) {
       runs = std::atoi(argv[++i]);
       if (runs < 1) return usage("--runs must be positive");
@@ -245,6 +261,10 @@ int main(int argc, char** argv) {
         {"wgrad", [&] { cpu.conv_transpose_wgrad(g, x, dy, dw); }},
     };
     for (const auto& pass : passes) {
+      if (!pass_names.empty() &&
+          std::find(pass_names.begin(), pass_names.end(), pass.name) == pass_names.end()) {
+        continue;
+      }
       tgrad::cpu::TaskModel model;
       const double seconds = median_seconds(runs, pass.fn, modeled ? &model : nullptr);
       const double gflops = g.flops() / seconds * 1e-9;
