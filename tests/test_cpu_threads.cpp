@@ -138,8 +138,8 @@ TEST(CpuThreads, ParallelForRangeBlocksDependOnTheSizeOnly) {
 
 // The task model (cpu_conv_bench --model-threads): while installed, a loop's tasks all run once, on
 // the calling thread, in order; its region is charged what its workers would take, which lies
-// between the longest task (and the even share of the sum) and the sum; a loop inside a task runs
-// unmodeled; a loop of one worker is not modeled.
+// between the longest task (and the even share of the sum) and list scheduling's bound; a loop
+// inside a task runs unmodeled; a loop of one worker is not modeled.
 TEST(CpuThreads, TheTaskModelRunsTasksInOrderAndChargesTheirMakespan) {
   cpu::TaskModel model;
   cpu::set_task_model(&model);
@@ -168,8 +168,10 @@ TEST(CpuThreads, TheTaskModelRunsTasksInOrderAndChargesTheirMakespan) {
   EXPECT_GE(r.longest_task_seconds, 500e-6);
   EXPECT_GE(r.makespan_seconds, r.longest_task_seconds);
   EXPECT_GE(r.makespan_seconds, r.task_seconds / 4);
-  // Four workers on tasks of 50..500 us: well under the sum (2.75 ms) whatever the timer's noise.
-  EXPECT_LT(r.makespan_seconds, 0.75 * r.task_seconds);
+  // Greedy list scheduling's bound, which holds for any measured times (a preempted task is just
+  // a longer one): at most the even share plus (1 - 1/4) of the longest. Charging the tasks'
+  // sum, as one worker would take, breaks it for these ten tasks.
+  EXPECT_LE(r.makespan_seconds, r.task_seconds / 4 + 0.75 * r.longest_task_seconds + 1e-12);
   EXPECT_EQ(cpu::task_model(), nullptr);
 }
 
