@@ -166,6 +166,16 @@ std::vector<PathCase> path_cases() {
       {"forward output channels cut for the threads",
        conv_case_from_shapes(2, {1, 64, 6, 7}, {64, 96, 2, 2}, true, {2, 2}, {0, 0}, {0, 0}, {1, 1},
                              1)},
+      // Forward channels-last (forward_channels_last: k4 s2, short rows, 16 taps on 4 phases):
+      // 3 items of 16 x 16 in 2 groups of 20 output channels (the channels-last block's
+      // transposes with partial vectors), output padding; at 16 threads the forward also cuts
+      // its 6 tasks' channels. Then 8 items of 6 x 7 in one GEMM block (float32), 40 channels.
+      {"forward channels-last, grouped, output padding",
+       conv_case_from_shapes(2, {3, 48, 16, 16}, {48, 20, 4, 4}, true, {2, 2}, {1, 1}, {1, 1},
+                             {1, 1}, 2)},
+      {"forward channels-last, items batched",
+       conv_case_from_shapes(2, {8, 24, 6, 7}, {24, 40, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
