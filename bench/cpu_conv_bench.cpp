@@ -142,9 +142,9 @@ int usage(const char* why) {
 
 int main(int argc, char** argv) {
   std::string suite = "s";
-  std::vector<std::string> ids;       // workload ids to keep; empty keeps all
+  std::vector<std::string> ids;         // workload ids to keep; empty keeps all
   std::vector<std::string> pass_names;  // --passes: the passes to time; empty times all
-  std::vector<ConvLayerSpec> shapes;  // --shape geometries; when given, they replace the suite
+  std::vector<ConvLayerSpec> shapes;    // --shape geometries; when given, they replace the suite
   int runs = 5;
   bool json = false;
   bool modeled = false;        // --model-threads
