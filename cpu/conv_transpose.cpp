@@ -201,14 +201,21 @@ ChannelBlocks forward_channel_blocks(const Plan& pl, const ColBlocks& cb, int64_
 // grouped x2 layer 1.24x / 1.16x; with fewer taps an output (CycleGAN's k3 s2: 0.91x / 0.83x,
 // U-Net's k2 s2: 0.93x / 1.03x) or fewer than kChannelsLastMinColumns columns per task (U-Net
 // 1024 -> 512 at 7 x 7: 0.65x, the weight's copy) it lost.
-bool forward_channels_last(const Plan& pl, const ColBlocks& cb, int64_t elem_bytes) {
+// The task's block of y is held whole, so it is bounded (a tall image of short rows would need
+// one as large as its output): `per_block` is the shape's channels per block, at least any the
+// threads' cut gives.
+bool forward_channels_last(const Plan& pl, const ColBlocks& cb, int64_t per_block,
+                           int64_t elem_bytes) {
   constexpr int64_t kMaxRowLanes = 2;  // col2im_add's vector loops take rows past 2 vectors
   constexpr int64_t kChannelsLastMinColumns = 256;
   constexpr int64_t kMinTapsPerOutput = 3;
+  constexpr int64_t kMaxBlockBytes = int64_t{4} << 20;
   const int64_t lanes = gemm::kVecBytes / elem_bytes;
+  const int64_t items = std::min(pl.batch, cb.items_per_block);
   return pl.stride_w > 1 && pl.in_w <= kMaxRowLanes * lanes && pl.cog >= lanes &&
          int128{pl.taps} >= int128{kMinTapsPerOutput} * pl.stride_h * pl.stride_w &&
-         std::min(pl.batch, cb.items_per_block) * pl.in_hw >= kChannelsLastMinColumns;
+         items * pl.in_hw >= kChannelsLastMinColumns &&
+         fits(items * per_block, pl.out_hw, elem_bytes, kMaxBlockBytes);
 }
 
 // ycl (items x out_hw x nco) += the transposed buffer cols_t (a block's columns x (tap, channel)).
@@ -289,7 +296,7 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
                                       gemm::scratch_elems<T>(cb.max_cols(), max_rows, pl.cig));
   // The channels-last outputs of a task's items and its block of the weight in (tap, channel)
   // order, when forward_channels_last.
-  const bool cl = forward_channels_last(pl, cb, sizeof(T));
+  const bool cl = forward_channels_last(pl, cb, channel_blocks(pl, outer).per_block, sizeof(T));
   const int64_t ycl_elems = cb.items_per_block * pl.out_hw * chb.per_block;
   const int64_t cl_elems = cl ? ycl_elems + pl.cig * max_rows : 0;
   parallel_for(
