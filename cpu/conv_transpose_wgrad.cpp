@@ -5,8 +5,9 @@
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
 // Tasks own blocks of dw (a group, a block of output channels, a block of input channels) and run
 // their reduction in one fixed order; only when that gives too few tasks is the reduction also
-// cut into slices, summed in slice order. Every cut depends on the shape only, so results are
-// bit-identical for any thread count.
+// cut into slices, summed in slice order. The output-channel and slice cuts depend on the shape
+// only and the input-channel cut, for the threads, cannot change a bit (channel_cut), so results
+// are bit-identical for any thread count.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
