@@ -1,7 +1,7 @@
 // What the GPU conv tests over decoder-suite layers share (test_cuda_batch_igemm.cpp,
-// test_cuda_direct.cpp): the layer's transposed convolution with its options, random operands
-// of the layer at a batch, and a guard that restores the forced kernels and the float32
-// precision. Header-only.
+// test_cuda_direct.cpp; test_cuda_decoder_layers.cpp the first): the layer's transposed
+// convolution with its options, random operands of the layer at a batch, and a guard that
+// restores the forced kernels and the float32 precision. Header-only.
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,7 @@
 #include "cuda/conv_plan.h"
 #include "cuda/kernel_stats.h"
 #include "tests/conv_budget.h"
+#include "tests/decoder_layer_inputs.h"
 #include "tests/test_util.h"
 
 namespace tgrad {
@@ -24,37 +25,18 @@ namespace {
 
 using bench::ConvLayerSpec;
 using testing::budget_factor;
+using testing::layer_conv;
 using testing::within_budget;
-
-// The layer's transposed convolution with the spec's options (bias omitted: its gradient is a
-// plain sum, checked elsewhere).
-Tensor conv(const ConvLayerSpec& l, const Tensor& x, const Tensor& w) {
-  if (l.dims == 1) {
-    return conv_transpose1d(x, w, Tensor(),
-                            ConvTranspose1dFuncOptions()
-                                .stride(l.stride[0])
-                                .padding(l.padding[0])
-                                .output_padding(l.output_padding[0])
-                                .groups(l.groups)
-                                .dilation(l.dilation[0]));
-  }
-  return conv_transpose2d(x, w, Tensor(),
-                          ConvTranspose2dFuncOptions()
-                              .stride(l.stride)
-                              .padding(l.padding)
-                              .output_padding(l.output_padding)
-                              .groups(l.groups)
-                              .dilation(l.dilation));
-}
 
 struct Passes {
   Tensor y, dx, dw;
 };
 
-// y = conv(x, w); dx, dw = the gradients of sum(y * dy), i.e. dgrad(dy) and wgrad(x, dy).
+// y = conv(x, w), without bias (its gradient is a plain sum, checked elsewhere); dx, dw = the
+// gradients of sum(y * dy), i.e. dgrad(dy) and wgrad(x, dy).
 Passes run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& dy) {
   const Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
-  const Tensor y = conv(l, xr, wr);
+  const Tensor y = layer_conv(l, xr, wr, Tensor());
   sum(y * dy).backward();
   return {y.detach(), xr.grad(), wr.grad()};
 }
@@ -129,9 +111,9 @@ TEST(DecoderLayerBudget, FitsFloat32AndCatchesOneWrongElement) {
   Generator gen(3);
   const Tensor x = randn({1, l.in_channels, l.in_size[0]}, gen);
   const Tensor w = randn({l.in_channels, l.out_channels / l.groups, l.kernel[0]}, gen) * 0.05;
-  const Tensor y32 = conv(l, x, w);
-  const Tensor y64 = conv(l, x.to(kFloat64), w.to(kFloat64));
-  const Tensor mag = conv(l, abs(x).to(kFloat64), abs(w).to(kFloat64));
+  const Tensor y32 = layer_conv(l, x, w, Tensor());
+  const Tensor y64 = layer_conv(l, x.to(kFloat64), w.to(kFloat64), Tensor());
+  const Tensor mag = layer_conv(l, abs(x).to(kFloat64), abs(w).to(kFloat64), Tensor());
   const double factor = budget_factor(false, l.in_channels / l.groups * l.kernel[0]);
   EXPECT_TRUE(within_budget(y32, y64, mag, factor, "float32 CPU forward"));
   std::vector<float> moved = y32.to_vector<float>();
