@@ -244,20 +244,6 @@ void col2im_channels_last(const Plan& pl, const ColBlock& blk, const T* cols_t, 
   }
 }
 
-// dst[t * dst_ld + i] = src[i * src_ld + t] for t, i < L: a whole L x L block, stored a vector
-// at a time (gemm::transpose_tile's stores take a width known only at run time, a string copy).
-template <class T>
-void transpose_block(const T* src, int64_t src_ld, T* dst, int64_t dst_ld) {
-  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
-  constexpr int L = gemm::kLanes<T>;
-  Vec v[L];
-  for (int i = 0; i < L; ++i)
-    std::memcpy(&v[i], src + i * src_ld, sizeof(Vec));
-  gemm::transpose_square<Vec, L>(v);
-  for (int t = 0; t < L; ++t)
-    std::memcpy(dst + t * dst_ld, &v[t], sizeof(Vec));
-}
-
 // out (a x b) = in (b x a) transposed, ld's given: whole L x L blocks in registers, the edges a
 // scalar at a time.
 template <class T>
@@ -266,7 +252,7 @@ void transpose_matrix(const T* in, int64_t in_ld, int64_t a, int64_t b, T* out, 
   const int64_t a_whole = a / L * L, b_whole = b / L * L;
   for (int64_t i0 = 0; i0 < b_whole; i0 += L)
     for (int64_t t0 = 0; t0 < a_whole; t0 += L)
-      transpose_block(in + i0 * in_ld + t0, in_ld, out + t0 * out_ld + i0, out_ld);
+      gemm::transpose_tile(in + i0 * in_ld + t0, in_ld, L, out + t0 * out_ld + i0, out_ld, L);
   for (int64_t t = 0; t < a; ++t)
     for (int64_t i = t < a_whole ? b_whole : 0; i < b; ++i)
       out[t * out_ld + i] = in[i * in_ld + t];

@@ -178,7 +178,9 @@ inline void transpose_square(Vec* v) {
 // dst[t * dst_ld + i] = src[i * src_ld + t] for t < L and i < width, from `count` <= width <= L
 // source rows of L contiguous elements; columns count..width-1 of dst get zeros. The transposed
 // packing of both operands goes through this: a strided scalar copy costs as much as the
-// arithmetic of a skinny product.
+// arithmetic of a skinny product. A whole-width tile stores a vector at a time: a store of a
+// width known only at run time compiles to a string copy (a fifth of the channels-last
+// forward's time when its transposes went through it).
 template <class T>
 inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int64_t dst_ld,
                            int width) {
@@ -193,6 +195,11 @@ inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int6
     }
   }
   transpose_square<Vec, L>(v);
+  if (width == L) {
+    for (int t = 0; t < L; ++t)
+      std::memcpy(dst + t * dst_ld, &v[t], sizeof(Vec));
+    return;
+  }
   for (int t = 0; t < L; ++t)
     std::memcpy(dst + t * dst_ld, &v[t], sizeof(T) * static_cast<size_t>(width));
 }
