@@ -38,6 +38,9 @@ class HostAllocator {
   // Blocks of this size or more are cached; their sizes are rounded up to within 1/8 of the
   // request so that similar sizes share blocks.
   static constexpr int64_t kCacheMin = int64_t{256} << 10;
+  // Blocks of this size or more start on a 2 MiB boundary, on huge pages where the kernel grants
+  // them (allocator.cpp says why).
+  static constexpr int64_t kHugeMin = int64_t{2} << 20;
   static int64_t round_size(int64_t nbytes);
 
  private:

@@ -1,9 +1,15 @@
 // The CPU backend's allocator (cpu/allocator.h): large freed blocks are reused by requests of
 // about their size, small ones are not cached, the cache stays under its budget and empties on
-// request, the cap refuses without side effects, and counters stay exact under threads.
+// request, the cap refuses without side effects, counters stay exact under threads, and large
+// blocks sit on 2 MiB boundaries with huge pages asked for.
 #include <gtest/gtest.h>
 
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -85,6 +91,54 @@ TEST(HostAllocator, WithoutCachingEveryBlockIsFreed) {
   { const auto block = a.allocate(8 * kMiB); }
   EXPECT_EQ(a.stats().reserved, 0);
   EXPECT_FALSE(a.caching());
+}
+
+// Whether this kernel hands out transparent huge pages to a region that asks (THP "always" or
+// "madvise"); false where it is "never" or the file is missing.
+bool huge_pages_on_request() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
+}
+
+// Bytes of huge pages backing the mapping that holds `p`, from /proc/self/smaps.
+int64_t huge_bytes_at(const void* p) {
+  std::ifstream f("/proc/self/smaps");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(f, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 &&
+        line.find(':') > line.find(' ')) {  // a mapping's header, not a "Key: value" line
+      inside = lo <= addr && addr < hi;
+      continue;
+    }
+    int64_t kb = 0;
+    if (inside && std::sscanf(line.c_str(), "AnonHugePages: %" SCNd64 " kB", &kb) == 1)
+      return kb * 1024;
+  }
+  return 0;
+}
+
+TEST(HostAllocator, LargeBlocksStartOnA2MiBBoundaryAndAskForHugePages) {
+  for (const bool caching : {true, false}) {
+    HostAllocator a(caching, kPlenty, 64 * kMiB);
+    const auto small = a.allocate(HostAllocator::kHugeMin - 64);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(small.get()) % 64, 0u);
+    for (const int64_t bytes : {HostAllocator::kHugeMin, 8 * kMiB, 8 * kMiB + 4096}) {
+      const auto block = a.allocate(bytes);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(block.get()) % (2 * kMiB), 0u) << bytes;
+      EXPECT_EQ(a.stats().allocated, HostAllocator::kHugeMin - 64 + bytes);
+    }
+  }
+  // The advice taken: where the kernel grants huge pages on request, a touched 8 MiB block has
+  // some (the kernel may still back a page or two with small ones when memory is fragmented).
+  if (!huge_pages_on_request()) GTEST_SKIP() << "transparent huge pages are off on this machine";
+  HostAllocator a(false, kPlenty, 0);
+  const auto block = a.allocate(8 * kMiB);
+  std::memset(block.get(), 1, 8 * kMiB);
+  EXPECT_GE(huge_bytes_at(block.get()), 2 * kMiB);
 }
 
 TEST(HostAllocator, TheCapAndTheMachineRefuseWithTheBytesAndChangeNothing) {
