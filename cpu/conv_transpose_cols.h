@@ -148,6 +148,13 @@ void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* 
 bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes);
 void direct_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
 void direct_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
+// The same file's forward, for stride 1 and the shapes direct_forward_suits (as dgrad's, with
+// the output channels in the lanes, and a few taps at least).
+bool direct_forward_suits(const Plan& pl, int64_t elem_bytes);
+void direct_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                    int threads);
+void direct_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
+                    int threads);
 // The same file's wgrad, for the shapes direct_wgrad_suits.
 bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes);
 void direct_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);

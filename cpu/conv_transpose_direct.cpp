@@ -1,5 +1,6 @@
-// Direct ConvTranspose dgrad and wgrad on the CPU, with no column buffer, for the shapes
-// direct_dgrad_suits and direct_wgrad_suits take (the rest go to im2col + GEMM).
+// Direct ConvTranspose dgrad, wgrad and stride-1 forward on the CPU, with no column buffer, for
+// the shapes direct_dgrad_suits, direct_wgrad_suits and direct_forward_suits take (the rest go
+// to the column buffer and GEMMs of conv_transpose.cpp and conv_transpose_wgrad.cpp).
 //
 // dgrad: dx[ci, ih, iw] = sum over co, kh, kw of w[ci, co, kh, kw] dy[co, oh, ow],
 //   (oh, ow) = (ih*sh - ph + kh*dh, iw*sw - pw + kw*dw)
@@ -12,11 +13,13 @@
 // own that stays in cache, so that no tap needs a bounds check. The kernel and its driver take
 // the problem as a struct Gather: dgrad's sizes under neutral names.
 //
+// forward at stride 1: the same kernel with the taps counted backwards (its section below).
 // wgrad: see its section below.
 //
-// Every output element is one chain of FMAs in a fixed order (dx: over (co, kh, kw); dw: over
-// the positions, then slices in order), whatever the tile or task it falls in, so the results
-// do not depend on the thread count (docs/design.md, "Determinism").
+// Every output element is one chain of FMAs in a fixed order (dx: over (co, kh, kw); y: over
+// (ci, kh, kw), then its bias; dw: over the positions, then slices in order), whatever the tile or
+// task it falls in, so the results do not depend on the thread count (docs/design.md,
+// "Determinism").
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -50,6 +53,9 @@ constexpr int64_t kMaxPaddedBytes = int64_t{32} << 20;
 // many positions (batch x input positions).
 constexpr int64_t kDirectMinPositions = 256;
 constexpr int64_t kDirectMinSteps = 64;
+// The forward's gather pays for itself from this many taps: with fewer, the column buffer is a
+// few copies of y and the GEMM path measured as fast (S2-S4's k3 and k5 1-D layers).
+constexpr int64_t kForwardMinTaps = 9;
 constexpr int64_t kWgradMinOutChannels = 4;
 constexpr int64_t kWgradMinPositions = 512;
 
@@ -201,10 +207,11 @@ void gather_tile_of(int positions, const T* wp, const T* d, const Gather& q, int
 }
 
 // Runs a Gather on weights packed per (group, block of kBlock lanes) at packed +
-// (g * blocks + cb) * packed_stride, each [r][a][b][lane].
+// (g * blocks + cb) * packed_stride, each [r][a][b][lane]; bias (per destination channel, or
+// null) is added to each element after its chain.
 template <class T>
-void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_stride, T* dst,
-                int threads) {
+void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_stride,
+                const T* bias, T* dst, int threads) {
   constexpr int64_t B = kBlock<T>;
   constexpr int L = gemm::kLanes<T>;
   const int64_t blocks = ceil_div(q.lanes, B);
@@ -320,7 +327,13 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
             int64_t i, p0, p1;
             tile_span(k, i, p0, p1);
             const int positions = static_cast<int>(p1 - p0);
-            const T* sums = acc_of(cb, k);
+            T* sums = acc_of(cb, k);
+            if (bias != nullptr) {
+              const T* bias_block = bias + g * q.lanes + c0;
+              for (int64_t c = 0; c < channels; ++c)
+                for (int p = 0; p < positions; ++p)
+                  sums[(c / L * positions + p) * L + c % L] += bias_block[c];
+            }
             for (int64_t v = 0; v < kVecs; ++v) {
               const T* vsrc = sums + v * positions * L;
               T* vdst = dst_block + v * L * dst_plane + i * q.cols + p0;
@@ -349,7 +362,63 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
   parallel_for(threads, pl.groups * blocks, [&](int64_t t) {
     pack_weight(pl, w, t / blocks, t % blocks, packed.data() + t * packed_elems);
   });
-  run_gather(dgrad_gather(pl), dy, packed.data(), packed_elems, dx, threads);
+  run_gather(dgrad_gather(pl), dy, packed.data(), packed_elems, static_cast<const T*>(nullptr), dx,
+             threads);
+}
+
+// ---- forward at stride 1 ----
+// With both strides 1 the forward is a gather too: y[co, oh, ow] = sum over ci, kh, kw of
+// w[ci, co, kh, kw] x[ci, oh + ph - kh*dh, ow + pw - kw*dw]. Counting the taps backwards
+// (a = kernel_h - 1 - kh) turns the reads into forward_gather's: source rows oh + a*dh - ph'
+// with ph' = (kernel_h - 1)*dh - ph, the weight packed with its taps reversed. Against the column
+// buffer (taps copies of y written and read again by col2im), measured on S5 (k3x7): see
+// docs/performance.md.
+Gather forward_gather(const Plan& pl) {
+  return {pl.batch,
+          pl.groups,
+          pl.cog,
+          pl.cig,
+          pl.kernel_h,
+          pl.kernel_w,
+          pl.out_h,
+          pl.out_w,
+          pl.out_channels,
+          pl.in_channels,
+          pl.in_h,
+          pl.in_w,
+          1,
+          1,
+          pl.dil_h,
+          pl.dil_w,
+          (pl.kernel_h - 1) * pl.dil_h - pl.pad_h,
+          (pl.kernel_w - 1) * pl.dil_w - pl.pad_w};
+}
+
+// The forward's weight for group g, output channels [cb*kBlock, +kBlock) packed as
+// [ci][a][b][channel] with a, b the taps counted backwards, channels past cog zero.
+template <class T>
+void pack_forward_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, T* out) {
+  constexpr int64_t B = kBlock<T>;
+  const int64_t c0 = cb * B, channels = std::min(B, pl.cog - c0);
+  for (int64_t ci = 0; ci < pl.cig; ++ci) {
+    T* block = out + ci * pl.taps * B;
+    rows_to_lanes(w + (g * pl.cig + ci) * pl.rows + c0 * pl.taps, pl.taps, channels, pl.taps,
+                  block);
+    for (int64_t t = 0; t < pl.taps / 2; ++t)  // taps backwards
+      std::swap_ranges(block + t * B, block + (t + 1) * B, block + (pl.taps - 1 - t) * B);
+  }
+}
+
+template <class T>
+void direct_forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+  constexpr int64_t B = kBlock<T>;
+  const int64_t blocks = ceil_div(pl.cog, B);
+  const int64_t packed_elems = pl.cig * pl.taps * B;
+  Workspace<T> packed(pl.groups * blocks * packed_elems);
+  parallel_for(threads, pl.groups * blocks, [&](int64_t t) {
+    pack_forward_weight(pl, w, t / blocks, t % blocks, packed.data() + t * packed_elems);
+  });
+  run_gather(forward_gather(pl), x, packed.data(), packed_elems, b, y, threads);
 }
 
 // ---- wgrad ----
@@ -739,6 +808,39 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   return int128{sweep_channels(pl.taps)} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
          fits(pl.rows * pl.groups, gemm::round_up(pl.cig, block_of(elem_bytes)), elem_bytes,
               kMaxWholeColsBytes);
+}
+
+bool direct_forward_suits(const Plan& pl, int64_t elem_bytes) {
+  if (pl.stride_h != 1 || pl.stride_w != 1) return false;
+  // A padding past the kernel's reach (a cropped output) would start the gather's windows at a
+  // negative padding; those rare shapes keep the column buffer.
+  // (In 128 bits, as below: the geometry accepts dilations whose reach would overflow.)
+  const int128 reach_h = int128{pl.kernel_h - 1} * pl.dil_h;
+  const int128 reach_w = int128{pl.kernel_w - 1} * pl.dil_w;
+  if (pl.pad_h > reach_h || pl.pad_w > reach_w) return false;
+  // The output channels are the tile's lanes: as dgrad's input channels (channels_fill).
+  const bool lanes = 4 * pl.cog >= 3 * gemm::round_up(pl.cog, block_of(elem_bytes));
+  const bool row = pl.out_w >= 4;
+  const bool reuse = int128{pl.batch} * pl.out_hw >= kDirectMinPositions;
+  // Rows and columns of y past x's reach (the kernel's overhang where the padding is less than
+  // its reach) are sums over zero padding: at most a quarter of the work may be.
+  const bool dense = 4 * int128{pl.out_hw} <= 5 * int128{pl.in_hw};
+  const bool steps = int128{pl.cig} * pl.taps >= kDirectMinSteps;
+  const bool taps = pl.taps >= kForwardMinTaps;
+  if (!(lanes && row && reuse && dense && steps && taps)) return false;
+  const int128 window = (pl.out_h + reach_h) * (pl.out_w + reach_w);  // x's padded extent
+  return int128{sweep_channels(pl.taps)} * window * elem_bytes <= kMaxPaddedBytes &&
+         fits(pl.cig * pl.taps * pl.groups, gemm::round_up(pl.cog, block_of(elem_bytes)),
+              elem_bytes, kMaxWholeColsBytes);
+}
+
+void direct_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                    int threads) {
+  direct_forward_typed(pl, x, w, b, y, threads);
+}
+void direct_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
+                    int threads) {
+  direct_forward_typed(pl, x, w, b, y, threads);
 }
 
 void direct_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {

@@ -80,6 +80,16 @@ std::vector<PathCase> path_cases() {
       {"direct dgrad 2-D stride 1, partial channel block",
        conv_case_from_shapes(2, {2, 56, 12, 14}, {56, 8, 3, 7}, true, {1, 1}, {1, 3}, {0, 0},
                              {2, 1}, 1)},
+      // Direct forward (stride 1, 9 taps or more): 56 output channels fill 7/8 of two tile
+      // blocks, the last vector half full; 3x7 taps reversed, dilated in H, with an output
+      // padding (one more row of y, read from x's zero padding) and a bias.
+      {"direct forward 2-D stride 1, partial channel block, output padding",
+       conv_case_from_shapes(2, {2, 8, 12, 14}, {8, 56, 3, 7}, true, {1, 1}, {1, 3}, {1, 0}, {2, 1},
+                             1)},
+      // 2 groups of 16 input and 32 output channels, k15 p7 on 3 sequences of 100: the windows
+      // at each end padded, the middle ones read in place.
+      {"direct forward 1-D stride 1, grouped, long kernel",
+       conv_case_from_shapes(1, {3, 32, 100}, {32, 32, 15}, true, {1}, {7}, {0}, {1}, 2)},
       // A W stride with no constant loop (5), k = 2s, output padding, rows of 100 positions.
       {"direct dgrad 1-D stride 5",
        conv_case_from_shapes(1, {3, 32, 100}, {32, 16, 10}, false, {5}, {2}, {3}, {1}, 1)},
