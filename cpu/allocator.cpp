@@ -14,31 +14,56 @@
 namespace tgrad::cpu {
 namespace {
 
-// Blocks of HostAllocator::kHugeMin bytes and up start on a 2 MiB boundary and ask the kernel
-// for transparent huge pages (where THP is "madvise", the common default, nothing gets them
-// unasked; where it is "never", the request does nothing). The conv kernels read many channel
-// planes a few cache lines at a time, each plane on pages of its own: with 4 KiB pages a tile's
-// sweep over 50 planes of dy runs out of first-level TLB entries. Measured on the scaled
-// S1-S5 passes: 1.05x / 1.09x on the geometric mean at 1 / 2 threads (docs/performance.md).
 constexpr std::align_val_t kAlignment{64};
-constexpr std::align_val_t kHugeAlignment{size_t{2} << 20};
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+constexpr uintptr_t kSmallPage = 4096;
 
-std::align_val_t alignment_of(int64_t size) {
-  return size >= HostAllocator::kHugeMin ? kHugeAlignment : kAlignment;
+uintptr_t round_up(uintptr_t n, uintptr_t step) {
+  return (n + step - 1) / step * step;
+}
+
+bool huge(int64_t size) {
+  return HostAllocator::kHugePages && size >= HostAllocator::kHugeMin;
+}
+
+// Blocks of kHugeMin bytes and up are mappings of their own, starting on a 2 MiB boundary, and
+// ask the kernel for transparent huge pages over their whole 2 MiB pages (where THP is
+// "madvise", the common default, nothing gets them unasked; where it is "never", the advice
+// does nothing; the tail past the last whole page stays on small pages, so a block never holds
+// more memory than it spans). The conv kernels read many channel planes a few cache lines at a
+// time, each plane on pages of its own: with 4 KiB pages a tile's sweep over 50 planes of dy runs
+// out of first-level TLB entries. The scaled S1-S5 passes measured 1.05x / 1.09x on the geometric
+// mean at 1 / 2 threads (docs/performance.md). Mapped here rather than taken from the C library:
+// advice given to a block of its heap would stay on whatever the heap later puts there.
+void* map_huge(int64_t size) {
+  const uintptr_t len = round_up(static_cast<uintptr_t>(size), kSmallPage);
+  void* raw =
+      mmap(nullptr, len + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t block = round_up(start, kHugePage);
+  // Unmap the slack before and after the aligned block.
+  if (block > start) munmap(raw, block - start);
+  if (start + len + kHugePage > block + len)
+    munmap(reinterpret_cast<void*>(block + len), start + len + kHugePage - (block + len));
+#ifdef MADV_HUGEPAGE
+  if (len >= kHugePage)  // advice only: a kernel that refuses it leaves small pages
+    (void)madvise(reinterpret_cast<void*>(block), len / kHugePage * kHugePage, MADV_HUGEPAGE);
+#endif
+  return reinterpret_cast<void*>(block);
 }
 
 void* new_block(int64_t size) {
-  void* block = ::operator new(static_cast<size_t>(size), alignment_of(size), std::nothrow);
-#ifdef MADV_HUGEPAGE
-  // Advice only: a kernel that refuses it leaves the block on small pages.
-  if (block != nullptr && size >= HostAllocator::kHugeMin)
-    (void)madvise(block, static_cast<size_t>(size), MADV_HUGEPAGE);
-#endif
-  return block;
+  if (huge(size)) return map_huge(size);
+  return ::operator new(static_cast<size_t>(size), kAlignment, std::nothrow);
 }
 
 void delete_block(void* block, int64_t size) {
-  ::operator delete(block, alignment_of(size));
+  if (huge(size)) {
+    munmap(block, round_up(static_cast<uintptr_t>(size), kSmallPage));
+    return;
+  }
+  ::operator delete(block, kAlignment);
 }
 
 }  // namespace

@@ -15,6 +15,19 @@
 
 #include "core/backend.h"
 
+// TGRAD_CPU_ASAN: 1 in AddressSanitizer builds (GCC names them with a macro, Clang with a feature
+// test), where the allocator leaves the blocks to its heap.
+#if defined(__SANITIZE_ADDRESS__)
+#define TGRAD_CPU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TGRAD_CPU_ASAN 1
+#endif
+#endif
+#ifndef TGRAD_CPU_ASAN
+#define TGRAD_CPU_ASAN 0
+#endif
+
 namespace tgrad::cpu {
 
 class HostAllocator {
@@ -38,8 +51,10 @@ class HostAllocator {
   // Blocks of this size or more are cached; their sizes are rounded up to within 1/8 of the
   // request so that similar sizes share blocks.
   static constexpr int64_t kCacheMin = int64_t{256} << 10;
-  // Blocks of this size or more start on a 2 MiB boundary, on huge pages where the kernel grants
-  // them (allocator.cpp says why).
+  // Blocks of this size or more are mappings of their own on a 2 MiB boundary, on huge pages
+  // where the kernel grants them (allocator.cpp says why); not in AddressSanitizer builds, whose
+  // own heap reports a use of a freed block.
+  static constexpr bool kHugePages = !TGRAD_CPU_ASAN;
   static constexpr int64_t kHugeMin = int64_t{2} << 20;
   static int64_t round_size(int64_t nbytes);
 

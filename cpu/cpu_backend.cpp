@@ -35,17 +35,7 @@ constexpr int64_t kMaxCacheBytes = int64_t{1} << 30;
 // The cache is on unless TGRAD_CPU_NO_CACHING is set (to anything but 0), or AddressSanitizer is
 // watching: a block kept for reuse would hide a use after free from it.
 bool caching_by_default() {
-#if defined(__SANITIZE_ADDRESS__)
-  constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  constexpr bool kAsan = true;
-#else
-  constexpr bool kAsan = false;
-#endif
-#else
-  constexpr bool kAsan = false;
-#endif
+  constexpr bool kAsan = TGRAD_CPU_ASAN;
   const char* off = std::getenv("TGRAD_CPU_NO_CACHING");
   return !kAsan && (off == nullptr || *off == '\0' || std::strcmp(off, "0") == 0);
 }
