@@ -31,10 +31,12 @@ bool huge(int64_t size) {
 // "madvise", the common default, nothing gets them unasked; where it is "never", the advice
 // does nothing; the tail past the last whole page stays on small pages, so a block never holds
 // more memory than it spans). The conv kernels read many channel planes a few cache lines at a
-// time, each plane on pages of its own: with 4 KiB pages a tile's sweep over 50 planes of dy runs
-// out of first-level TLB entries. The scaled S1-S5 passes measured 1.05x / 1.09x on the geometric
-// mean at 1 / 2 threads (docs/performance.md). Mapped here rather than taken from the C library:
-// advice given to a block of its heap would stay on whatever the heap later puts there.
+// time, each plane on pages of its own; past 8 MiB a tensor outgrows what the second-level TLB
+// maps in 4 KiB pages (2048 entries on current x86-64 cores). The scaled S1-S5 passes, whose
+// tensors are 8-32 MiB, measured 1.05x-1.09x on the geometric mean at 1 and 2 threads; from
+// 2 MiB up, the decoder layers' smaller blocks measured up to 7% slower at 2 and 4 threads
+// (docs/performance.md). Mapped here rather than taken from the C library: advice given to a
+// block of its heap would stay on whatever the heap later puts there.
 void* map_huge(int64_t size) {
   const uintptr_t len = round_up(static_cast<uintptr_t>(size), kSmallPage);
   void* raw =

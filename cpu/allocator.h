@@ -55,7 +55,8 @@ class HostAllocator {
   // where the kernel grants them (allocator.cpp says why); not in AddressSanitizer builds, whose
   // own heap reports a use of a freed block.
   static constexpr bool kHugePages = !TGRAD_CPU_ASAN;
-  static constexpr int64_t kHugeMin = int64_t{2} << 20;
+  static constexpr int64_t kHugeMin = int64_t{8} << 20;
+  static_assert(kHugeMin % (int64_t{2} << 20) == 0);
   static int64_t round_size(int64_t nbytes);
 
  private:

@@ -116,9 +116,14 @@ TEST(HostAllocator, LargeBlocksStartOnA2MiBBoundaryAndAskForHugePages) {
     HostAllocator a(caching, kPlenty, 64 * kMiB);
     const auto small = a.allocate(HostAllocator::kHugeMin - 64);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(small.get()) % 64, 0u);
-    for (const int64_t bytes : {HostAllocator::kHugeMin, 8 * kMiB, 8 * kMiB + 4096}) {
+    const auto below = a.allocate(2 * kMiB);  // under kHugeMin: the C library's, no advice
+    if (HostAllocator::kHugePages) {
+      EXPECT_EQ(vm_flags_at(below.get()).find(" hg "), std::string::npos);
+    }
+    for (const int64_t bytes : {HostAllocator::kHugeMin, HostAllocator::kHugeMin + 4096,
+                                HostAllocator::kHugeMin + 3 * kMiB}) {
       const auto block = a.allocate(bytes);
-      EXPECT_EQ(a.stats().allocated, HostAllocator::kHugeMin - 64 + bytes);
+      EXPECT_EQ(a.stats().allocated, HostAllocator::kHugeMin - 64 + 2 * kMiB + bytes);
       static_cast<char*>(block.get())[bytes - 1] = 1;  // the whole block is there
       if (!HostAllocator::kHugePages) continue;
       EXPECT_EQ(reinterpret_cast<uintptr_t>(block.get()) % (2 * kMiB), 0u) << bytes;
