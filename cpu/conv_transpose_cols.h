@@ -242,7 +242,9 @@ struct ChannelCut {
 };
 
 inline ChannelCut channel_cut(const Plan& pl, int64_t tasks, int threads) {
-  const int64_t most = pl.cig / kChannelQuantum;  // blocks of at least kChannelQuantum
+  // Up to one block per kChannelQuantum channels, the last taking the rest: 128 channels may go
+  // as 48 + 48 + 32, where at most two blocks left 96 + 32 (one task three times another's).
+  const int64_t most = ceil_div(pl.cig, kChannelQuantum);
   int64_t best = 1;
   double best_time = 0;
   for (int64_t c = 1; c <= std::max<int64_t>(1, most); ++c) {

@@ -160,7 +160,7 @@ std::vector<PathCase> path_cases() {
                                                        {2, 2}, {1, 1}, {1, 0}, {1, 1}, 1)},
       // Batch 1, 200 input channels on a 9 x 11 image (99 columns, one column block, one
       // task by the shape): dgrad and wgrad cut the input channels for the threads (channel_cut)
-      // into blocks of 144 + 56 at 2 threads, 96 + 96 + 8 at 5 and 16; no cut at 1.
+      // into blocks of 144 + 56 at 2 threads, 4 x 48 + 8 at 5 and 16; no cut at 1.
       {"input channels cut for the threads, batch 1",
        conv_case_from_shapes(2, {1, 200, 9, 11}, {200, 40, 2, 2}, true, {2, 2}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
