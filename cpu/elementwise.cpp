@@ -442,7 +442,9 @@ void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor
         // Each element reads and writes index i only (an output is its input's own tensor or
         // another one, never a shifted view), so no iteration depends on another; the compiler
         // cannot check that for seven pointers at run time and would not vectorise.
+#if defined(__GNUC__) && !defined(__clang__)  // Clang does not know the pragma
 #pragma GCC ivdep
+#endif
         for (int64_t i = i0; i < i1; ++i) {
           const T gi = cw ? gs[i] + ps[i] * w : gs[i];
           const T mi = ms[i] * b1 + gi * k1;
