@@ -430,43 +430,39 @@ void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor
     const T* vmax_p = vmax != nullptr ? data<T>(*vmax) : nullptr;
     T *po = data<T>(p_out), *mo = data<T>(m_out), *vo = data<T>(v_out);
     T* vmax_o = s.amsgrad ? data<T>(*vmax_out) : nullptr;
-    for_blocks(p.numel(), [&](int64_t i0, int64_t i1) {
-      // Without AMSGrad, a loop of its own on local copies of the pointers and coefficients
-      // (see map_unary): it vectorises.
-      if (vmax_o == nullptr) {
-        const T b1 = beta1, k1 = c1, b2 = beta2, k2 = c2, w = wd, sc = scale, ib = inv_bc2, e = eps,
-                ns = neg_step;
-        const T *const ps = pp, *const gs = gp, *const ms = mp, *const vs = vp;
-        T *const pd = po, *const md = mo, *const vd = vo;
-        const bool cw = coupled;
-        // Each element reads and writes index i only (an output is its input's own tensor or
-        // another one, never a shifted view), so no iteration depends on another; the compiler
-        // cannot check that for seven pointers at run time and would not vectorise.
+    // One loop per block, on local copies of the coefficients and pointers (see map_unary), its
+    // AMSGrad step compiled in or out: it vectorises.
+    const auto update = [&]<bool kAmsgrad>(int64_t i0, int64_t i1) {
+      const T b1 = beta1, k1 = c1, b2 = beta2, k2 = c2, w = wd, sc = scale, ib = inv_bc2, e = eps,
+              ns = neg_step;
+      const T *const ps = pp, *const gs = gp, *const ms = mp, *const vs = vp, *const xs = vmax_p;
+      T *const pd = po, *const md = mo, *const vd = vo, *const xd = vmax_o;
+      const bool cw = coupled;
+      // Each element reads and writes index i only (an output is its input's own tensor or
+      // another one, never a shifted view), so no iteration depends on another; the compiler
+      // cannot check that for so many pointers at run time and would not vectorise.
 #if defined(__GNUC__) && !defined(__clang__)  // Clang does not know the pragma
 #pragma GCC ivdep
 #endif
-        for (int64_t i = i0; i < i1; ++i) {
-          const T gi = cw ? gs[i] + ps[i] * w : gs[i];
-          const T mi = ms[i] * b1 + gi * k1;
-          const T vi = vs[i] * b2 + (gi * gi) * k2;
-          pd[i] = ps[i] * sc + (mi / (std::sqrt(vi) * ib + e)) * ns;
-          md[i] = mi;
-          vd[i] = vi;
-        }
-        return;
-      }
       for (int64_t i = i0; i < i1; ++i) {
-        const T gi = coupled ? gp[i] + pp[i] * wd : gp[i];
-        const T mi = mp[i] * beta1 + gi * c1;
-        const T vi = vp[i] * beta2 + (gi * gi) * c2;
+        const T gi = cw ? gs[i] + ps[i] * w : gs[i];
+        const T mi = ms[i] * b1 + gi * k1;
+        const T vi = vs[i] * b2 + (gi * gi) * k2;
         T second = vi;
-        if (vmax_o != nullptr) {
-          if (vmax_p != nullptr && !(vmax_p[i] < vi)) second = vmax_p[i];
-          vmax_o[i] = second;
+        if constexpr (kAmsgrad) {
+          if (xs != nullptr && !(xs[i] < vi)) second = xs[i];
+          xd[i] = second;
         }
-        po[i] = pp[i] * scale + (mi / (std::sqrt(second) * inv_bc2 + eps)) * neg_step;
-        mo[i] = mi;
-        vo[i] = vi;
+        pd[i] = ps[i] * sc + (mi / (std::sqrt(second) * ib + e)) * ns;
+        md[i] = mi;
+        vd[i] = vi;
+      }
+    };
+    for_blocks(p.numel(), [&](int64_t i0, int64_t i1) {
+      if (vmax_o != nullptr) {
+        update.template operator()<true>(i0, i1);
+      } else {
+        update.template operator()<false>(i0, i1);
       }
     });
   });
