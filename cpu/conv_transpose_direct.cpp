@@ -772,11 +772,15 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
   store_tile_sums(pl, sums.data(), slices, dw, threads);
 }
 
-// Whether the input channels fill the tile's lanes: lanes past cig compute zeros, and at most a
-// quarter of the tile may.
+// Whether `channels` fill the tiles' lanes: lanes past them compute zeros, and at most a quarter
+// of the tile may.
+bool fills_lanes(int64_t channels, int64_t elem_bytes) {
+  return 4 * channels >= 3 * gemm::round_up(channels, block_of(elem_bytes));
+}
+
+// dgrad's and wgrad's lanes are the input channels.
 bool channels_fill(const Plan& pl, int64_t elem_bytes) {
-  return 4 * pl.cig >= 3 * gemm::round_up(pl.cig, block_of(elem_bytes)) && pl.in_h >= 1 &&
-         pl.in_w >= 1;
+  return fills_lanes(pl.cig, elem_bytes) && pl.in_h >= 1 && pl.in_w >= 1;
 }
 
 // The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
@@ -818,8 +822,7 @@ bool direct_forward_suits(const Plan& pl, int64_t elem_bytes) {
   const int128 reach_h = int128{pl.kernel_h - 1} * pl.dil_h;
   const int128 reach_w = int128{pl.kernel_w - 1} * pl.dil_w;
   if (pl.pad_h > reach_h || pl.pad_w > reach_w) return false;
-  // The output channels are the tile's lanes: as dgrad's input channels (channels_fill).
-  const bool lanes = 4 * pl.cog >= 3 * gemm::round_up(pl.cog, block_of(elem_bytes));
+  const bool lanes = fills_lanes(pl.cog, elem_bytes);  // the forward's lanes: output channels
   const bool row = pl.out_w >= 4;
   const bool reuse = int128{pl.batch} * pl.out_hw >= kDirectMinPositions;
   // Rows and columns of y past x's reach (the kernel's overhang where the padding is less than
