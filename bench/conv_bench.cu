@@ -700,7 +700,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", opt.seed, "seed of the random inputs");
   app.add_option("--kernel", opt.kernel,
                  "force tgrad's conv kernel: a name (wgmma, mma.sync, batch-wgmma, batch-igemm, "
-                 "depthwise, direct, gemm, "
+                 "depthwise, thin, direct, gemm, "
                  "fma) or fwd=..,dgrad=..,"
                  "wgrad=.. (set_conv_kernel); cells it cannot run report the planner's reason");
   app.add_flag("--benchmark-mode", opt.benchmark_mode,

@@ -185,4 +185,79 @@ std::string direct_path_declined(ConvPass pass, const ConvGeometry& g, DType dty
   return {};
 }
 
+std::string thin_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype, ThinPlan* out) {
+  if (pass == ConvPass::wgrad) return "thin: forward and dgrad only";
+  if (dtype != DType::float32) {
+    return "thin: dtype " + std::string(dtype_name(dtype)) + " is not float32";
+  }
+  if (g.groups <= 0 || g.in_channels % g.groups != 0 || g.out_channels % g.groups != 0) {
+    return "thin: bad groups in " + g.str();
+  }
+  const int64_t cig = g.in_channels_per_group(), cog = g.out_channels_per_group();
+  if (cog > kThinMaxCog) {
+    return "thin: C_out/groups=" + std::to_string(cog) + " is over " + std::to_string(kThinMaxCog);
+  }
+  if (!fits_plane32(g)) return "thin: a spatial size or plane past the 32-bit kernels";
+  // The smallest register block that holds `used` slots, 0 if none does.
+  const auto block_for = [](int64_t used, const auto& blocks) {
+    for (int b : blocks)
+      if (used <= b) return b;
+    return 0;
+  };
+  ThinPlan plan;
+  const bool fwd = pass == ConvPass::forward;
+  int64_t per_channel = 0;  // bytes of one input channel's staged weights
+  if (fwd) {
+    // A cell is the sH x sW outputs sharing their inputs; it reads the inputs under the dilated
+    // kernel's extent, TH x TW of them (a dilated kernel's gaps are zero weights).
+    const int64_t used = g.stride[0] * g.stride[1] * cog;
+    plan.block = used <= 32 ? block_for(used, kThinFwdBlocks) : 0;
+    if (plan.block == 0) {
+      return "thin: a cell's " + std::to_string(used) +
+             " outputs (strides x C_out/groups) exceed 32";
+    }
+    plan.th = div_up((g.kernel[0] - 1) * g.dilation[0] + 1, g.stride[0]);
+    plan.tw = div_up((g.kernel[1] - 1) * g.dilation[1] + 1, g.stride[1]);
+    per_channel = plan.th * plan.tw * plan.block * 4;
+    plan.cell0_h = g.padding[0] / g.stride[0];
+    plan.cell0_w = g.padding[1] / g.stride[1];
+    plan.cells_h = (g.out_size[0] - 1 + g.padding[0]) / g.stride[0] - plan.cell0_h + 1;
+    plan.cells_w = (g.out_size[1] - 1 + g.padding[1]) / g.stride[1] - plan.cell0_w + 1;
+    plan.used = static_cast<int>(used);
+    plan.items = g.batch * plan.cells_h * plan.cells_w;
+  } else {
+    const int64_t used = cog * g.kernel[0] * g.kernel[1];
+    plan.block = block_for(used, kThinDgradBlocks);
+    if (plan.block == 0) {
+      return "thin: a window of " + std::to_string(used) +
+             " dy values (C_out/groups x taps) exceeds 64";
+    }
+    per_channel = plan.block * 4;
+    plan.used = static_cast<int>(used);
+    plan.items = g.batch * g.in_size[0] * g.in_size[1];
+  }
+  if (per_channel > kThinSmemBytes) {
+    return "thin: one channel's weights (" + std::to_string(per_channel) +
+           " bytes) exceed the shared-memory budget of " + std::to_string(kThinSmemBytes);
+  }
+  // Splits of the input channels: enough for the pass's target (conv_thin.h), none under
+  // kThinMinSplit channels, and each split's weights in shared memory.
+  const int64_t items = std::max<int64_t>(1, plan.items);
+  const int64_t want = std::clamp(div_up(fwd ? kThinFwdTarget : kThinDgradTarget, items),
+                                  int64_t{1}, std::max<int64_t>(1, cig / kThinMinSplit));
+  plan.split_len = std::min(div_up(cig, want), kThinSmemBytes / per_channel);
+  plan.splits = div_up(cig, plan.split_len);
+  plan.smem_bytes = plan.split_len * per_channel;
+  const int per_thread = fwd ? 1 : thin_dgrad_items(plan.block);
+  plan.grid_x = std::min(div_up(items, kThinThreads * per_thread), kThinMaxBlocks);
+  plan.grid_y = plan.splits * g.groups;
+  if (plan.grid_y > 65535) return "thin: more than 65535 splits x groups (the grid's y)";
+  if (fwd && plan.splits > 1 && plan.splits * g.y_numel() * 4 > kGemmWorkspaceBytes) {
+    return "thin: forward partials of " + std::to_string(plan.splits * g.y_numel() * 4) +
+           " bytes, over the workspace budget of " + std::to_string(kGemmWorkspaceBytes);
+  }
+  if (out != nullptr) *out = plan;
+  return {};
+}
+
 }  // namespace tgrad::cuda

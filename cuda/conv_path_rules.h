@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "cuda/conv_direct.h"
 #include "cuda/conv_plan.h"
+#include "cuda/conv_thin.h"
 
 namespace tgrad::cuda {
 
@@ -61,5 +62,9 @@ std::string depthwise_path_declined(ConvPass pass, const ConvGeometry& g, DType 
 // the planner's question (conv_plan.cpp), not this one.
 std::string direct_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype,
                                  DirectPlan* plan);
+
+// Empty when the thin-output kernels (conv_transpose_thin.cu) can run `pass` of g in `dtype`,
+// with their configuration in *plan (when not null); else why not.
+std::string thin_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype, ThinPlan* plan);
 
 }  // namespace tgrad::cuda

@@ -21,6 +21,7 @@
 #include "cuda/conv_transpose_direct.h"
 #include "cuda/conv_transpose_gemm.cuh"
 #include "cuda/conv_transpose_gemm.h"
+#include "cuda/conv_transpose_thin.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_util.h"
 #include "cuda/kernel_stats.h"
@@ -289,6 +290,8 @@ bool conv_operand_path_run(CachingAllocator& alloc, ConvPass pass, const ConvPla
     conv_depthwise_run(alloc, pass, g, t);
   } else if (plan.kernel == kKernelDirect) {
     conv_direct_run(alloc, pass, plan.direct, g, t);
+  } else if (plan.kernel == kKernelThin) {
+    conv_thin_run(alloc, pass, plan.thin, g, t);
   } else if (plan.kernel == kKernelGemm) {
     conv_gemm_run(alloc, pass, g, t);
   } else {

@@ -32,7 +32,7 @@ void conv_gemm_run(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g
                    const ConvOperands& t);
 
 // Runs `plan` when its kernel is one of the paths that take ConvOperands (depthwise, direct,
-// gemm) and returns true; false for the other kernels, which each launcher runs itself.
+// thin, gemm) and returns true; false for the other kernels, which each launcher runs itself.
 bool conv_operand_path_run(CachingAllocator& alloc, ConvPass pass, const ConvPlan& plan,
                            const ConvGeometry& g, const ConvOperands& t);
 

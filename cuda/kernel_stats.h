@@ -25,6 +25,8 @@ int64_t conv_wgmma_launches();
 int64_t conv_gemm_launches();
 int64_t conv_depthwise_launches();
 int64_t conv_direct_launches();
+// Runs of the thin-output kernels (conv_transpose_thin.cu), one per pass.
+int64_t conv_thin_launches();
 
 // The kernel the planner chooses for a call on CUDA device `device` (plan_conv with the device's
 // caps, preferences on, nothing forced), to compare with last_conv_plan after the call ran;

@@ -140,6 +140,31 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
   return cig * taps_per_phase <= 256;
 }
 
+// Whether the thin row takes the call: a float32 forward or dgrad with at most four output
+// channels per group that is not depthwise; a forward's cell (strides x C_out/groups) within 32
+// slots with at least half its multiplies useful, a dgrad's window (C_out/groups x taps) within 64.
+bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype) {
+  const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
+  if (dtype != DType::float32 || pass == ConvPass::wgrad || cog > 4 || (cig == 1 && cog == 1))
+    return false;
+  int64_t taps = 1, used = cog, inputs = 1;  // a 1-D spec fills axis 0 only
+  for (size_t a = 0; a < static_cast<size_t>(l.dims); ++a) {
+    taps *= l.kernel[a];
+    used *= l.stride[a];
+    inputs *= ((l.kernel[a] - 1) * l.dilation[a] + l.stride[a]) / l.stride[a];
+  }
+  if (pass == ConvPass::dgrad) return cog * taps <= 64;
+  if (used > 32) return false;
+  int64_t block = 1;
+  for (int64_t b : {1, 2, 4, 8, 12, 16, 24, 32}) {
+    if (used <= b) {
+      block = b;
+      break;
+    }
+  }
+  return 2 * taps * cog >= inputs * block;
+}
+
 TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
   std::vector<ConvLayerSpec> layers = bench::decoder_layers();
   for (const ConvLayerSpec& s : s_workloads())
@@ -165,7 +190,9 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
           const bool depthwise = g.groups == g.in_channels && g.groups == g.out_channels;
           const bool dw_row =
               depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
-          if (!dw_row && expect_direct(pass, l, dtype, precision)) {
+          if (!dw_row && expect_thin(pass, l, dtype)) {
+            EXPECT_EQ(plan.kernel, "thin") << config << ": " << plan.describe();
+          } else if (!dw_row && expect_direct(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
           } else if (dtype == DType::float32 && g.groups > 1 &&
                      (pass != ConvPass::wgrad || precision == Precision::high) && !dw_row) {
@@ -362,8 +389,8 @@ TEST(ConvPlan, ForcedKernelRunsOrThrowsNamingItAndTheReason) {
   const ConvPlan forced =
       plan_conv(ConvPass::forward, g, DType::float32, DeviceCaps::h100(), "fma");
   EXPECT_EQ(forced.kernel, "fma");
-  // wgmma, mma.sync, batch-wgmma, batch-igemm, depthwise, direct, gemm
-  ASSERT_EQ(forced.declined.size(), 7u);
+  // wgmma, mma.sync, batch-wgmma, batch-igemm, depthwise, thin, direct, gemm
+  ASSERT_EQ(forced.declined.size(), 8u);
   EXPECT_NE(forced.declined[0].reason.find("forced"), std::string::npos);
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
             "mma.sync");
@@ -716,11 +743,11 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
 // Tiles mostly empty give way to a batch-positions kernel (batch-wgmma at "high" on sm_90,
 // batch-igemm at "highest") or the GEMM path (all span batch x positions): a DCGAN layer's 8x8
 // rows leave a 64- or 128-wide row tile nearly empty; the same layer with rows of 512 keeps
-// wgmma forward at "highest". An RGB output fills 3 of batch-igemm's 32 tile rows too: the GEMM
-// path.
+// wgmma forward at "highest". Six output channels (one past what the thin row takes) fill 6 of
+// batch-igemm's 32 tile rows too: the GEMM path.
 TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
   const ConvLayerSpec small = bench::layer2d("t", "t", 64, 256, 128, 8, 4, 2, 1);
-  const ConvLayerSpec rgb = bench::layer2d("t", "t", 8, 128, 3, 128, 4, 2, 1);
+  const ConvLayerSpec rgb = bench::layer2d("t", "t", 8, 128, 6, 128, 4, 2, 1);
   const ConvLayerSpec big = bench::layer2d("t", "t", 8, 256, 128, 256, 4, 2, 1);
   for (Precision precision : {Precision::highest, Precision::high}) {
     const std::string batch = precision == Precision::high ? "batch-wgmma" : "batch-igemm";
@@ -753,7 +780,7 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
     const ConvPlan c =
         plan_conv(ConvPass::forward, geometry(rgb, precision), DType::float32, DeviceCaps::h100());
     EXPECT_EQ(c.kernel, "gemm") << c.describe();
-    EXPECT_NE(reason_of(c, "batch-igemm").find("useful work (C=128, M=3)"), std::string::npos)
+    EXPECT_NE(reason_of(c, "batch-igemm").find("useful work (C=128, M=6)"), std::string::npos)
         << c.describe();
     // A preference, not an inability: forced, or with preferences off, the tensor cores run it.
     EXPECT_EQ(plan_conv(ConvPass::forward, geometry(small, precision), DType::float32,
@@ -920,9 +947,9 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
 // "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1 dgrad with
 // M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
 // (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy, run 69);
-// the x8 dgrads with M >= 256 stay on the GEMM path. Few channels per group (RGB and
-// mono outputs, grouped layers) run the direct kernels, except forwards whose sums are long
-// (pix2pix's 128 x 4, Conv-TasNet's 512 x 2 products a output): the GEMM path (run 46). A row
+// the x8 dgrads with M >= 256 stay on the GEMM path. RGB and mono outputs (DCGAN's and pix2pix's
+// last layers, Conv-TasNet's decoder) run the thin kernels; other calls with few channels per
+// group (grouped layers) the direct kernels. A row
 // kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
 // dgrad at "highest": 32 CTAs; run 52).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
@@ -935,14 +962,14 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"dcgan_g2", "batch-igemm", "batch-igemm", "batch-wgmma", "gemm"},
       {"dcgan_g3", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"dcgan_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
-      {"dcgan_g5", "direct", "direct", "direct", "direct"},
+      {"dcgan_g5", "thin", "thin", "thin", "thin"},
       {"unet_up1", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
       {"unet_up2", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"unet_up3", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"unet_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"cyclegan_up1", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"cyclegan_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
-      {"pix2pix_out", "gemm", "direct", "gemm", "direct"},
+      {"pix2pix_out", "thin", "thin", "thin", "thin"},
       {"hifigan_v1_up1", "batch-igemm", "gemm", "gemm", "gemm"},
       {"hifigan_v1_up2", "batch-igemm", "batch-igemm", "batch-wgmma", "gemm"},
       {"hifigan_v1_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
@@ -954,7 +981,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"encodec_up5", "wgmma", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"encodec_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"encodec_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"convtasnet_dec", "gemm", "direct", "gemm", "direct"},
+      {"convtasnet_dec", "thin", "thin", "thin", "thin"},
       {"grouped_g2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
       {"grouped_g4", "direct", "direct", "direct", "direct"},
       {"grouped_g8", "direct", "direct", "direct", "direct"},
@@ -1286,24 +1313,30 @@ TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
 // declines wide calls unless forced; its configuration follows the channel counts.
 TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
   const DeviceCaps h100 = DeviceCaps::h100();
-  // RGB output, k4 s2: dgrad and wgrad go direct (the forward too: 64 x 4 products a output).
+  // RGB output, k4 s2: wgrad goes direct; the forward and dgrad go to the thin row above it
+  // (ConvPlan.TheThinRowTakesThinOutputsAndSaysWhy), so the direct row is forced for them here.
   const ConvLayerSpec rgb = bench::layer2d("t", "t", 16, 64, 3, 32, 4, 2, 1);
   for (ConvPass pass : kPasses) {
     const ConvPlan plan = plan_conv(pass, geometry(rgb, Precision::highest), DType::float32, h100);
-    EXPECT_EQ(plan.kernel, "direct") << plan.describe();
-    EXPECT_NE(reason_of(plan, "mma.sync").find("C_in/groups=64, C_out/groups=3: few channels"),
+    const bool wgrad = pass == ConvPass::wgrad;
+    EXPECT_EQ(plan.kernel, wgrad ? "direct" : "thin") << plan.describe();
+    EXPECT_NE(reason_of(plan, "mma.sync")
+                  .find(wgrad ? "C_in/groups=64, C_out/groups=3: few channels"
+                              : "C_out/groups=3: a thin output"),
               std::string::npos)
         << plan.describe();
-    EXPECT_GT(plan.direct.grid_x, 0) << plan.describe();
+    const ConvPlan direct =
+        plan_conv(pass, geometry(rgb, Precision::highest), DType::float32, h100, "direct");
+    EXPECT_GT(direct.direct.grid_x, 0) << direct.describe();
   }
-  const ConvPlan fwd =
-      plan_conv(ConvPass::forward, geometry(rgb, Precision::highest), DType::float32, h100);
+  const ConvPlan fwd = plan_conv(ConvPass::forward, geometry(rgb, Precision::highest),
+                                 DType::float32, h100, "direct");
   EXPECT_EQ(fwd.direct.reg, 4) << fwd.describe();     // three channels in a block of four
   EXPECT_EQ(fwd.direct.stage, 32) << fwd.describe();  // 64 channels in stages of 32
   EXPECT_EQ(fwd.direct.warps, 8) << fwd.describe();   // 4 phases x 2 runs of 32 positions
   EXPECT_NE(fwd.describe().find("4 output channels a thread"), std::string::npos) << fwd.describe();
   const ConvPlan dgrad =
-      plan_conv(ConvPass::dgrad, geometry(rgb, Precision::highest), DType::float32, h100);
+      plan_conv(ConvPass::dgrad, geometry(rgb, Precision::highest), DType::float32, h100, "direct");
   EXPECT_EQ(dgrad.direct.reg, 8) << dgrad.describe();
   EXPECT_EQ(dgrad.direct.grid_y, 8) << dgrad.describe();  // 64 input channels / 8
   const ConvPlan wgrad =
@@ -1315,9 +1348,10 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
   EXPECT_LE(wgrad.direct.chunk_len, cuda::kDirectWgradMaxChunk) << wgrad.describe();
   EXPECT_EQ(wgrad.direct.grid_x, (64 / 8) * (3 * 16 / 8) * wgrad.direct.chunks) << wgrad.describe();
 
-  // Mono output with 512 input channels, k16 s8: the forward sums 512 x 2 products a output,
-  // too long for one thread, so the GEMM path; dgrad and wgrad go direct.
-  const ConvLayerSpec mono = bench::layer1d("t", "t", 4, 512, 1, 500, 16, 8, 0);
+  // Six output channels (past the thin row) from 512 input channels, k16 s8: the forward sums
+  // 512 x 2 products a output, too long for one thread, so the GEMM path; dgrad and wgrad go
+  // direct.
+  const ConvLayerSpec mono = bench::layer1d("t", "t", 4, 512, 6, 500, 16, 8, 0);
   const ConvPlan long_sum =
       plan_conv(ConvPass::forward, geometry(mono, Precision::highest), DType::float32, h100);
   EXPECT_EQ(long_sum.kernel, "gemm") << long_sum.describe();
@@ -1349,6 +1383,109 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
   EXPECT_NE(cuda::direct_path_declined(ConvPass::forward, wide, DType::int64, nullptr)
                 .find("int64 is not float32 or float64"),
             std::string::npos);
+}
+
+// The thin row: the rows above give way to it on thin outputs, naming the channels; its
+// configuration follows the geometry (cells, window, channel splits); it says why it declines
+// what it cannot run, and a forced call it cannot run is a tgrad::Error naming why.
+TEST(ConvPlan, TheThinRowTakesThinOutputsAndSaysWhy) {
+  const DeviceCaps h100 = DeviceCaps::h100();
+  // RGB output, k4 s2 p1, 16 samples at 32x32: a cell is 2x2 outputs of 3 channels (12 slots of
+  // a block of 12) reading 2x2 inputs; 33x33 cells (the padding cuts the first and last).
+  const ConvLayerSpec rgb = bench::layer2d("t", "t", 16, 64, 3, 32, 4, 2, 1);
+  const ConvPlan fwd =
+      plan_conv(ConvPass::forward, geometry(rgb, Precision::high), DType::float32, h100);
+  ASSERT_EQ(fwd.kernel, "thin") << fwd.describe();
+  EXPECT_EQ(fwd.thin.block, 12);
+  EXPECT_EQ(fwd.thin.used, 12);
+  EXPECT_EQ(fwd.thin.th, 2);
+  EXPECT_EQ(fwd.thin.tw, 2);
+  EXPECT_EQ(fwd.thin.cell0_h, 0);
+  EXPECT_EQ(fwd.thin.cells_h, 33);
+  EXPECT_EQ(fwd.thin.items, 16 * 33 * 33);
+  // 17424 cells want 16 splits for 2^18 threads, but no split under 32 channels: 2 of 32.
+  EXPECT_EQ(fwd.thin.splits, 2);
+  EXPECT_EQ(fwd.thin.split_len, 32);
+  EXPECT_EQ(fwd.thin.smem_bytes, 32 * 2 * 2 * 12 * 4);
+  EXPECT_EQ(fwd.thin.grid_y, 2);
+  EXPECT_NE(fwd.describe().find("12 of 12 outputs a cell, 2x2 inputs a cell, 2 splits of 32"),
+            std::string::npos)
+      << fwd.describe();
+  EXPECT_NE(reason_of(fwd, "wgmma").find("C_out/groups=3: a thin output"), std::string::npos)
+      << fwd.describe();
+  const ConvPlan dgrad =
+      plan_conv(ConvPass::dgrad, geometry(rgb, Precision::highest), DType::float32, h100);
+  ASSERT_EQ(dgrad.kernel, "thin") << dgrad.describe();
+  EXPECT_EQ(dgrad.thin.block, 48);  // 3 channels x 16 taps
+  EXPECT_EQ(dgrad.thin.items, 16 * 32 * 32);
+  EXPECT_EQ(dgrad.thin.splits, 2);
+  EXPECT_NE(dgrad.describe().find("window 48 of 48, 2 splits of 32"), std::string::npos)
+      << dgrad.describe();
+
+  // Mono output from 512 channels, k16 s8 (Conv-TasNet's decoder, 4 samples of 500 frames): a
+  // cell is the 8 outputs of one frame, reading 2 frames; 501 cells a sample. 2004 cells want
+  // 131 splits, 512 channels allow 16.
+  const ConvLayerSpec mono = bench::layer1d("t", "t", 4, 512, 1, 500, 16, 8, 0);
+  const ConvPlan mfwd =
+      plan_conv(ConvPass::forward, geometry(mono, Precision::highest), DType::float32, h100);
+  ASSERT_EQ(mfwd.kernel, "thin") << mfwd.describe();
+  EXPECT_EQ(mfwd.thin.block, 8);
+  EXPECT_EQ(mfwd.thin.th * mfwd.thin.tw, 2);
+  EXPECT_EQ(mfwd.thin.items, 4 * 501);
+  EXPECT_EQ(mfwd.thin.splits, 16);
+  EXPECT_EQ(mfwd.thin.split_len, 32);
+  const ConvPlan mdgrad =
+      plan_conv(ConvPass::dgrad, geometry(mono, Precision::highest), DType::float32, h100);
+  ASSERT_EQ(mdgrad.kernel, "thin") << mdgrad.describe();
+  EXPECT_EQ(mdgrad.thin.block, 16);
+  EXPECT_EQ(mdgrad.thin.splits, 16);
+  // A large call needs no splits: 2^18 positions or more.
+  const ConvLayerSpec big = bench::layer1d("t", "t", 64, 512, 1, 4096, 16, 8, 0);
+  EXPECT_EQ(plan_conv(ConvPass::dgrad, geometry(big, Precision::highest), DType::float32, h100)
+                .thin.splits,
+            1);
+  // Weights past shared memory force more splits: 4 taps x 4 channels x 2x2 strides in a block
+  // of 16 floats, 5x5 inputs a cell (k9 s2): 1600 B a channel, at most 30 channels a split.
+  const ConvLayerSpec wide_cell = bench::layer2d("t", "t", 64, 256, 4, 64, 9, 2, 4);
+  const ConvPlan wc =
+      plan_conv(ConvPass::forward, geometry(wide_cell, Precision::highest), DType::float32, h100);
+  ASSERT_EQ(wc.kernel, "thin") << wc.describe();
+  EXPECT_EQ(wc.thin.split_len, 30) << wc.describe();
+  EXPECT_EQ(wc.thin.splits, 9) << wc.describe();
+
+  // What it declines, and why.
+  const auto declined = [&](ConvPass pass, const ConvLayerSpec& l, DType dtype) {
+    return reason_of(plan_conv(pass, geometry(l, Precision::highest), dtype, h100), "thin");
+  };
+  const ConvLayerSpec five = bench::layer2d("t", "t", 4, 64, 5, 16, 4, 2, 1);
+  EXPECT_NE(declined(ConvPass::forward, five, DType::float32).find("C_out/groups=5 is over 4"),
+            std::string::npos);
+  EXPECT_NE(declined(ConvPass::dgrad, rgb, DType::float64).find("float64 is not float32"),
+            std::string::npos);
+  const ConvLayerSpec k5 = bench::layer2d("t", "t", 4, 64, 4, 16, 5, 2, 2);  // 4 x 25 taps
+  EXPECT_NE(declined(ConvPass::dgrad, k5, DType::float32).find("window of 100 dy values"),
+            std::string::npos);
+  const ConvLayerSpec s4 = bench::layer2d("t", "t", 4, 64, 3, 16, 8, 4, 2);  // 4 x 4 x 3 slots
+  EXPECT_NE(declined(ConvPass::forward, s4, DType::float32).find("a cell's 48 outputs"),
+            std::string::npos);
+  // Dilation 3 at stride 1: 3x3 taps spread over 7x7 inputs, 9 of 49 multiplies useful. The
+  // rule sends it on; forced, the thin kernels still run it.
+  ConvLayerSpec dil = bench::layer2d("t", "t", 4, 16, 1, 16, 3, 1, 3);
+  dil.dilation = {3, 3};
+  EXPECT_NE(declined(ConvPass::forward, dil, DType::float32).find("useful"), std::string::npos);
+  EXPECT_EQ(
+      plan_conv(ConvPass::forward, geometry(dil, Precision::highest), DType::float32, h100, "thin")
+          .kernel,
+      "thin");
+  // No wgrad row; a forced thin call it cannot run names the reason.
+  EXPECT_FALSE(cuda::thin_path_declined(ConvPass::wgrad, geometry(rgb, Precision::highest),
+                                        DType::float32, nullptr)
+                   .empty());
+  const std::string e = testing::error_of([&] {
+    plan_conv(ConvPass::forward, geometry(five, Precision::highest), DType::float32, h100, "thin");
+  });
+  EXPECT_NE(e.find("the forced kernel 'thin' cannot run"), std::string::npos) << e;
+  EXPECT_NE(e.find("C_out/groups=5 is over 4"), std::string::npos) << e;
 }
 
 // ---- plan_conv_call's cache ------------------------------------------------------------------
