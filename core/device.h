@@ -64,7 +64,7 @@ Precision float32_precision();
 // and its configuration, and why each candidate above it was declined (TGRAD_CONV_TRACE=1 in the
 // environment turns it on at start). set_conv_kernel forces a kernel, for tests and benchmarks:
 // "" lets the planner choose (default), a name ("wgmma", "mma.sync", "batch-igemm", "depthwise",
-// "direct", "gemm", "fma")
+// "thin", "direct", "gemm", "fma")
 // applies to every pass that has it, "fwd=wgmma,dgrad=mma.sync,wgrad=fma" (any subset) names it
 // per pass; unknown
 // names throw tgrad::Error, and a call the forced kernel cannot run throws tgrad::Error naming
