@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bench/decoder_layers.h"
+#include "core/autograd.h"
 #include "core/conv_geometry.h"
 #include "core/device.h"
 #include "core/ops.h"
@@ -36,6 +37,20 @@ inline Tensor layer_conv(const bench::ConvLayerSpec& l, const Tensor& x, const T
                               .output_padding(l.output_padding)
                               .groups(l.groups)
                               .dilation(l.dilation));
+}
+
+// The forward's output and dgrad's dx of one layer: backward of sum(y * dy) with x requiring
+// grad and w not, so no wgrad runs.
+struct ForwardDgrad {
+  Tensor y, dx;
+};
+
+inline ForwardDgrad forward_dgrad(const bench::ConvLayerSpec& l, const Tensor& x, const Tensor& w,
+                                  const Tensor& b, const Tensor& dy) {
+  const Tensor xr = x.detach().requires_grad_();
+  const Tensor y = layer_conv(l, xr, w, b);
+  sum(y * dy).backward();
+  return {y.detach(), xr.grad()};
 }
 
 // Random operands of l at this batch (drawn x, w, b, dy in that order; w scaled so that y stays

@@ -27,18 +27,8 @@ using bench::ConvLayerSpec;
 using testing::budget_factor;
 using testing::within_budget;
 
-struct Result {
-  Tensor y, dx;
-};
-
-// The forward and dgrad only: w does not require grad, so no wgrad runs.
-Result run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& b,
-           const Tensor& dy) {
-  const Tensor xr = x.detach().requires_grad_();
-  const Tensor y = testing::layer_conv(l, xr, w, b);
-  sum(y * dy).backward();
-  return {y.detach(), xr.grad()};
-}
+using Result = testing::ForwardDgrad;
+constexpr auto run = testing::forward_dgrad;
 
 void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
   const testing::LayerOperands in = testing::layer_operands(l, batch, kFloat32, 29);
