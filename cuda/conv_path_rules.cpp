@@ -186,7 +186,6 @@ std::string direct_path_declined(ConvPass pass, const ConvGeometry& g, DType dty
 }
 
 std::string thin_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype, ThinPlan* out) {
-  if (pass == ConvPass::wgrad) return "thin: forward and dgrad only";
   if (dtype != DType::float32) {
     return "thin: dtype " + std::string(dtype_name(dtype)) + " is not float32";
   }
@@ -206,6 +205,36 @@ std::string thin_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype
   };
   ThinPlan plan;
   const bool fwd = pass == ConvPass::forward;
+  if (pass == ConvPass::wgrad) {
+    const int64_t used = cog * g.kernel[0] * g.kernel[1];
+    plan.block = block_for(used, kThinWgradBlocks);
+    if (plan.block == 0) {
+      return "thin: a window of " + std::to_string(used) +
+             " dy values (C_out/groups x taps) exceeds 64";
+    }
+    plan.used = static_cast<int>(used);
+    plan.items = g.batch * g.in_size[0] * g.in_size[1];
+    const int64_t combos = div_up(cig, kThinWgradChannels) * g.groups;
+    // Chunks: enough to keep each chain under kThinWgradMaxChunk terms, then more (down to
+    // kThinWgradMinChunk positions) until the grid has about kThinWgradTargetBlocks blocks.
+    const int64_t items = std::max<int64_t>(1, plan.items);
+    const int64_t lo = div_up(items, kThinWgradMaxChunk);
+    const int64_t hi = std::max(lo, div_up(items, kThinWgradMinChunk));
+    const int64_t chunks = std::clamp(div_up(kThinWgradTargetBlocks, combos), lo, hi);
+    plan.split_len = div_up(div_up(items, chunks), kThinWgradTile) * kThinWgradTile;
+    plan.splits = div_up(items, plan.split_len);
+    plan.grid_x = plan.splits;
+    plan.grid_y = combos;
+    if (plan.grid_x > kIntMax) return "thin: more than 2^31-1 wgrad chunks";
+    if (plan.grid_y > 65535) return "thin: more than 65535 channel blocks x groups (the grid's y)";
+    const int64_t partials = plan.splits > 1 ? plan.splits * g.w_numel() * 4 : 0;
+    if (partials > kGemmWorkspaceBytes) {
+      return "thin: wgrad partials of " + std::to_string(partials) +
+             " bytes, over the workspace budget of " + std::to_string(kGemmWorkspaceBytes);
+    }
+    if (out != nullptr) *out = plan;
+    return {};
+  }
   int64_t per_channel = 0;  // bytes of one input channel's staged weights
   if (fwd) {
     // A cell is the sH x sW outputs sharing their inputs; it reads the inputs under the dilated

@@ -113,10 +113,28 @@ double thin_use(const ConvGeometry& g, const ThinPlan& t) {
          static_cast<double>(t.th * t.tw * t.block);
 }
 
-// Whether the thin kernels can run the call and, for a forward, waste few multiplies.
+// Why the thin wgrad is not preferred for the call, or empty. It was measured (GPU runs 90 and
+// 92) against the direct kernel, the kernel it would replace at "highest": 1.41x faster with a
+// full block of 128 input channels (pix2pix's 128 -> 3), even with 512 (Conv-TasNet), 0.88x with
+// 64 (DCGAN's 64 -> 3: half of each thread's channels empty). At "high", batch-wgmma's TF32 was
+// as fast or faster on those layers (1.06x-2.8x, run 90), so the rows above keep the call there.
+std::string thin_wgrad_declined(const ConvGeometry& g) {
+  if (g.precision == Precision::high)
+    return "wgrad at \"high\": the tensor-core rows measured faster on thin outputs";
+  if (g.in_channels_per_group() < kThinWgradChannels) {
+    return "wgrad with C_in/groups=" + std::to_string(g.in_channels_per_group()) +
+           ": under one block of " + std::to_string(kThinWgradChannels) +
+           " channels, the direct kernel measured faster";
+  }
+  return "";
+}
+
+// Whether the thin kernels can run the call and, for a forward, waste few multiplies (for a
+// wgrad, thin_wgrad_declined).
 bool thin_call(const PlanInput& in) {
   ThinPlan t;
   if (!thin_path_declined(in.pass, in.g, in.dtype, &t).empty()) return false;
+  if (in.pass == ConvPass::wgrad) return thin_wgrad_declined(in.g).empty();
   return in.pass != ConvPass::forward || thin_use(in.g, t) >= kThinMinUse;
 }
 
@@ -775,9 +793,8 @@ std::string rule_direct(const PlanInput& in, ConvPlan& plan) {
 
 // The thin kernels run thin outputs (thin_call) while the preferences are on, and any call they
 // can when forced. They were written for the RGB and mono layers that end decoders, where the
-// direct kernels read x once per output tap (forward) or dy once per channel block (dgrad) and
-// the GEMM path's tiles are mostly padding. (A thin wgrad, a 4 x 4-tiled GEMM over staged
-// positions, measured 2.3x-6.4x slower than the kernels that keep wgrad, GPU run 87.)
+// direct kernels read x once per output tap (forward) or dy once per channel block (dgrad,
+// wgrad) and the GEMM path's tiles are mostly padding.
 std::string rule_thin(const PlanInput& in, ConvPlan& plan) {
   if (std::string no = thin_path_declined(in.pass, in.g, in.dtype, &plan.thin); !no.empty())
     return no;
@@ -790,6 +807,7 @@ std::string rule_thin(const PlanInput& in, ConvPlan& plan) {
        << " useful (zero slots or dilated gaps), under " << kThinMinUse;
     return os.str();
   }
+  if (in.pass == ConvPass::wgrad) return thin_wgrad_declined(in.g);
   return "";
 }
 
@@ -868,6 +886,7 @@ const std::vector<Candidate>& conv_candidates() {
       {kKernelBatchWgmma, ConvPass::wgrad, rule_wgrad_batch_wgmma},
       {kKernelMmaSync, ConvPass::wgrad, rule_wgrad_mma_sync},
       {kKernelDepthwise, ConvPass::wgrad, rule_depthwise},
+      {kKernelThin, ConvPass::wgrad, rule_thin},
       {kKernelDirect, ConvPass::wgrad, rule_direct},
       {kKernelGemm, ConvPass::wgrad, rule_gemm},
       {kKernelFma, ConvPass::wgrad, rule_fma},
@@ -976,8 +995,12 @@ std::string ConvPlan::describe() const {
     } else {
       os << "window " << t.used << " of " << t.block << ", ";
     }
-    os << t.splits << " splits of " << t.split_len << " channels, smem " << t.smem_bytes
-       << " B, grid " << t.grid_x << "x" << t.grid_y << "]";
+    if (pass == ConvPass::wgrad) {
+      os << t.splits << " chunks of " << t.split_len << " positions";
+    } else {
+      os << t.splits << " splits of " << t.split_len << " channels, smem " << t.smem_bytes << " B";
+    }
+    os << ", grid " << t.grid_x << "x" << t.grid_y << "]";
   } else if (kernel == kKernelFma && pass == ConvPass::wgrad) {
     os << " [" << fma_chunks << " chunks of " << fma_chunk_len << "]";
   }

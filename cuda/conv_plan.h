@@ -54,7 +54,7 @@ inline constexpr const char* kKernelBatchWgmma = "batch-wgmma";
 inline constexpr const char* kKernelDepthwise = "depthwise";  // every pass: depthwise direct
 // every pass: float32/float64 FMA with a register block, few channels per group
 inline constexpr const char* kKernelDirect = "direct";
-// fwd, dgrad: float32 FMA for at most four output channels per group (RGB / mono outputs)
+// every pass: float32 FMA for at most four output channels per group (RGB / mono outputs)
 inline constexpr const char* kKernelThin = "thin";
 inline constexpr const char* kKernelGemm = "gemm";  // every pass: columns + cuBLAS GEMMs
 inline constexpr const char* kKernelFma = "fma";    // every pass: the general kernels
@@ -81,7 +81,7 @@ struct ConvPlan {
   BatchWgradPlan batch_wgrad{};
   // direct (every pass): register block, stages, grid, wgrad chunks.
   DirectPlan direct{};
-  // thin (forward, dgrad): register block, cells, channel splits, grid.
+  // thin (every pass): register block, cells, channel splits or wgrad chunks, grid.
   ThinPlan thin{};
   // fma (wgrad): positions per chunk and chunks (their partials are summed in order).
   int64_t fma_chunks = 0, fma_chunk_len = 0;

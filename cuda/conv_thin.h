@@ -1,6 +1,6 @@
 // The plan of the thin-output kernels (cuda/conv_transpose_thin.cu, planner row "thin"): float32
-// forward and dgrad of layers with at most kThinMaxCog output channels per group (RGB and mono
-// outputs: the last layer of an image or audio decoder). Plain C++ (the planner and its tests
+// forward, dgrad and wgrad of layers with at most kThinMaxCog output channels per group (RGB and
+// mono outputs: the last layer of an image or audio decoder). Plain C++ (the planner and its tests
 // include it). Private to the project.
 //
 // Such a layer is bound by reading or writing its wide side (x in the forward, dx in dgrad), so
@@ -11,6 +11,11 @@
 //   dgrad:   a thread owns one input position and holds the Cog x kH x kW values of dy that
 //            position reads (its window) in registers; per input channel it forms one dot product
 //            of the window with the weights and writes one dx.
+//   wgrad:   dw[ci][window slot] = sum over positions of x[ci] times the window: a GEMM of
+//            C_in/groups x window whose K is the positions. A block stages tiles of positions'
+//            x and windows in shared memory (cp.async, the next tile while it multiplies this
+//            one), each thread sums a 4 x 8 tile over the block's chunk of positions, and a
+//            second kernel adds the chunks' partials in order.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +52,16 @@ constexpr int thin_dgrad_items(int block) {
   return block == 32 || block == 48 ? 2 : 1;
 }
 
+// wgrad: the register blocks (the window padded to a multiple of 8: a warp's 8 slots), positions
+// a shared-memory tile, input channels a block (32 lanes x 4), chunk lengths (a thread's float32
+// chain has a term a position of its chunk), and the blocks the chunks are added for
+// (shape-only, so the bits do not depend on the GPU).
+inline constexpr int kThinWgradBlocks[] = {8, 16, 32, 48, 64};
+inline constexpr int kThinWgradTile = 16;
+inline constexpr int kThinWgradChannels = 128;
+inline constexpr int64_t kThinWgradMaxChunk = 16384, kThinWgradMinChunk = 256;
+inline constexpr int64_t kThinWgradTargetBlocks = 2048;
+
 struct ThinPlan {
   // The register block (one of kThinFwdBlocks / kThinDgradBlocks) and the slots of it in use.
   int block = 0, used = 0;
@@ -55,7 +70,8 @@ struct ThinPlan {
   int64_t th = 0, tw = 0;
   int64_t cells_h = 0, cells_w = 0, cell0_h = 0, cell0_w = 0;
   // Input channels per split and the splits; forward partial outputs are summed in split order
-  // (when splits > 1), dgrad's splits write disjoint channels.
+  // (when splits > 1), dgrad's splits write disjoint channels. wgrad: positions per chunk and the
+  // chunks, whose partial weights are summed in chunk order.
   int64_t split_len = 0, splits = 0;
   int64_t smem_bytes = 0;
   // Threads' items (cells or positions), tiles of kThinThreads, and the grid: x over tiles

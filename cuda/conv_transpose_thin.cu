@@ -1,5 +1,5 @@
-// The thin-output kernels (planner row "thin", plan in conv_thin.h): float32 forward and dgrad
-// of layers with at most four output channels per group, the RGB or mono layer that ends a
+// The thin-output kernels (planner row "thin", plan in conv_thin.h): float32 forward, dgrad and
+// wgrad of layers with at most four output channels per group, the RGB or mono layer that ends a
 // decoder. Weight (Ci, Cog, kH, kW); group g owns input channels g*Cig.. and output channels
 // g*Cog...
 //
@@ -18,10 +18,14 @@
 //            (the window, Cog*kH*kW of them) in registers and walks the input channels: one
 //            dot product with that channel's weights (a shared-memory broadcast) and one
 //            coalesced store of dx per channel.
+//   wgrad:   dw[ci, j] = sum over (n, ih, iw) of x[n, ci, ih, iw] times window slot j of that
+//            position: a GEMM (C_in/groups x window) whose K is the positions, on 4 x 8 register
+//            tiles, its operands staged in shared memory by cp.async.
 //
 // The input channels may be split across the grid's y (shape-only, conv_thin.h): dgrad's splits
 // write disjoint channels; the forward's write partial outputs that a second kernel adds in split
-// order, with the bias. Every sum has a fixed order and every output is written once, so the bits
+// order, with the bias; wgrad's chunks of positions write partial weights added in chunk order
+// (in float64). Every sum has a fixed order and every output is written once, so the bits
 // do not depend on the run. Both float32 precisions compute in full float32.
 #include <cuda_runtime.h>
 
@@ -38,6 +42,7 @@
 #include "cuda/cuda_util.h"
 #include "cuda/kernel_stats.h"
 #include "cuda/kernels.h"
+#include "cuda/tf32_mma.cuh"
 
 namespace tgrad::cuda {
 
@@ -301,6 +306,145 @@ __global__ void __launch_bounds__(kThinThreads, 2)
   }
 }
 
+// ---- wgrad -----------------------------------------------------------------------------------
+
+// Where position p of a wgrad tile lives: x at channel g*Cig of its sample (-1: past the chunk),
+// dy at its window's corner, and the corner.
+struct ThinPosition {
+  long long x_off, dy_off;
+  int bh, bw;
+};
+
+// Block (x: chunk of positions, y: channel block * G + group), 32 x kBlock / 8 threads: warp c
+// owns window slots 8c.., lane r the channels r, r + 32, r + 64, r + 96 of the block's 128, so a
+// thread sums a 4 x 8 tile of dw over the chunk. Tiles of kThinWgradTile positions are copied
+// into shared memory by cp.async (zero where a tap or a position falls outside) while the block
+// multiplies the previous tile: x as [channel][position] (rows padded to an odd length, so the
+// lanes' four rows hit distinct banks), the windows as [position][slot] (a warp's reads are one
+// broadcast). out is dw (one chunk) or the chunk's partials, [chunk][Ci][used].
+template <int kBlock>
+__global__ void __launch_bounds__(32 * kBlock / 8, 4)
+    thin_wgrad_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                      float* __restrict__ out, Plane32 q, ThinDims d, int64_t chunk_len) {
+  constexpr int kThreads = 32 * kBlock / 8, kP = kThinWgradTile, kC = kThinWgradChannels;
+  __shared__ float xs[2][kC][kP + 1];
+  __shared__ __align__(16) float ws[2][kP][kBlock];
+  __shared__ ThinTap taps[kBlock];
+  __shared__ ThinPosition where[2][kP];
+  const int64_t G = d.Ci / d.Cig;
+  const int64_t g = blockIdx.y % G, ci0 = (blockIdx.y / G) * kC;
+  const int cn = static_cast<int>(min_i64(kC, d.Cig - ci0));
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, col = tid / 32;
+  const int64_t in_plane = int64_t{q.Hi} * q.Wi, out_plane = int64_t{q.Ho} * q.Wo;
+  for (int j = tid; j < kBlock; j += kThreads) {
+    ThinTap t{-(1 << 29), -(1 << 29), 0};
+    if (j < d.used) {
+      const int taps_n = q.kH * q.kW, co = j / taps_n, tap = j % taps_n;
+      t.dh = (tap / q.kW) * q.dH;
+      t.dw = (tap % q.kW) * q.dW;
+      t.off = co * out_plane + int64_t{t.dh} * q.Wo + t.dw;
+    }
+    taps[j] = t;
+  }
+  const int64_t begin = blockIdx.x * chunk_len, end = min_i64(d.items, begin + chunk_len);
+  const float* xg = x + (g * d.Cig + ci0) * in_plane;
+  // where[buf] for the tile at p0 (threads under kP).
+  const auto locate = [&](int64_t p0, int buf) {
+    for (int p = tid; p < kP; p += kThreads) {
+      ThinPosition w{-1, 0, 0, 0};
+      const int64_t item = p0 + p;
+      if (item < end) {
+        const int64_t n = item / in_plane;
+        const int pos = static_cast<int>(item - n * in_plane);
+        const int ih = pos / q.Wi, iw = pos % q.Wi;
+        w.bh = ih * q.sH - q.pH;
+        w.bw = iw * q.sW - q.pW;
+        w.x_off = n * d.Ci * in_plane + pos;
+        w.dy_off = (n * d.Co + g * d.Cog) * out_plane + int64_t{w.bh} * q.Wo + w.bw;
+      }
+      where[buf][p] = w;
+    }
+  };
+  // The copies of tile `buf` (where[buf] is visible): x of the block's channels, then windows.
+  const auto copy = [&](int buf) {
+    for (int e = tid; e < kC * kP; e += kThreads) {
+      const int p = e % kP, c = e / kP;
+      const long long off = where[buf][p].x_off;
+      const bool ok = off >= 0 && c < cn;
+      cp_async4(&xs[buf][c][p], ok ? xg + c * in_plane + off : x, ok);
+    }
+    for (int e = tid; e < kP * kBlock; e += kThreads) {
+      const int j = e % kBlock, p = e / kBlock;
+      const ThinPosition w = where[buf][p];
+      const ThinTap t = taps[j];
+      const int oh = w.bh + t.dh, ow = w.bw + t.dw;
+      const bool ok = w.x_off >= 0 && oh >= 0 && oh < q.Ho && ow >= 0 && ow < q.Wo;
+      cp_async4(&ws[buf][p][j], ok ? dy + w.dy_off + t.off : dy, ok);
+    }
+    cp_async_commit();
+  };
+  float acc[4][8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      acc[i][k] = 0.f;
+  const int64_t tiles = (end - begin + kP - 1) / kP;
+  locate(begin, 0);
+  __syncthreads();  // taps and where[0]
+  copy(0);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int buf = static_cast<int>(t & 1);
+    if (t + 1 < tiles) locate(begin + (t + 1) * kP, buf ^ 1);
+    __syncthreads();  // where[buf ^ 1] ready; every thread done with tile t - 1's buffers
+    if (t + 1 < tiles) {
+      copy(buf ^ 1);
+      cp_async_wait<1>();  // this thread's copies of tile t
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies of tile t
+#pragma unroll 2
+    for (int p = 0; p < kP; ++p) {
+      float xv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        xv[i] = xs[buf][lane + 32 * i][p];
+      const float4 w0 = *reinterpret_cast<const float4*>(&ws[buf][p][8 * col]);
+      const float4 w1 = *reinterpret_cast<const float4*>(&ws[buf][p][8 * col + 4]);
+      const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          acc[i][k] = fmaf(xv[i], wv[k], acc[i][k]);
+    }
+  }
+  float* o = out + blockIdx.x * (d.Ci * int64_t{d.used});
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = lane + 32 * i;
+    if (c >= cn) continue;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int j = 8 * col + k;
+      if (j < d.used) o[(g * d.Cig + ci0 + c) * d.used + j] = acc[i][k];
+    }
+  }
+}
+
+// dw[e] = sum_{k < chunks} partials[k * elements + e], in order of k, in float64.
+__global__ void thin_sum_chunks_kernel(const float* __restrict__ partials, float* __restrict__ dw,
+                                       int64_t elements, int64_t chunks) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < elements;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    double acc = 0.0;
+    for (int64_t k = 0; k < chunks; ++k)
+      acc += static_cast<double>(partials[k * elements + e]);
+    dw[e] = static_cast<float>(acc);
+  }
+}
+
 // Calls f(std::integral_constant<int, B>{}) for the plan's register block B, one of `Blocks`.
 template <const auto& Blocks, int I = 0, class F>
 void with_block(int block, F&& f) {
@@ -323,12 +467,13 @@ void conv_thin_run(CachingAllocator& alloc, ConvPass pass, const ThinPlan& plan,
   const Tensor &a = t.a, &b = t.b;
   const Tensor* bias = t.bias;
   Tensor& out = t.out;
-  static constexpr const char* kNames[2] = {"CUDA conv_transpose_forward (thin)",
-                                            "CUDA conv_transpose_dgrad (thin)"};
-  TGRAD_CHECK(pass != ConvPass::wgrad, "CUDA conv_transpose (thin): no wgrad kernel");
+  static constexpr const char* kNames[3] = {"CUDA conv_transpose_forward (thin)",
+                                            "CUDA conv_transpose_dgrad (thin)",
+                                            "CUDA conv_transpose_wgrad (thin)"};
   const char* fn = kNames[static_cast<size_t>(pass)];
   const ConvParams p = pass == ConvPass::forward ? make_conv_params(fn, g, a, b, out)
-                                                 : make_conv_params(fn, g, out, b, a);
+                       : pass == ConvPass::dgrad ? make_conv_params(fn, g, out, b, a)
+                                                 : make_conv_params(fn, g, a, out, b);
   TGRAD_CHECK(out.dtype() == kFloat32, fn, ": dtype ", out.dtype(), " is not float32");
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device());
@@ -379,6 +524,27 @@ void conv_thin_run(CachingAllocator& alloc, ConvPass pass, const ThinPlan& plan,
       thin_sum_splits_kernel<<<grid_for(elements), kThreads>>>(
           dst, bias_p, out.data_ptr<float>(), elements, plan.splits, p.Ho * p.Wo, p.Co);
       TGRAD_CUDA_CHECK_LAUNCH("thin_sum_splits_kernel");
+    }
+  } else if (pass == ConvPass::wgrad) {
+    const int64_t elements = out.numel();
+    // The partials live until this scope ends; the stream orders their reuse after the sum.
+    std::shared_ptr<void> storage;
+    float* dst = out.data_ptr<float>();
+    if (plan.splits > 1) {
+      storage =
+          alloc.allocate(plan.splits * elements * int64_t{sizeof(float)}, out.device().index());
+      dst = static_cast<float*>(storage.get());
+    }
+    with_block<kThinWgradBlocks>(plan.block, [&](auto blk) {
+      constexpr int kBlock = decltype(blk)::value;
+      thin_wgrad_kernel<kBlock><<<grid, 32 * kBlock / 8>>>(a.data_ptr<float>(), b.data_ptr<float>(),
+                                                           dst, q, d, plan.split_len);
+      TGRAD_CUDA_CHECK_LAUNCH("thin_wgrad_kernel");
+    });
+    if (plan.splits > 1) {
+      thin_sum_chunks_kernel<<<grid_for(elements), kThreads>>>(dst, out.data_ptr<float>(), elements,
+                                                               plan.splits);
+      TGRAD_CUDA_CHECK_LAUNCH("thin_sum_chunks_kernel");
     }
   } else {
     with_block<kThinDgradBlocks>(plan.block, [&](auto blk) {

@@ -8,7 +8,7 @@
 
 namespace tgrad::cuda {
 
-// Runs `pass` (forward or dgrad) through the thin kernels with the planner's configuration
+// Runs `pass` through the thin kernels with the planner's configuration
 // (thin_path_declined); tgrad::Error for tensors that do not match g or a dtype other than
 // float32.
 void conv_thin_run(CachingAllocator& alloc, ConvPass pass, const ThinPlan& plan,

@@ -53,6 +53,19 @@ inline ForwardDgrad forward_dgrad(const bench::ConvLayerSpec& l, const Tensor& x
   return {y.detach(), xr.grad()};
 }
 
+// The three passes: backward of sum(y * dy) with x and w requiring grad.
+struct AllPasses {
+  Tensor y, dx, dw;
+};
+
+inline AllPasses all_passes(const bench::ConvLayerSpec& l, const Tensor& x, const Tensor& w,
+                            const Tensor& b, const Tensor& dy) {
+  const Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
+  const Tensor y = layer_conv(l, xr, wr, b);
+  sum(y * dy).backward();
+  return {y.detach(), xr.grad(), wr.grad()};
+}
+
 // Random operands of l at this batch (drawn x, w, b, dy in that order; w scaled so that y stays
 // near unit size), with the layer's taps and the positions of x over the batch (wgrad's sum
 // length).

@@ -143,10 +143,11 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
 // Whether the thin row takes the call: a float32 forward or dgrad with at most four output
 // channels per group that is not depthwise; a forward's cell (strides x C_out/groups) within 32
 // slots with at least half its multiplies useful, a dgrad's window (C_out/groups x taps) within 64.
-bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype) {
+// A wgrad only at "highest" with at least 128 input channels per group (a full channel block), a
+// window within 64.
+bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision precision) {
   const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
-  if (dtype != DType::float32 || pass == ConvPass::wgrad || cog > 4 || (cig == 1 && cog == 1))
-    return false;
+  if (dtype != DType::float32 || cog > 4 || (cig == 1 && cog == 1)) return false;
   int64_t taps = 1, used = cog, inputs = 1;  // a 1-D spec fills axis 0 only
   for (size_t a = 0; a < static_cast<size_t>(l.dims); ++a) {
     taps *= l.kernel[a];
@@ -154,6 +155,8 @@ bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype) {
     inputs *= ((l.kernel[a] - 1) * l.dilation[a] + l.stride[a]) / l.stride[a];
   }
   if (pass == ConvPass::dgrad) return cog * taps <= 64;
+  if (pass == ConvPass::wgrad)
+    return precision == Precision::highest && cig >= 128 && cog * taps <= 64;
   if (used > 32) return false;
   int64_t block = 1;
   for (int64_t b : {1, 2, 4, 8, 12, 16, 24, 32}) {
@@ -190,7 +193,7 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
           const bool depthwise = g.groups == g.in_channels && g.groups == g.out_channels;
           const bool dw_row =
               depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
-          if (!dw_row && expect_thin(pass, l, dtype)) {
+          if (!dw_row && expect_thin(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "thin") << config << ": " << plan.describe();
           } else if (!dw_row && expect_direct(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
@@ -1031,7 +1034,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
       {"unet_up4", "mma.sync", "batch-wgmma"},
       {"cyclegan_up1", "gemm", "batch-wgmma"},
       {"cyclegan_up2", "mma.sync", "batch-wgmma"},
-      {"pix2pix_out", "direct", "batch-wgmma"},
+      {"pix2pix_out", "thin", "batch-wgmma"},
       {"hifigan_v1_up1", "gemm", "gemm"},
       {"hifigan_v1_up2", "gemm", "batch-wgmma"},
       {"hifigan_v1_up3", "gemm", "batch-wgmma"},
@@ -1043,7 +1046,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
       {"encodec_up5", "gemm", "batch-wgmma"},
       {"encodec_up4", "gemm", "batch-wgmma"},
       {"encodec_up2", "mma.sync", "batch-wgmma"},
-      {"convtasnet_dec", "direct", "direct"},
+      {"convtasnet_dec", "thin", "direct"},
       {"grouped_g2", "gemm", "batch-wgmma"},
       {"grouped_g4", "direct", "batch-wgmma"},
       {"grouped_g8", "direct", "direct"},
@@ -1290,6 +1293,8 @@ TEST(ConvPlan, GemmWgradSlicesFinerForSmallWeightsAtHighest) {
 }
 
 // wgrad of the narrow suite layers: the direct kernels, but depthwise layers keep theirs.
+// ...except those the thin row takes (RGB and mono outputs at "highest" with 128 input channels
+// or more: ConvPlan.TheThinRowTakesThinOutputsAndSaysWhy).
 TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
   for (const ConvLayerSpec& l : bench::decoder_layers()) {
     const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
@@ -1299,6 +1304,9 @@ TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
           plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32, DeviceCaps::h100());
       if (depthwise) {
         EXPECT_EQ(plan.kernel, "depthwise") << plan.describe();
+      } else if (expect_thin(ConvPass::wgrad, l, DType::float32, precision)) {
+        EXPECT_EQ(plan.kernel, "thin") << plan.describe();
+        EXPECT_EQ(plan.label(), "wgrad (thin)");
       } else if (expect_direct(ConvPass::wgrad, l, DType::float32, precision)) {
         EXPECT_EQ(plan.kernel, "direct") << plan.describe();
         EXPECT_EQ(plan.label(), "wgrad (direct)");
@@ -1477,10 +1485,34 @@ TEST(ConvPlan, TheThinRowTakesThinOutputsAndSaysWhy) {
       plan_conv(ConvPass::forward, geometry(dil, Precision::highest), DType::float32, h100, "thin")
           .kernel,
       "thin");
-  // No wgrad row; a forced thin call it cannot run names the reason.
-  EXPECT_FALSE(cuda::thin_path_declined(ConvPass::wgrad, geometry(rgb, Precision::highest),
-                                        DType::float32, nullptr)
-                   .empty());
+  // wgrad: preferred at "highest" with a full block of 128 input channels (the mono layer: 4
+  // blocks, 2000 positions in 8 chunks of 256); the RGB layer's 64 channels and any call at
+  // "high" stay on the rows that measured faster, each named; forced, it runs them.
+  const ConvPlan mw =
+      plan_conv(ConvPass::wgrad, geometry(mono, Precision::highest), DType::float32, h100);
+  ASSERT_EQ(mw.kernel, "thin") << mw.describe();
+  EXPECT_EQ(mw.thin.block, 16);
+  EXPECT_EQ(mw.thin.grid_y, 4);
+  EXPECT_EQ(mw.thin.split_len, 256);
+  EXPECT_EQ(mw.thin.splits, 8);
+  EXPECT_NE(mw.describe().find("8 chunks of 256 positions"), std::string::npos) << mw.describe();
+  EXPECT_NE(reason_of(mw, "mma.sync").find("C_out/groups=1: a thin output"), std::string::npos)
+      << mw.describe();
+  const ConvPlan rw =
+      plan_conv(ConvPass::wgrad, geometry(rgb, Precision::highest), DType::float32, h100);
+  EXPECT_EQ(rw.kernel, "direct") << rw.describe();
+  EXPECT_NE(reason_of(rw, "thin").find("C_in/groups=64: under one block of 128"), std::string::npos)
+      << rw.describe();
+  const ConvPlan hw =
+      plan_conv(ConvPass::wgrad, geometry(mono, Precision::high), DType::float32, h100);
+  EXPECT_NE(hw.kernel, "thin") << hw.describe();
+  EXPECT_NE(reason_of(hw, "thin").find("at \"high\""), std::string::npos) << hw.describe();
+  EXPECT_EQ(plan_conv(ConvPass::wgrad, geometry(rgb, Precision::high), DType::float32, h100, "thin")
+                .kernel,
+            "thin");
+  EXPECT_NE(declined(ConvPass::wgrad, k5, DType::float32).find("window of 100 dy values"),
+            std::string::npos);
+  // A forced thin call it cannot run names the reason.
   const std::string e = testing::error_of([&] {
     plan_conv(ConvPass::forward, geometry(five, Precision::highest), DType::float32, h100, "thin");
   });

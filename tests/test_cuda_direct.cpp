@@ -31,17 +31,8 @@ using bench::ConvLayerSpec;
 using testing::budget_factor;
 using testing::within_budget;
 
-struct Result {
-  Tensor y, dx, dw;
-};
-
-Result run(const ConvLayerSpec& l, const Tensor& x, const Tensor& w, const Tensor& b,
-           const Tensor& dy) {
-  const Tensor xr = x.detach().requires_grad_(), wr = w.detach().requires_grad_();
-  const Tensor y = testing::layer_conv(l, xr, wr, b);
-  sum(y * dy).backward();
-  return {y.detach(), xr.grad(), wr.grad()};
-}
+using Result = testing::AllPasses;
+constexpr auto run = testing::all_passes;
 
 void check_layer(const ConvLayerSpec& l, int64_t batch) {
   const testing::LayerOperands in = testing::layer_operands(l, batch, kFloat32, 23);

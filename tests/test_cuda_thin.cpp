@@ -1,10 +1,11 @@
 // The thin-output kernels (cuda/conv_transpose_thin.cu, planner row "thin") on the GPU, forced
-// for the forward and dgrad: the suite's RGB and mono layers and edge geometries (cells cut by
+// for all three passes: the suite's RGB and mono layers and edge geometries (cells cut by
 // padding, dilation and output padding, phases without taps, unequal strides, padding past the
-// kernel, groups, channel splits, partial register blocks, 1x1 inputs, planes smaller than a
-// warp), each element of y (with bias) and dx against float64 within its own error budget
-// (tests/conv_budget.h). The kernels compute in full float32 at both precisions, so "high" is
-// held to the float32 budget too. Then the same bits on a second run, and the planner's choice.
+// kernel, groups, channel splits and wgrad chunks, partial register blocks and channel blocks,
+// 1x1 inputs, planes smaller than a warp), each element of y (with bias), dx and dw against
+// float64 within its own error budget (tests/conv_budget.h). The kernels compute in full float32 at
+// both precisions, so "high" is held to the float32 budget too. Then the same bits on a second run,
+// and the planner's choice.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -27,8 +28,8 @@ using bench::ConvLayerSpec;
 using testing::budget_factor;
 using testing::within_budget;
 
-using Result = testing::ForwardDgrad;
-constexpr auto run = testing::forward_dgrad;
+using Result = testing::AllPasses;
+constexpr auto run = testing::all_passes;
 
 void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
   const testing::LayerOperands in = testing::layer_operands(l, batch, kFloat32, 29);
@@ -37,13 +38,17 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
   const Result ref = run(l, f64(in.x), f64(in.w), f64(in.b), f64(in.dy));
   const Result mag = run(l, mag64(in.x), mag64(in.w), mag64(in.b), mag64(in.dy));
   const testing::ConvSettingsGuard restore;
-  // Forced for the edges; the suite's layers run as planned, which must be the thin row.
-  if (!planned) set_conv_kernel("fwd=thin,dgrad=thin");
+  // Forced for the edges; the suite's layers run as planned: the thin row for the forward and
+  // dgrad, and for wgrad at "highest" with a full block of 128 input channels (elsewhere the
+  // kernels that measured faster, at "high" on TF32: held to the TF32 budget).
+  if (!planned) set_conv_kernel("thin");
   const Device cuda(kCUDA);
   const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
   for (const char* precision : {"highest", "high"}) {
     SCOPED_TRACE(l.id + " at " + precision);
     set_float32_matmul_precision(precision);
+    const bool high = std::string(precision) == "high";
+    const bool thin_wgrad = !planned || (!high && cig >= cuda::kThinWgradChannels);
     const int64_t launches = cuda::conv_thin_launches();
     const Result got = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
     // Full float32 at either precision: the float32 budget (the forward's sum has one more term,
@@ -52,10 +57,17 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
         within_budget(got.y, ref.y, mag.y, budget_factor(false, cig * in.taps + 1), "forward"));
     EXPECT_TRUE(
         within_budget(got.dx, ref.dx, mag.dx, budget_factor(false, cog * in.taps), "dgrad"));
-    EXPECT_EQ(cuda::conv_thin_launches() - launches, 2);
-    for (cuda::ConvPass pass : {cuda::ConvPass::forward, cuda::ConvPass::dgrad}) {
+    EXPECT_TRUE(within_budget(got.dw, ref.dw, mag.dw,
+                              budget_factor(high && !thin_wgrad, in.positions), "wgrad"));
+    EXPECT_EQ(cuda::conv_thin_launches() - launches, thin_wgrad ? 3 : 2);
+    for (cuda::ConvPass pass :
+         {cuda::ConvPass::forward, cuda::ConvPass::dgrad, cuda::ConvPass::wgrad}) {
       const cuda::ConvPlan plan = cuda::last_conv_plan(pass);
-      EXPECT_EQ(plan.kernel, cuda::kKernelThin) << plan.describe();
+      if (pass == cuda::ConvPass::wgrad && !thin_wgrad) {
+        EXPECT_NE(plan.kernel, cuda::kKernelThin) << plan.describe();
+      } else {
+        EXPECT_EQ(plan.kernel, cuda::kKernelThin) << plan.describe();
+      }
     }
   }
 }
@@ -71,7 +83,7 @@ std::vector<ConvLayerSpec> thin_suite_layers() {
 
 class CudaThinSuite : public ::testing::TestWithParam<ConvLayerSpec> {};
 
-TEST_P(CudaThinSuite, ForwardAndDgradWithinBudgetAsPlanned) {
+TEST_P(CudaThinSuite, WithinBudgetAsPlanned) {
   TGRAD_SKIP_WITHOUT_CUDA();
   check_layer(GetParam(), 2, /*planned=*/true);
 }
@@ -94,8 +106,11 @@ std::vector<ConvLayerSpec> edge_layers() {
   v.push_back(layer1d("mono_k16_s8_p4", "edge", 3, 96, 1, 37, 16, 8, 4));
   // 100 channels: splits of 34 + 34 + 32, a remainder in both kernels' channel loops.
   v.push_back(layer1d("mono_splits_100", "edge", 2, 100, 1, 45, 10, 5, 0));
-  // 3000 positions of 8 channels: more than one tile of cells and positions, no splits.
-  v.push_back(layer1d("rgb_tiles", "edge", 2, 8, 3, 1500, 4, 2, 1));
+  // 3000 positions of 8 channels: more than one tile of cells and positions, wgrad's chunks (the
+  // last one short) in blocks of 128 channels with 120 of them empty.
+  v.push_back(layer1d("rgb_chunks", "edge", 2, 8, 3, 1500, 4, 2, 1));
+  // 200 channels: wgrad's second channel block holds 72 of 128.
+  v.push_back(layer2d("c200_k4_s2", "edge", 2, 200, 2, 5, 4, 2, 1));
   // Mono output with dilation 2 and output padding: taps between dilated ones are zero weights.
   ConvLayerSpec mono_dil = layer1d("mono_k5_s3_d2", "edge", 2, 12, 1, 29, 5, 3, 2, 1);
   mono_dil.dilation = {2, 2};
@@ -132,7 +147,7 @@ std::vector<ConvLayerSpec> edge_layers() {
 
 class CudaThinEdges : public ::testing::TestWithParam<ConvLayerSpec> {};
 
-TEST_P(CudaThinEdges, ForwardAndDgradWithinBudgetOnTheForcedKernel) {
+TEST_P(CudaThinEdges, EveryPassWithinBudgetOnTheForcedKernel) {
   TGRAD_SKIP_WITHOUT_CUDA();
   check_layer(GetParam(), GetParam().batch, /*planned=*/false);
 }
@@ -143,19 +158,25 @@ INSTANTIATE_TEST_SUITE_P(Edges, CudaThinEdges, ::testing::ValuesIn(edge_layers()
                          });
 
 // Two runs of the same inputs give the same bits (fixed-order sums, the forward's partials added
-// in split order, no atomics).
+// in split order, wgrad's in chunk order, no atomics).
 TEST(CudaThin, RunsAreBitIdentical) {
   TGRAD_SKIP_WITHOUT_CUDA();
-  const ConvLayerSpec l = bench::layer1d("t", "t", 3, 96, 1, 37, 16, 8, 4);
-  const testing::LayerOperands in = testing::layer_operands(l, 3, kFloat32, 29);
-  const testing::ConvSettingsGuard restore;
-  set_conv_kernel("fwd=thin,dgrad=thin");
-  const Device cuda(kCUDA);
-  const Result a = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
-  const Result b = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
-  EXPECT_GT(cuda::last_conv_plan(cuda::ConvPass::forward).thin.splits, 1);
-  EXPECT_EQ(a.y.to(Device(kCPU)).to_vector<float>(), b.y.to(Device(kCPU)).to_vector<float>());
-  EXPECT_EQ(a.dx.to(Device(kCPU)).to_vector<float>(), b.dx.to(Device(kCPU)).to_vector<float>());
+  // Forward channel splits; wgrad chunks.
+  for (const ConvLayerSpec& l : {bench::layer1d("t", "t", 3, 96, 1, 37, 16, 8, 4),
+                                 bench::layer1d("t", "t", 2, 8, 3, 1500, 4, 2, 1)}) {
+    const testing::LayerOperands in = testing::layer_operands(l, l.batch, kFloat32, 29);
+    const testing::ConvSettingsGuard restore;
+    set_conv_kernel("thin");
+    const Device cuda(kCUDA);
+    const Result a = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
+    const Result b = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
+    EXPECT_GT(cuda::last_conv_plan(cuda::ConvPass::forward).thin.splits *
+                  cuda::last_conv_plan(cuda::ConvPass::wgrad).thin.splits,
+              1);
+    EXPECT_EQ(a.y.to(Device(kCPU)).to_vector<float>(), b.y.to(Device(kCPU)).to_vector<float>());
+    EXPECT_EQ(a.dx.to(Device(kCPU)).to_vector<float>(), b.dx.to(Device(kCPU)).to_vector<float>());
+    EXPECT_EQ(a.dw.to(Device(kCPU)).to_vector<float>(), b.dw.to(Device(kCPU)).to_vector<float>());
+  }
 }
 
 // float64 has no thin kernel: forcing it is a tgrad::Error naming the kernel and the dtype.
