@@ -31,6 +31,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "cuda/chunk_sum.cuh"
 #include "cuda/conv_params.h"
 #include "cuda/conv_transpose_direct.h"
 #include "cuda/conv_transpose_gemm.cuh"
@@ -415,19 +416,6 @@ __global__ void __launch_bounds__(kWgradThreads, 4)
   }
 }
 
-// dw[e] = sum_{k < chunks} partials[k * elements + e], in order of k, in float64.
-template <class T>
-__global__ void direct_sum_chunks_kernel(const T* __restrict__ partials, T* __restrict__ dw,
-                                         int64_t elements, int64_t chunks) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < elements;
-       e += int64_t{gridDim.x} * blockDim.x) {
-    double acc = 0.0;
-    for (int64_t k = 0; k < chunks; ++k)
-      acc += static_cast<double>(partials[k * elements + e]);
-    dw[e] = static_cast<T>(acc);
-  }
-}
-
 // Calls f(std::integral_constant<int, R>{}) for the plan's register block R.
 template <class F>
 void with_reg(int reg, F&& f) {
@@ -500,9 +488,9 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const DirectPlan& plan, c
         TGRAD_CUDA_CHECK_LAUNCH("direct_wgrad_kernel");
       });
       if (plan.chunks > 1) {
-        direct_sum_chunks_kernel<T>
+        sum_chunks_in_order<T>
             <<<grid_for(elements), kThreads>>>(dst, t.out.data_ptr<T>(), elements, plan.chunks);
-        TGRAD_CUDA_CHECK_LAUNCH("direct_sum_chunks_kernel");
+        TGRAD_CUDA_CHECK_LAUNCH("sum_chunks_in_order");
       }
       break;
     }

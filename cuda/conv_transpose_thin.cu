@@ -34,6 +34,7 @@
 #include <memory>
 #include <type_traits>
 
+#include "cuda/chunk_sum.cuh"
 #include "cuda/conv_params.h"
 #include "cuda/conv_thin.h"
 #include "cuda/conv_transpose_gemm.cuh"
@@ -214,6 +215,18 @@ struct ThinTap {
   long long off;
 };
 
+// Window slot j = (co, kh, kw) of a call whose windows hold `used` slots.
+__device__ inline ThinTap thin_tap(int j, int used, const Plane32& q, int64_t out_plane) {
+  ThinTap t{-(1 << 29), -(1 << 29), 0};
+  if (j < used) {
+    const int taps_n = q.kH * q.kW, co = j / taps_n, tap = j % taps_n;
+    t.dh = (tap / q.kW) * q.dH;
+    t.dw = (tap % q.kW) * q.dW;
+    t.off = co * out_plane + int64_t{t.dh} * q.Wo + t.dw;
+  }
+  return t;
+}
+
 // Block (x: tiles of positions, looped; y: split * G + group). A warp's lanes own positions
 // base + lane + 32 * p for p < kItems.
 template <int kBlock, int kItems>
@@ -235,14 +248,7 @@ __global__ void __launch_bounds__(kThinThreads, 2)
   }
   if (threadIdx.x < kBlock) {
     const int j = static_cast<int>(threadIdx.x);
-    ThinTap t{-(1 << 29), -(1 << 29), 0};
-    if (j < d.used) {
-      const int taps_n = q.kH * q.kW, co = j / taps_n, tap = j % taps_n;
-      t.dh = (tap / q.kW) * q.dH;
-      t.dw = (tap % q.kW) * q.dW;
-      t.off = co * out_plane + int64_t{t.dh} * q.Wo + t.dw;
-    }
-    taps[j] = t;
+    taps[j] = thin_tap(j, d.used, q, out_plane);
   }
   __syncthreads();
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -336,16 +342,8 @@ __global__ void __launch_bounds__(32 * kBlock / 8, 4)
   const int cn = static_cast<int>(min_i64(kC, d.Cig - ci0));
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, col = tid / 32;
   const int64_t in_plane = int64_t{q.Hi} * q.Wi, out_plane = int64_t{q.Ho} * q.Wo;
-  for (int j = tid; j < kBlock; j += kThreads) {
-    ThinTap t{-(1 << 29), -(1 << 29), 0};
-    if (j < d.used) {
-      const int taps_n = q.kH * q.kW, co = j / taps_n, tap = j % taps_n;
-      t.dh = (tap / q.kW) * q.dH;
-      t.dw = (tap % q.kW) * q.dW;
-      t.off = co * out_plane + int64_t{t.dh} * q.Wo + t.dw;
-    }
-    taps[j] = t;
-  }
+  for (int j = tid; j < kBlock; j += kThreads)
+    taps[j] = thin_tap(j, d.used, q, out_plane);
   const int64_t begin = blockIdx.x * chunk_len, end = min_i64(d.items, begin + chunk_len);
   const float* xg = x + (g * d.Cig + ci0) * in_plane;
   // where[buf] for the tile at p0 (threads under kP).
@@ -430,18 +428,6 @@ __global__ void __launch_bounds__(32 * kBlock / 8, 4)
       const int j = 8 * col + k;
       if (j < d.used) o[(g * d.Cig + ci0 + c) * d.used + j] = acc[i][k];
     }
-  }
-}
-
-// dw[e] = sum_{k < chunks} partials[k * elements + e], in order of k, in float64.
-__global__ void thin_sum_chunks_kernel(const float* __restrict__ partials, float* __restrict__ dw,
-                                       int64_t elements, int64_t chunks) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < elements;
-       e += int64_t{gridDim.x} * blockDim.x) {
-    double acc = 0.0;
-    for (int64_t k = 0; k < chunks; ++k)
-      acc += static_cast<double>(partials[k * elements + e]);
-    dw[e] = static_cast<float>(acc);
   }
 }
 
@@ -542,9 +528,9 @@ void conv_thin_run(CachingAllocator& alloc, ConvPass pass, const ThinPlan& plan,
       TGRAD_CUDA_CHECK_LAUNCH("thin_wgrad_kernel");
     });
     if (plan.splits > 1) {
-      thin_sum_chunks_kernel<<<grid_for(elements), kThreads>>>(dst, out.data_ptr<float>(), elements,
-                                                               plan.splits);
-      TGRAD_CUDA_CHECK_LAUNCH("thin_sum_chunks_kernel");
+      sum_chunks_in_order<float>
+          <<<grid_for(elements), kThreads>>>(dst, out.data_ptr<float>(), elements, plan.splits);
+      TGRAD_CUDA_CHECK_LAUNCH("sum_chunks_in_order");
     }
   } else {
     with_block<kThinDgradBlocks>(plan.block, [&](auto blk) {
