@@ -481,16 +481,16 @@ void conv_thin_run(CachingAllocator& alloc, ConvPass pass, const ThinPlan& plan,
              plan.used};
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   const auto smem = static_cast<size_t>(plan.smem_bytes);
+  // The forward's channel splits and wgrad's chunks write partials, added in order by a second
+  // kernel; they live until this scope ends (the stream orders their reuse after the sum).
+  const int64_t elements = out.numel();
+  std::shared_ptr<void> storage;
+  float* dst = out.data_ptr<float>();
+  if (pass != ConvPass::dgrad && plan.splits > 1) {
+    storage = alloc.allocate(plan.splits * elements * int64_t{sizeof(float)}, out.device().index());
+    dst = static_cast<float*>(storage.get());
+  }
   if (pass == ConvPass::forward) {
-    const int64_t elements = out.numel();
-    // The partials live until this scope ends; the stream orders their reuse after the sum.
-    std::shared_ptr<void> storage;
-    float* dst = out.data_ptr<float>();
-    if (plan.splits > 1) {
-      storage =
-          alloc.allocate(plan.splits * elements * int64_t{sizeof(float)}, out.device().index());
-      dst = static_cast<float*>(storage.get());
-    }
     const float* bias_p = bias != nullptr ? bias->data_ptr<float>() : nullptr;
     with_block<kThinFwdBlocks>(plan.block, [&](auto blk) {
       constexpr int kBlock = decltype(blk)::value;
@@ -512,15 +512,6 @@ void conv_thin_run(CachingAllocator& alloc, ConvPass pass, const ThinPlan& plan,
       TGRAD_CUDA_CHECK_LAUNCH("thin_sum_splits_kernel");
     }
   } else if (pass == ConvPass::wgrad) {
-    const int64_t elements = out.numel();
-    // The partials live until this scope ends; the stream orders their reuse after the sum.
-    std::shared_ptr<void> storage;
-    float* dst = out.data_ptr<float>();
-    if (plan.splits > 1) {
-      storage =
-          alloc.allocate(plan.splits * elements * int64_t{sizeof(float)}, out.device().index());
-      dst = static_cast<float*>(storage.get());
-    }
     with_block<kThinWgradBlocks>(plan.block, [&](auto blk) {
       constexpr int kBlock = decltype(blk)::value;
       thin_wgrad_kernel<kBlock><<<grid, 32 * kBlock / 8>>>(a.data_ptr<float>(), b.data_ptr<float>(),
