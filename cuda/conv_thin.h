@@ -3,8 +3,8 @@
 // mono outputs: the last layer of an image or audio decoder). Plain C++ (the planner and its tests
 // include it). Private to the project.
 //
-// Such a layer is bound by reading or writing its wide side (x in the forward, dx in dgrad), so
-// each kernel reads or writes that side once and keeps the narrow side in registers:
+// Such a layer is bound by reading or writing its wide side (x in the forward and wgrad, dx in
+// dgrad), so each kernel reads or writes that side about once and keeps the narrow side close:
 //   forward: a thread owns one "cell", the sH x sW outputs (of every output channel of its group)
 //            that share their inputs; per input channel it reads the cell's TH x TW inputs and
 //            adds each into all its outputs.
@@ -47,7 +47,7 @@ inline constexpr int64_t kThinMaxBlocks = 1024;
 // coalesced. Each weight a thread reads from shared memory then feeds that many FMAs: with one
 // position the 48-value windows of RGB layers were bound by those loads (GPU run 82: DCGAN's and
 // pix2pix's last layers 1.2x faster with two). Smaller windows keep one (Conv-TasNet's 16 values:
-// 1.26x slower with four, even with two), the largest (64) one for the registers.
+// 1.26x slower with four, 1.04x with two, run 83), the largest (64) one for the registers.
 constexpr int thin_dgrad_items(int block) {
   return block == 32 || block == 48 ? 2 : 1;
 }
@@ -63,7 +63,8 @@ inline constexpr int64_t kThinWgradMaxChunk = 16384, kThinWgradMinChunk = 256;
 inline constexpr int64_t kThinWgradTargetBlocks = 2048;
 
 struct ThinPlan {
-  // The register block (one of kThinFwdBlocks / kThinDgradBlocks) and the slots of it in use.
+  // The register block (one of kThinFwdBlocks, kThinDgradBlocks or kThinWgradBlocks) and the
+  // slots of it in use.
   int block = 0, used = 0;
   // forward: inputs a cell reads per axis (taps per stride phase, dilation included), the
   // cells per axis and the first cell's index (pad / stride).
@@ -75,7 +76,7 @@ struct ThinPlan {
   int64_t split_len = 0, splits = 0;
   int64_t smem_bytes = 0;
   // Threads' items (cells or positions), tiles of kThinThreads, and the grid: x over tiles
-  // (blocks loop), y over splits x groups.
+  // (blocks loop), y over splits x groups; wgrad: x over chunks, y over channel blocks x groups.
   int64_t items = 0, grid_x = 0, grid_y = 0;
 };
 
