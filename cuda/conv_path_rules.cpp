@@ -214,7 +214,7 @@ std::string thin_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype
     }
     plan.used = static_cast<int>(used);
     plan.items = g.batch * g.in_size[0] * g.in_size[1];
-    const int64_t combos = div_up(cig, kThinWgradChannels) * g.groups;
+    const int64_t combos = div_up(cig, thin_wgrad_channels(cig)) * g.groups;
     // Chunks: enough to keep each chain under kThinWgradMaxChunk terms, then more (down to
     // kThinWgradMinChunk positions) until the grid has about kThinWgradTargetBlocks blocks.
     const int64_t items = std::max<int64_t>(1, plan.items);

@@ -113,18 +113,19 @@ double thin_use(const ConvGeometry& g, const ThinPlan& t) {
          static_cast<double>(t.th * t.tw * t.block);
 }
 
-// Why the thin wgrad is not preferred for the call, or empty. It was measured (GPU runs 90 and
-// 92) against the direct kernel, the kernel it would replace at "highest": 1.41x faster with a
-// full block of 128 input channels (pix2pix's 128 -> 3), even with 512 (Conv-TasNet), 0.88x with
-// 64 (DCGAN's 64 -> 3: half of each thread's channels empty). At "high", batch-wgmma's TF32 was
-// as fast or faster on those layers (1.06x-2.8x, run 90), so the rows above keep the call there.
+// Why the thin wgrad is not preferred for the call, or empty. It was measured (GPU runs 90, 92
+// and 96) against the direct kernel, the kernel it would replace at "highest": 1.41x faster on
+// pix2pix's 128 -> 3, 1.11x on DCGAN's 64 -> 3 (a block of 64 channels), even on Conv-TasNet's
+// 512 -> 1. Under 64 channels a block's lanes sit partly empty, and the direct kernel keeps the
+// call. At "high", batch-wgmma's TF32 was as fast or faster on those layers (1.06x-2.8x, run 90),
+// so the rows above keep the call there.
 std::string thin_wgrad_declined(const ConvGeometry& g) {
   if (g.precision == Precision::high)
     return "wgrad at \"high\": the tensor-core rows measured faster on thin outputs";
-  if (g.in_channels_per_group() < kThinWgradChannels) {
+  if (g.in_channels_per_group() < thin_wgrad_channels(1)) {
     return "wgrad with C_in/groups=" + std::to_string(g.in_channels_per_group()) +
-           ": under one block of " + std::to_string(kThinWgradChannels) +
-           " channels, the direct kernel measured faster";
+           ": under one block of " + std::to_string(thin_wgrad_channels(1)) +
+           " channels, the direct kernel keeps it";
   }
   return "";
 }

@@ -322,17 +322,17 @@ struct ThinPosition {
 };
 
 // Block (x: chunk of positions, y: channel block * G + group), 32 x kBlock / 8 threads: warp c
-// owns window slots 8c.., lane r the channels r, r + 32, r + 64, r + 96 of the block's 128, so a
-// thread sums a 4 x 8 tile of dw over the chunk. Tiles of kThinWgradTile positions are copied
+// owns window slots 8c.., lane r the channels r, r + 32, ... of the block's 32 x kRows, so a
+// thread sums a kRows x 8 tile of dw over the chunk. Tiles of kThinWgradTile positions are copied
 // into shared memory by cp.async (zero where a tap or a position falls outside) while the block
 // multiplies the previous tile: x as [channel][position] (rows padded to an odd length, so the
 // lanes' four rows hit distinct banks), the windows as [position][slot] (a warp's reads are one
 // broadcast). out is dw (one chunk) or the chunk's partials, [chunk][Ci][used].
-template <int kBlock>
+template <int kBlock, int kRows>
 __global__ void __launch_bounds__(32 * kBlock / 8, 4)
     thin_wgrad_kernel(const float* __restrict__ x, const float* __restrict__ dy,
                       float* __restrict__ out, Plane32 q, ThinDims d, int64_t chunk_len) {
-  constexpr int kThreads = 32 * kBlock / 8, kP = kThinWgradTile, kC = kThinWgradChannels;
+  constexpr int kThreads = 32 * kBlock / 8, kP = kThinWgradTile, kC = 32 * kRows;
   __shared__ float xs[2][kC][kP + 1];
   __shared__ __align__(16) float ws[2][kP][kBlock];
   __shared__ ThinTap taps[kBlock];
@@ -381,9 +381,9 @@ __global__ void __launch_bounds__(32 * kBlock / 8, 4)
     }
     cp_async_commit();
   };
-  float acc[4][8];
+  float acc[kRows][8];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kRows; ++i)
 #pragma unroll
     for (int k = 0; k < 8; ++k)
       acc[i][k] = 0.f;
@@ -404,15 +404,15 @@ __global__ void __launch_bounds__(32 * kBlock / 8, 4)
     __syncthreads();  // every thread's copies of tile t
 #pragma unroll 2
     for (int p = 0; p < kP; ++p) {
-      float xv[4];
+      float xv[kRows];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < kRows; ++i)
         xv[i] = xs[buf][lane + 32 * i][p];
       const float4 w0 = *reinterpret_cast<const float4*>(&ws[buf][p][8 * col]);
       const float4 w1 = *reinterpret_cast<const float4*>(&ws[buf][p][8 * col + 4]);
       const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < kRows; ++i)
 #pragma unroll
         for (int k = 0; k < 8; ++k)
           acc[i][k] = fmaf(xv[i], wv[k], acc[i][k]);
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(32 * kBlock / 8, 4)
   }
   float* o = out + blockIdx.x * (d.Ci * int64_t{d.used});
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kRows; ++i) {
     const int c = lane + 32 * i;
     if (c >= cn) continue;
 #pragma unroll
@@ -514,8 +514,13 @@ void conv_thin_run(CachingAllocator& alloc, ConvPass pass, const ThinPlan& plan,
   } else if (pass == ConvPass::wgrad) {
     with_block<kThinWgradBlocks>(plan.block, [&](auto blk) {
       constexpr int kBlock = decltype(blk)::value;
-      thin_wgrad_kernel<kBlock><<<grid, 32 * kBlock / 8>>>(a.data_ptr<float>(), b.data_ptr<float>(),
-                                                           dst, q, d, plan.split_len);
+      if (thin_wgrad_channels(p.Cig) == 64) {
+        thin_wgrad_kernel<kBlock, 2><<<grid, 32 * kBlock / 8>>>(
+            a.data_ptr<float>(), b.data_ptr<float>(), dst, q, d, plan.split_len);
+      } else {
+        thin_wgrad_kernel<kBlock, 4><<<grid, 32 * kBlock / 8>>>(
+            a.data_ptr<float>(), b.data_ptr<float>(), dst, q, d, plan.split_len);
+      }
       TGRAD_CUDA_CHECK_LAUNCH("thin_wgrad_kernel");
     });
     if (plan.splits > 1) {

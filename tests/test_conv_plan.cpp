@@ -143,7 +143,7 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
 // Whether the thin row takes the call: a float32 forward or dgrad with at most four output
 // channels per group that is not depthwise; a forward's cell (strides x C_out/groups) within 32
 // slots with at least half its multiplies useful, a dgrad's window (C_out/groups x taps) within 64.
-// A wgrad only at "highest" with at least 128 input channels per group (a full channel block), a
+// A wgrad only at "highest" with at least 64 input channels per group (a full channel block), a
 // window within 64.
 bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision precision) {
   const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
@@ -156,7 +156,7 @@ bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision p
   }
   if (pass == ConvPass::dgrad) return cog * taps <= 64;
   if (pass == ConvPass::wgrad)
-    return precision == Precision::highest && cig >= 128 && cog * taps <= 64;
+    return precision == Precision::highest && cig >= 64 && cog * taps <= 64;
   if (used > 32) return false;
   int64_t block = 1;
   for (int64_t b : {1, 2, 4, 8, 12, 16, 24, 32}) {
@@ -1027,7 +1027,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
       {"dcgan_g2", "gemm", "gemm"},
       {"dcgan_g3", "gemm", "batch-wgmma"},
       {"dcgan_g4", "gemm", "batch-wgmma"},
-      {"dcgan_g5", "direct", "batch-wgmma"},
+      {"dcgan_g5", "thin", "batch-wgmma"},
       {"unet_up1", "gemm", "gemm"},
       {"unet_up2", "gemm", "gemm"},
       {"unet_up3", "gemm", "batch-wgmma"},
@@ -1293,7 +1293,7 @@ TEST(ConvPlan, GemmWgradSlicesFinerForSmallWeightsAtHighest) {
 }
 
 // wgrad of the narrow suite layers: the direct kernels, but depthwise layers keep theirs.
-// ...except those the thin row takes (RGB and mono outputs at "highest" with 128 input channels
+// ...except those the thin row takes (RGB and mono outputs at "highest" with 64 input channels
 // or more: ConvPlan.TheThinRowTakesThinOutputsAndSaysWhy).
 TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
   for (const ConvLayerSpec& l : bench::decoder_layers()) {
@@ -1321,17 +1321,21 @@ TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
 // declines wide calls unless forced; its configuration follows the channel counts.
 TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
   const DeviceCaps h100 = DeviceCaps::h100();
-  // RGB output, k4 s2: wgrad goes direct; the forward and dgrad go to the thin row above it
-  // (ConvPlan.TheThinRowTakesThinOutputsAndSaysWhy), so the direct row is forced for them here.
+  // RGB output, k4 s2 at "highest": every pass goes to the thin row above the direct one
+  // (ConvPlan.TheThinRowTakesThinOutputsAndSaysWhy), so the direct row is forced here; with 5
+  // output channels (past the thin row) wgrad goes direct on its own.
   const ConvLayerSpec rgb = bench::layer2d("t", "t", 16, 64, 3, 32, 4, 2, 1);
+  const ConvLayerSpec five = bench::layer2d("t", "t", 16, 64, 5, 32, 1, 1, 0);
+  const ConvPlan five_w =
+      plan_conv(ConvPass::wgrad, geometry(five, Precision::highest), DType::float32, h100);
+  EXPECT_EQ(five_w.kernel, "direct") << five_w.describe();
+  EXPECT_NE(reason_of(five_w, "mma.sync").find("C_in/groups=64, C_out/groups=5: few channels"),
+            std::string::npos)
+      << five_w.describe();
   for (ConvPass pass : kPasses) {
     const ConvPlan plan = plan_conv(pass, geometry(rgb, Precision::highest), DType::float32, h100);
-    const bool wgrad = pass == ConvPass::wgrad;
-    EXPECT_EQ(plan.kernel, wgrad ? "direct" : "thin") << plan.describe();
-    EXPECT_NE(reason_of(plan, "mma.sync")
-                  .find(wgrad ? "C_in/groups=64, C_out/groups=3: few channels"
-                              : "C_out/groups=3: a thin output"),
-              std::string::npos)
+    EXPECT_EQ(plan.kernel, "thin") << plan.describe();
+    EXPECT_NE(reason_of(plan, "mma.sync").find("C_out/groups=3: a thin output"), std::string::npos)
         << plan.describe();
     const ConvPlan direct =
         plan_conv(pass, geometry(rgb, Precision::highest), DType::float32, h100, "direct");
@@ -1348,7 +1352,7 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
   EXPECT_EQ(dgrad.direct.reg, 8) << dgrad.describe();
   EXPECT_EQ(dgrad.direct.grid_y, 8) << dgrad.describe();  // 64 input channels / 8
   const ConvPlan wgrad =
-      plan_conv(ConvPass::wgrad, geometry(rgb, Precision::highest), DType::float32, h100);
+      plan_conv(ConvPass::wgrad, geometry(rgb, Precision::highest), DType::float32, h100, "direct");
   EXPECT_EQ(wgrad.direct.reg, 8) << wgrad.describe();
   EXPECT_EQ(wgrad.direct.cols, 8) << wgrad.describe();
   // Chunks cover the 16 x 32 x 32 positions, none longer than the float32 chain allows.
@@ -1485,9 +1489,9 @@ TEST(ConvPlan, TheThinRowTakesThinOutputsAndSaysWhy) {
       plan_conv(ConvPass::forward, geometry(dil, Precision::highest), DType::float32, h100, "thin")
           .kernel,
       "thin");
-  // wgrad: preferred at "highest" with a full block of 128 input channels (the mono layer: 4
-  // blocks, 2000 positions in 8 chunks of 256); the RGB layer's 64 channels and any call at
-  // "high" stay on the rows that measured faster, each named; forced, it runs them.
+  // wgrad: preferred at "highest" with a full block of input channels (the mono layer: 4 blocks
+  // of 128, 2000 positions in 8 chunks of 256; the RGB layer: one block of 64); 48 channels and
+  // any call at "high" stay on the rows that measured faster, each named; forced, it runs them.
   const ConvPlan mw =
       plan_conv(ConvPass::wgrad, geometry(mono, Precision::highest), DType::float32, h100);
   ASSERT_EQ(mw.kernel, "thin") << mw.describe();
@@ -1500,9 +1504,14 @@ TEST(ConvPlan, TheThinRowTakesThinOutputsAndSaysWhy) {
       << mw.describe();
   const ConvPlan rw =
       plan_conv(ConvPass::wgrad, geometry(rgb, Precision::highest), DType::float32, h100);
-  EXPECT_EQ(rw.kernel, "direct") << rw.describe();
-  EXPECT_NE(reason_of(rw, "thin").find("C_in/groups=64: under one block of 128"), std::string::npos)
-      << rw.describe();
+  EXPECT_EQ(rw.kernel, "thin") << rw.describe();
+  EXPECT_EQ(rw.thin.grid_y, 1) << rw.describe();
+  const ConvLayerSpec rgb48 = bench::layer2d("t", "t", 16, 48, 3, 32, 4, 2, 1);
+  const ConvPlan r48 =
+      plan_conv(ConvPass::wgrad, geometry(rgb48, Precision::highest), DType::float32, h100);
+  EXPECT_EQ(r48.kernel, "direct") << r48.describe();
+  EXPECT_NE(reason_of(r48, "thin").find("C_in/groups=48: under one block of 64"), std::string::npos)
+      << r48.describe();
   const ConvPlan hw =
       plan_conv(ConvPass::wgrad, geometry(mono, Precision::high), DType::float32, h100);
   EXPECT_NE(hw.kernel, "thin") << hw.describe();

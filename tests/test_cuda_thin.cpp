@@ -39,7 +39,7 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
   const Result mag = run(l, mag64(in.x), mag64(in.w), mag64(in.b), mag64(in.dy));
   const testing::ConvSettingsGuard restore;
   // Forced for the edges; the suite's layers run as planned: the thin row for the forward and
-  // dgrad, and for wgrad at "highest" with a full block of 128 input channels (elsewhere the
+  // dgrad, and for wgrad at "highest" with a full block of 64 input channels or more (elsewhere the
   // kernels that measured faster, at "high" on TF32: held to the TF32 budget).
   if (!planned) set_conv_kernel("thin");
   const Device cuda(kCUDA);
@@ -48,7 +48,7 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
     SCOPED_TRACE(l.id + " at " + precision);
     set_float32_matmul_precision(precision);
     const bool high = std::string(precision) == "high";
-    const bool thin_wgrad = !planned || (!high && cig >= cuda::kThinWgradChannels);
+    const bool thin_wgrad = !planned || (!high && cig >= cuda::thin_wgrad_channels(1));
     const int64_t launches = cuda::conv_thin_launches();
     const Result got = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
     // Full float32 at either precision: the float32 budget (the forward's sum has one more term,
