@@ -113,6 +113,24 @@ int direct_wgrad_reg(int64_t cig, int64_t cog_taps) {
   return best;
 }
 
+// How a wgrad cuts its `positions` into chunks, each summed by its own blocks (`combos` of them)
+// into partials that are added in chunk order: at least enough chunks that none is longer than
+// max_chunk (a thread's float32 chain), then more, down to min_chunk positions, until the grid
+// has about `target` blocks; lengths a multiple of `multiple`. Shape-only, so the bits do not
+// depend on the GPU.
+struct Chunking {
+  int64_t chunks, len;
+};
+
+Chunking chunk_positions(int64_t positions, int64_t combos, int64_t max_chunk, int64_t min_chunk,
+                         int64_t target, int64_t multiple) {
+  const int64_t lo = std::max<int64_t>(1, div_up(positions, max_chunk));
+  const int64_t hi = std::max(lo, div_up(positions, min_chunk));
+  const int64_t chunks = std::clamp(div_up(target, combos), lo, hi);
+  const int64_t len = std::max<int64_t>(1, div_up(div_up(positions, chunks), multiple) * multiple);
+  return {std::max<int64_t>(1, div_up(positions, len)), len};
+}
+
 }  // namespace
 
 std::string direct_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype,
@@ -134,15 +152,11 @@ std::string direct_path_declined(ConvPass pass, const ConvGeometry& g, DType dty
     plan.reg = direct_wgrad_reg(cig, cog * taps);
     plan.cols = kDirectWgradCols(plan.reg);
     const int64_t combos = g.groups * div_up(cig, plan.reg) * div_up(cog * taps, plan.cols);
-    const int64_t r_total = g.batch * in_plane;
-    // Chunks: at least enough to keep each thread's float32 chain under kDirectWgradMaxChunk /
-    // 128 terms, then more (down to kDirectWgradMinChunk positions) until the grid has about
-    // kDirectWgradTargetBlocks blocks.
-    const int64_t lo = std::max<int64_t>(1, div_up(r_total, kDirectWgradMaxChunk));
-    const int64_t hi = std::max(lo, div_up(r_total, kDirectWgradMinChunk));
-    plan.chunks = std::clamp(div_up(kDirectWgradTargetBlocks, combos), lo, hi);
-    plan.chunk_len = std::max<int64_t>(1, div_up(r_total, plan.chunks));
-    plan.chunks = std::max<int64_t>(1, div_up(r_total, plan.chunk_len));
+    // Each thread's float32 chain stays under kDirectWgradMaxChunk / 128 terms.
+    const Chunking c = chunk_positions(g.batch * in_plane, combos, kDirectWgradMaxChunk,
+                                       kDirectWgradMinChunk, kDirectWgradTargetBlocks, 1);
+    plan.chunks = c.chunks;
+    plan.chunk_len = c.len;
     plan.grid_x = combos * plan.chunks;
     plan.grid_y = 1;
     if (plan.grid_x > kIntMax) return "direct: more than 2^31-1 wgrad blocks";
@@ -205,37 +219,7 @@ std::string thin_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype
   };
   ThinPlan plan;
   const bool fwd = pass == ConvPass::forward;
-  if (pass == ConvPass::wgrad) {
-    const int64_t used = cog * g.kernel[0] * g.kernel[1];
-    plan.block = block_for(used, kThinWgradBlocks);
-    if (plan.block == 0) {
-      return "thin: a window of " + std::to_string(used) +
-             " dy values (C_out/groups x taps) exceeds 64";
-    }
-    plan.used = static_cast<int>(used);
-    plan.items = g.batch * g.in_size[0] * g.in_size[1];
-    const int64_t combos = div_up(cig, thin_wgrad_channels(cig)) * g.groups;
-    // Chunks: enough to keep each chain under kThinWgradMaxChunk terms, then more (down to
-    // kThinWgradMinChunk positions) until the grid has about kThinWgradTargetBlocks blocks.
-    const int64_t items = std::max<int64_t>(1, plan.items);
-    const int64_t lo = div_up(items, kThinWgradMaxChunk);
-    const int64_t hi = std::max(lo, div_up(items, kThinWgradMinChunk));
-    const int64_t chunks = std::clamp(div_up(kThinWgradTargetBlocks, combos), lo, hi);
-    plan.split_len = div_up(div_up(items, chunks), kThinWgradTile) * kThinWgradTile;
-    plan.splits = div_up(items, plan.split_len);
-    plan.grid_x = plan.splits;
-    plan.grid_y = combos;
-    if (plan.grid_x > kIntMax) return "thin: more than 2^31-1 wgrad chunks";
-    if (plan.grid_y > 65535) return "thin: more than 65535 channel blocks x groups (the grid's y)";
-    const int64_t partials = plan.splits > 1 ? plan.splits * g.w_numel() * 4 : 0;
-    if (partials > kGemmWorkspaceBytes) {
-      return "thin: wgrad partials of " + std::to_string(partials) +
-             " bytes, over the workspace budget of " + std::to_string(kGemmWorkspaceBytes);
-    }
-    if (out != nullptr) *out = plan;
-    return {};
-  }
-  int64_t per_channel = 0;  // bytes of one input channel's staged weights
+  int64_t per_channel = 0;  // bytes of one input channel's staged weights (forward, dgrad)
   if (fwd) {
     // A cell is the sH x sW outputs sharing their inputs; it reads the inputs under the dilated
     // kernel's extent, TH x TW of them (a dilated kernel's gaps are zero weights).
@@ -255,8 +239,10 @@ std::string thin_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype
     plan.used = static_cast<int>(used);
     plan.items = g.batch * plan.cells_h * plan.cells_w;
   } else {
+    // dgrad and wgrad: each input position's window of dy, C_out/groups x taps values.
     const int64_t used = cog * g.kernel[0] * g.kernel[1];
-    plan.block = block_for(used, kThinDgradBlocks);
+    plan.block = pass == ConvPass::wgrad ? block_for(used, kThinWgradBlocks)
+                                         : block_for(used, kThinDgradBlocks);
     if (plan.block == 0) {
       return "thin: a window of " + std::to_string(used) +
              " dy values (C_out/groups x taps) exceeds 64";
@@ -265,13 +251,31 @@ std::string thin_path_declined(ConvPass pass, const ConvGeometry& g, DType dtype
     plan.used = static_cast<int>(used);
     plan.items = g.batch * g.in_size[0] * g.in_size[1];
   }
+  const int64_t items = std::max<int64_t>(1, plan.items);
+  if (pass == ConvPass::wgrad) {
+    const int64_t combos = div_up(cig, thin_wgrad_channels(cig)) * g.groups;
+    const Chunking c = chunk_positions(items, combos, kThinWgradMaxChunk, kThinWgradMinChunk,
+                                       kThinWgradTargetBlocks, kThinWgradTile);
+    plan.splits = c.chunks;
+    plan.split_len = c.len;
+    plan.grid_x = plan.splits;
+    plan.grid_y = combos;
+    if (plan.grid_x > kIntMax) return "thin: more than 2^31-1 wgrad chunks";
+    if (plan.grid_y > 65535) return "thin: more than 65535 channel blocks x groups (the grid's y)";
+    const int64_t partials = plan.splits > 1 ? plan.splits * g.w_numel() * 4 : 0;
+    if (partials > kGemmWorkspaceBytes) {
+      return "thin: wgrad partials of " + std::to_string(partials) +
+             " bytes, over the workspace budget of " + std::to_string(kGemmWorkspaceBytes);
+    }
+    if (out != nullptr) *out = plan;
+    return {};
+  }
   if (per_channel > kThinSmemBytes) {
     return "thin: one channel's weights (" + std::to_string(per_channel) +
            " bytes) exceed the shared-memory budget of " + std::to_string(kThinSmemBytes);
   }
   // Splits of the input channels: enough for the pass's target (conv_thin.h), none under
   // kThinMinSplit channels, and each split's weights in shared memory.
-  const int64_t items = std::max<int64_t>(1, plan.items);
   const int64_t want = std::clamp(div_up(fwd ? kThinFwdTarget : kThinDgradTarget, items),
                                   int64_t{1}, std::max<int64_t>(1, cig / kThinMinSplit));
   plan.split_len = std::min(div_up(cig, want), kThinSmemBytes / per_channel);

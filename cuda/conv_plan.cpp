@@ -122,9 +122,9 @@ double thin_use(const ConvGeometry& g, const ThinPlan& t) {
 std::string thin_wgrad_declined(const ConvGeometry& g) {
   if (g.precision == Precision::high)
     return "wgrad at \"high\": the tensor-core rows measured faster on thin outputs";
-  if (g.in_channels_per_group() < thin_wgrad_channels(1)) {
+  if (g.in_channels_per_group() < kThinWgradMinChannels) {
     return "wgrad with C_in/groups=" + std::to_string(g.in_channels_per_group()) +
-           ": under one block of " + std::to_string(thin_wgrad_channels(1)) +
+           ": under one block of " + std::to_string(kThinWgradMinChannels) +
            " channels, the direct kernel keeps it";
   }
   return "";

@@ -93,7 +93,8 @@ std::array<std::string, 3> parse_spec(const char* who, const std::string& spec) 
     }
     TGRAD_CHECK(any, who, ": unknown conv kernel '", spec, "' (kernels: ", kKernelWgmma, ", ",
                 kKernelMmaSync, ", ", kKernelBatchWgmma, ", ", kKernelBatchIgemm, ", ",
-                kKernelDepthwise, ", ", kKernelThin, ", ", kKernelDirect, ", ", kKernelGemm, ", ", kKernelFma, ")");
+                kKernelDepthwise, ", ", kKernelThin, ", ", kKernelDirect, ", ", kKernelGemm, ", ",
+                kKernelFma, ")");
     return forced;
   }
   size_t start = 0;

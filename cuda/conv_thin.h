@@ -58,14 +58,15 @@ constexpr int thin_dgrad_items(int block) {
 // (shape-only, so the bits do not depend on the GPU).
 inline constexpr int kThinWgradBlocks[] = {8, 16, 32, 48, 64};
 inline constexpr int kThinWgradTile = 16;
-inline constexpr int kThinWgradChannels = 128;
+inline constexpr int kThinWgradChannels = 128, kThinWgradMinChannels = 64;
 inline constexpr int64_t kThinWgradMaxChunk = 16384, kThinWgradMinChunk = 256;
 inline constexpr int64_t kThinWgradTargetBlocks = 2048;
-// Channels a wgrad block: 64 (two a lane) up to 64 input channels per group, else 128 (four a
-// lane). With 64 channels in a 128-channel block half of each thread's tile was empty: DCGAN's
-// 64 -> 3 took 0.146 ms, 0.114 ms with two a lane (the direct kernel: 0.127; GPU run 96).
+// Channels a wgrad block: kThinWgradMinChannels (two a lane) up to that many input channels per
+// group, else kThinWgradChannels (four a lane). With 64 channels in a 128-channel block half of
+// each thread's tile was empty: DCGAN's 64 -> 3 took 0.146 ms, 0.114 ms with two a lane (the direct
+// kernel: 0.127; GPU run 96).
 constexpr int64_t thin_wgrad_channels(int64_t cig) {
-  return cig <= 64 ? 64 : kThinWgradChannels;
+  return cig <= kThinWgradMinChannels ? kThinWgradMinChannels : kThinWgradChannels;
 }
 
 struct ThinPlan {

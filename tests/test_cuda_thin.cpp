@@ -48,7 +48,7 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
     SCOPED_TRACE(l.id + " at " + precision);
     set_float32_matmul_precision(precision);
     const bool high = std::string(precision) == "high";
-    const bool thin_wgrad = !planned || (!high && cig >= cuda::thin_wgrad_channels(1));
+    const bool thin_wgrad = !planned || (!high && cig >= cuda::kThinWgradMinChannels);
     const int64_t launches = cuda::conv_thin_launches();
     const Result got = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
     // Full float32 at either precision: the float32 budget (the forward's sum has one more term,
