@@ -64,9 +64,12 @@ std::string tensor_core_reason(const PlanInput& in) {
 
 // Few channels per group: at most kNarrowChannels input or output channels in a group (RGB or
 // mono outputs and their gradients), or a grouped call whose groups are small (C_in/groups x
-// C_out/groups up to kNarrowGroupProduct). There the GEMMs of the other rows are mostly padding
-// (M or K of a few channels) or, for groups, one small GEMM per group over a column buffer, and
-// the pass is bound by memory: the direct kernels, which read each operand about once, take it.
+// C_out/groups up to kNarrowGroupProduct; a float32 wgrad up to kNarrowGroupProductWgrad). There
+// the GEMMs of the other rows are mostly padding (M or K of a few channels) or, for groups, one
+// small GEMM per group over a column buffer, and the pass is bound by memory: the direct
+// kernels, which read each operand about once, take it. A float32 grouped wgrad stayed ahead of
+// the GEMM path past 32 x 32 per group (48 x 24: 1.31x; 64 x 32: even; GPU run 100, H200, every
+// kernel timed by benchmark mode).
 // The forward also needs short sums: each output of the direct forward is one thread's chain of
 // C_in/groups x (taps per stride phase) FMAs, and past kDirectFwdMaxSum products the GEMM path's
 // tensor cores were faster even with mostly empty tiles (Conv-TasNet's 512 x 2, pix2pix's
@@ -77,6 +80,7 @@ std::string tensor_core_reason(const PlanInput& in) {
 // Conv-TasNet's 1 x 16 columns the other way, 0.172 against 0.094 ms; runs 38 and 49).
 constexpr int64_t kNarrowChannels = 8;
 constexpr int64_t kNarrowGroupProduct = 1024;
+constexpr int64_t kNarrowGroupProductWgrad = 2048;
 constexpr int64_t kDirectFwdMaxSum = 256;
 constexpr int64_t kDirectWgradHighMaxCols = 16;
 
@@ -91,8 +95,11 @@ int64_t forward_taps_per_phase(const ConvGeometry& g) {
 
 bool narrow_call(ConvPass pass, const ConvGeometry& g, DType dtype) {
   const int64_t cig = g.in_channels_per_group(), cog = g.out_channels_per_group();
+  const int64_t group_bound = pass == ConvPass::wgrad && dtype == DType::float32
+                                  ? kNarrowGroupProductWgrad
+                                  : kNarrowGroupProduct;
   const bool narrow =
-      std::min(cig, cog) <= kNarrowChannels || (g.groups > 1 && cig * cog <= kNarrowGroupProduct);
+      std::min(cig, cog) <= kNarrowChannels || (g.groups > 1 && cig * cog <= group_bound);
   if (!narrow) return false;
   if (pass == ConvPass::wgrad) {
     const bool tf32_gemm = dtype == DType::float32 && g.precision == Precision::high;
@@ -139,6 +146,20 @@ bool thin_call(const PlanInput& in) {
   return in.pass != ConvPass::forward || thin_use(in.g, t) >= kThinMinUse;
 }
 
+// A grouped forward or dgrad past kDirectFirstGroupProduct channels per group (C_in/groups x
+// C_out/groups, and more than kNarrowChannels each way) goes to the batch-positions kernels
+// first, when they take it; else the direct kernels keep it (narrow_call's bound). Measured on
+// eleven grouped layers, the suite's and others (GPU run 100, H200, every kernel timed by
+// benchmark mode): the direct kernels won at 16 x 8 and 16 x 16 per group (1.1x-1.5x),
+// batch-igemm from 32 x 16 (1.2x-1.35x at "high") up (32 x 32: 1.65x-3.9x at both precisions).
+constexpr int64_t kDirectFirstGroupProduct = 256;
+
+bool wide_groups_first(const PlanInput& in) {
+  const int64_t cig = in.g.in_channels_per_group(), cog = in.g.out_channels_per_group();
+  return in.pass != ConvPass::wgrad && in.g.groups > 1 && std::min(cig, cog) > kNarrowChannels &&
+         cig * cog > kDirectFirstGroupProduct;
+}
+
 // Empty when the rows above the thin and direct kernels keep the call; else why they give way
 // to them: a thin output the thin kernels run, or a narrow call the direct kernels can run,
 // while the speed preferences are on.
@@ -149,6 +170,7 @@ std::string direct_first(const PlanInput& in) {
            ": a thin output, the thin kernels";
   }
   if (!narrow_call(in.pass, in.g, in.dtype)) return "";
+  if (wide_groups_first(in)) return "";
   if (!direct_path_declined(in.pass, in.g, in.dtype, nullptr).empty()) return "";
   return "C_in/groups=" + std::to_string(in.g.in_channels_per_group()) +
          ", C_out/groups=" + std::to_string(in.g.out_channels_per_group()) +
@@ -758,8 +780,25 @@ std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
 
 // ---- Depthwise direct kernels and the GEMM path (conv_path_rules.h) ---------------------------
 
+// A depthwise forward whose thin cells read 2 x 2 inputs (2-D, both axes' taps over two inputs
+// a phase: k4 s2, k3 s2) gives way to the thin kernel, whose four-input cells load a channel's
+// inputs together and write the sH x sW outputs that share them. Measured with every kernel
+// timed (benchmark mode, GPU run 100, H200) on the suite's two depthwise layers and four others:
+// the thin forward was 1.1x-2.8x faster on each with such cells, and 1.16x-1.8x slower on
+// those without (k2 s2: one input a cell; 3x3 s1: nine; 1-D k16 s8: two), which the depthwise
+// kernel keeps.
+bool thin_depthwise_forward(const PlanInput& in) {
+  if (!in.prefer || in.pass != ConvPass::forward) return false;
+  ThinPlan t;
+  if (!thin_path_declined(in.pass, in.g, in.dtype, &t).empty()) return false;
+  return t.th == 2 && t.tw == 2 && thin_use(in.g, t) >= kThinMinUse;
+}
+
 std::string rule_depthwise(const PlanInput& in, ConvPlan& /*plan*/) {
-  return depthwise_path_declined(in.pass, in.g, in.dtype);
+  if (std::string no = depthwise_path_declined(in.pass, in.g, in.dtype); !no.empty()) return no;
+  if (!in.forced && thin_depthwise_forward(in))
+    return "a forward whose cells read 2 x 2 inputs: the thin kernel's";
+  return "";
 }
 
 // The direct kernels run narrow calls (narrow_call), and any call they can when forced; the

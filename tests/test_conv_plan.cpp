@@ -123,7 +123,13 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
     const double use = forward_tap_use(l, g);
     if (use < 0.25 && static_cast<double>(cig * taps_per_phase) * use <= 256.0) return true;
   }
-  if (!(std::min(cig, cog) <= 8 || (l.groups > 1 && cig * cog <= 1024))) return false;
+  // Grouped: up to 32 x 32 per group (a float32 wgrad 2048 channel pairs), but a float32
+  // forward or dgrad past 16 x 16 goes to the batch-positions kernels first.
+  const int64_t group_bound = pass == ConvPass::wgrad && dtype == DType::float32 ? 2048 : 1024;
+  if (!(std::min(cig, cog) <= 8 || (l.groups > 1 && cig * cog <= group_bound))) return false;
+  if (pass != ConvPass::wgrad && dtype == DType::float32 && l.groups > 1 &&
+      std::min(cig, cog) > 8 && cig * cog > 256)
+    return false;
   if (pass == ConvPass::wgrad) {
     if (dtype != DType::float32 || precision != Precision::high) return true;
     // At "high", batch-wgmma keeps the calls narrow through their groups alone, and the GEMM
@@ -144,16 +150,21 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
 // channels per group that is not depthwise; a forward's cell (strides x C_out/groups) within 32
 // slots with at least half its multiplies useful, a dgrad's window (C_out/groups x taps) within 64.
 // A wgrad only at "highest" with at least 64 input channels per group (a full channel block), a
-// window within 64.
+// window within 64. Of the depthwise calls, the 2-D forwards whose cells read 2 x 2 inputs.
 bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision precision) {
   const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
-  if (dtype != DType::float32 || cog > 4 || (cig == 1 && cog == 1)) return false;
+  if (dtype != DType::float32 || cog > 4) return false;
   int64_t taps = 1, used = cog, inputs = 1;  // a 1-D spec fills axis 0 only
+  bool two_by_two = l.dims == 2;
   for (size_t a = 0; a < static_cast<size_t>(l.dims); ++a) {
     taps *= l.kernel[a];
     used *= l.stride[a];
-    inputs *= ((l.kernel[a] - 1) * l.dilation[a] + l.stride[a]) / l.stride[a];
+    const int64_t axis_inputs = ((l.kernel[a] - 1) * l.dilation[a] + l.stride[a]) / l.stride[a];
+    inputs *= axis_inputs;
+    two_by_two = two_by_two && axis_inputs == 2;
   }
+  const bool depthwise = l.groups == l.in_channels && l.groups == l.out_channels;
+  if (depthwise && (pass != ConvPass::forward || !two_by_two)) return false;
   if (pass == ConvPass::dgrad) return cog * taps <= 64;
   if (pass == ConvPass::wgrad)
     return precision == Precision::highest && cig >= 64 && cog * taps <= 64;
@@ -191,9 +202,10 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
           // GEMM path unless one sample's columns pass its workspace (S4, S5 in float64), and
           // only then the general kernels.
           const bool depthwise = g.groups == g.in_channels && g.groups == g.out_channels;
+          const bool thin = expect_thin(pass, l, dtype, precision);
           const bool dw_row =
-              depthwise && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
-          if (!dw_row && expect_thin(pass, l, dtype, precision)) {
+              depthwise && !thin && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
+          if (thin) {
             EXPECT_EQ(plan.kernel, "thin") << config << ": " << plan.describe();
           } else if (!dw_row && expect_direct(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
@@ -986,10 +998,10 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"encodec_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"convtasnet_dec", "thin", "thin", "thin", "thin"},
       {"grouped_g2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
-      {"grouped_g4", "direct", "direct", "direct", "direct"},
+      {"grouped_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"grouped_g8", "direct", "direct", "direct", "direct"},
-      {"fcn_up2_dw", "depthwise", "depthwise", "depthwise", "depthwise"},
-      {"depthwise_256", "depthwise", "depthwise", "depthwise", "depthwise"},
+      {"fcn_up2_dw", "thin", "depthwise", "thin", "depthwise"},
+      {"depthwise_256", "thin", "depthwise", "thin", "depthwise"},
       {"deconvnet_5", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
       {"deconvnet_1", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
   };
@@ -1395,6 +1407,67 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
   EXPECT_NE(cuda::direct_path_declined(ConvPass::forward, wide, DType::int64, nullptr)
                 .find("int64 is not float32 or float64"),
             std::string::npos);
+}
+
+// Grouped calls: the direct kernels keep a forward and dgrad up to 16 x 16 channels per group;
+// past that the batch-positions kernels take them (float32), while float64, which those cannot
+// run, still goes direct up to 32 x 32. A float32 wgrad at "highest" goes direct up to 64 x 32
+// per group. Depthwise: the thin kernel takes the 2-D forwards whose cells read 2 x 2 inputs,
+// the depthwise kernel keeps the others and every dgrad and wgrad. Geometries outside the suite
+// (GPU run 100 measured them).
+TEST(ConvPlan, GroupedAndDepthwiseCallsGoWhereTheyMeasuredFastest) {
+  const DeviceCaps h100 = DeviceCaps::h100();
+  const auto kernel = [&](ConvPass pass, const ConvLayerSpec& l, Precision precision,
+                          DType dtype = DType::float32) {
+    return plan_conv(pass, geometry(l, precision), dtype, h100).kernel;
+  };
+  // 16 x 16 per group (8 groups, 1-D k4 s2): direct at both precisions.
+  const ConvLayerSpec g16x16 = bench::layer1d("t", "t", 16, 128, 128, 4096, 4, 2, 1, 0, 8);
+  // 32 x 32 per group (8 groups, 2-D k4 s2): batch-igemm.
+  const ConvLayerSpec g32x32 = bench::layer2d("t", "t", 16, 256, 256, 32, 4, 2, 1, 0, 8);
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    for (ConvPass pass : {ConvPass::forward, ConvPass::dgrad}) {
+      EXPECT_EQ(kernel(pass, g16x16, precision), "direct");
+      EXPECT_EQ(kernel(pass, g32x32, precision), "batch-igemm");
+      EXPECT_EQ(kernel(pass, g32x32, precision, DType::float64), "direct");
+    }
+  }
+  const ConvPlan wide_fwd = plan_conv(ConvPass::forward, geometry(g32x32, Precision::high),
+                                      DType::float32, h100, "direct");
+  EXPECT_EQ(wide_fwd.kernel, "direct");  // forced, it still runs
+  // 48 x 24 per group (4 groups, 2-D k3 s2 op1): the wgrad goes direct at "highest", to
+  // batch-wgmma at "high"; float64 keeps the GEMM path past 32 x 32.
+  const ConvLayerSpec g48x24 = bench::layer2d("t", "t", 16, 192, 96, 32, 3, 2, 1, 1, 4);
+  EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::highest), "direct");
+  EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::high), "batch-wgmma");
+  EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::highest, DType::float64), "gemm");
+  EXPECT_EQ(kernel(ConvPass::forward, g48x24, Precision::highest), "batch-igemm");
+
+  // Depthwise, k3 s2 p1 op1 at 64x64 (2 x 2 inputs a cell): the forward on the thin kernel,
+  // the depthwise row naming why it gave way; dgrad and wgrad on the depthwise kernels.
+  const ConvLayerSpec dw_k3s2 = bench::layer2d("t", "t", 16, 96, 96, 64, 3, 2, 1, 1, 96);
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    const ConvPlan fwd =
+        plan_conv(ConvPass::forward, geometry(dw_k3s2, precision), DType::float32, h100);
+    EXPECT_EQ(fwd.kernel, "thin") << fwd.describe();
+    EXPECT_NE(reason_of(fwd, "depthwise").find("cells read 2 x 2 inputs"), std::string::npos)
+        << fwd.describe();
+    EXPECT_EQ(kernel(ConvPass::dgrad, dw_k3s2, precision), "depthwise");
+    EXPECT_EQ(kernel(ConvPass::wgrad, dw_k3s2, precision), "depthwise");
+    EXPECT_EQ(kernel(ConvPass::forward, dw_k3s2, precision, DType::float64), "depthwise");
+  }
+  // Cells of other shapes keep the depthwise forward: 3x3 s1 (nine inputs), k2 s2 (one), 1-D
+  // k16 s8 (two).
+  const ConvLayerSpec dw_k3s1 = bench::layer2d("t", "t", 16, 128, 128, 56, 3, 1, 1, 0, 128);
+  const ConvLayerSpec dw_k2s2 = bench::layer2d("t", "t", 4, 512, 512, 32, 2, 2, 0, 0, 512);
+  const ConvLayerSpec dw_1d = bench::layer1d("t", "t", 8, 32, 32, 8192, 16, 8, 4, 0, 32);
+  for (const ConvLayerSpec& l : {dw_k3s1, dw_k2s2, dw_1d})
+    EXPECT_EQ(kernel(ConvPass::forward, l, Precision::high), "depthwise");
+  // Forced, the depthwise kernel still runs the forward the thin kernel would take.
+  EXPECT_EQ(plan_conv(ConvPass::forward, geometry(dw_k3s2, Precision::high), DType::float32, h100,
+                      "depthwise")
+                .kernel,
+            "depthwise");
 }
 
 // The thin row: the rows above give way to it on thin outputs, naming the channels; its

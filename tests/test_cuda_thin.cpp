@@ -140,6 +140,11 @@ std::vector<ConvLayerSpec> edge_layers() {
   v.push_back(layer2d("rgb_k3_s1", "edge", 2, 16, 3, 12, 3, 1, 1));
   // 1x1 input planes, batch 40 (DCGAN's latent): a warp's cells span samples.
   v.push_back(layer2d("latent_to_4x4", "edge", 40, 16, 3, 1, 4, 1, 0));
+  // Depthwise (groups = channels), k3 s2 p1 op1 on a 7x9 plane: the forward the planner gives
+  // the thin kernel (2 x 2 inputs a cell), one channel a group.
+  ConvLayerSpec dw = layer2d("dw_k3_s2_op1", "edge", 3, 24, 24, 7, 3, 2, 1, 1, 24);
+  dw.in_size = {7, 9};
+  v.push_back(dw);
   // 4 output channels x 4x4 taps: dgrad's full window of 64.
   v.push_back(layer2d("c4_k4_s2", "edge", 2, 10, 4, 6, 4, 2, 1));
   return v;
