@@ -378,9 +378,10 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
     // M <= 64, three taps or fewer: their A fragments loaded at once, 24 registers. ptxas
     // reports this instance as serialized (C7512): at the 128-register cap of two CTAs per SM,
     // the 64 accumulators and three taps' fragments, live until the step's wait, leave it too
-    // few. It stays, because the warning-free alternatives measured slower on S1 and S2 dgrad:
-    // two taps in flight, four warpgroups at one CTA per SM, one warpgroup per CTA
-    // (docs/performance.md, runs 18 and 54).
+    // few. It stays, because the warning-free alternatives measured slower on S2 dgrad: two
+    // taps in flight, four warpgroups at one CTA per SM, one warpgroup per CTA (runs 18 and 54),
+    // a 64 x 192 tile (1.45x slower) and 8-channel steps (1.37x; runs 99 and 100; all in
+    // docs/performance.md).
     tile = {64, 256, 16, 2, false};
   }
   if (!tile.split && max_taps > 0 && taps_per_row(p) > max_taps)
