@@ -35,8 +35,10 @@ struct BiArgs {
   int64_t src_sample, out_sample;  // floats from one sample to the next (all groups' channels)
   int64_t packed_group;            // floats of packed weights per group
   // batch-wgmma's channels-last source, or null: src as [n][y][x][group][c_pad], rounded to
-  // TF32 and zero past C; cl_pixel = groups * c_pad floats a pixel.
+  // TF32 and zero past C; cl_pixel = groups * c_pad floats a pixel. 3xTF32: src_cl_small holds
+  // the TF32 residuals in the same layout, else null.
   const float* src_cl;
+  const float* src_cl_small;
   int64_t cl_pixel;
 };
 
@@ -51,6 +53,7 @@ __device__ inline BiArgs batch_igemm_group(const BiArgs& args) {
   if (a.bias) a.bias += g * a.M;
   a.a_big += g * a.packed_group;
   if (a.src_cl) a.src_cl += g * a.c_pad;
+  if (a.src_cl_small) a.src_cl_small += g * a.c_pad;
   if (a.a_small) a.a_small += g * a.packed_group;
   return a;
 }

@@ -75,14 +75,19 @@ constexpr int batch_igemm_smem_bytes(int bm, int bn, bool split) {
          (kBatchIgemmChunk * (bm + 8) * (split ? 2 : 1) + kBatchIgemmChunk * (bn + 8)) * 4;
 }
 
-// The wgmma instance (conv_transpose_batch_wgmma.cu, sm_90a, 1xTF32): kBatchWgmmaStages stages of
-// a kBatchIgemmChunk x bm A tile and a chunk x bn B tile, both unpadded in wgmma's K-major core
-// matrices.
+// The wgmma instance (conv_transpose_batch_wgmma.cu, sm_90a): kBatchWgmmaStages stages of a
+// kBatchIgemmChunk x bm A tile and a chunk x bn B tile, both unpadded in wgmma's K-major core
+// matrices. 3xTF32 (split) holds each tile twice (values and residuals) in two stages, so that
+// two CTAs still share an SM.
 inline constexpr int kBatchWgmmaStages = 3;
+inline constexpr int kBatchWgmmaSplitStages = 2;
 // channels_last: B is copied from a channels-last copy of src into 128-byte swizzled rows, whose
 // descriptors want 1024-byte aligned stages: 1024 bytes more to align the first.
-constexpr int batch_wgmma_smem_bytes(int bm, int bn, bool channels_last = false) {
-  return kBatchWgmmaStages * kBatchIgemmChunk * (bm + bn) * 4 + (channels_last ? 1024 : 0);
+constexpr int batch_wgmma_smem_bytes(int bm, int bn, bool channels_last = false,
+                                     bool split = false) {
+  return (split ? 2 * kBatchWgmmaSplitStages : kBatchWgmmaStages) * kBatchIgemmChunk * (bm + bn) *
+             4 +
+         (channels_last ? 1024 : 0);
 }
 
 // What the planner hands the launcher (conv_plan.h's ConvPlan::batch): the tile and the grid.

@@ -272,10 +272,11 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
   const bool fwd = in.pass == ConvPass::forward;
   const int64_t out_h = fwd ? g.out_size[0] : g.in_size[0];
   const int64_t out_w = fwd ? g.out_size[1] : g.in_size[1];
-  // batch-wgmma, where it takes a call, was ahead of both row kernels on every call of the suite
-  // and of S1-S5 in run 54's benchmark mode, and on 2-D rows of 512 with M = 128 and 256; the
-  // bounds below are batch-igemm's.
-  if (batch_declined(in, true, nullptr).empty()) return "";
+  // batch-wgmma, where it takes a call at "high", was ahead of both row kernels on every call of
+  // the suite and of S1-S5 in run 54's benchmark mode, and on 2-D rows of 512 with M = 128 and
+  // 256. Its 3xTF32 instance ("highest") was measured against batch-igemm only, so there the
+  // bounds below, batch-igemm's, decide between the row and the batch-positions kernels.
+  if (in.g.precision == Precision::high && batch_declined(in, true, nullptr).empty()) return "";
   const bool two_d = g.in_size[0] > 1 && g.out_size[0] > 1;
   if (two_d) {
     if (wgmma && out_w >= kBatchIgemmRowsBelow) return "2-D rows of 512 or more";
@@ -452,16 +453,14 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
 
 // ---- batch-igemm: the implicit GEMM with N over batch x positions (forward and dgrad) ---------
 
-// What batch-wgmma (every pass) cannot run: a device other than 9.0, a build without its code,
-// "highest". Empty when it can.
+// What batch-wgmma (every pass) cannot run: a device other than 9.0, a build without its code.
+// Empty when it can.
 std::string batch_wgmma_declined(const PlanInput& in) {
   // Built for sm_90a alone (cuda/CMakeLists.txt), which runs on 9.0 only.
   if (in.caps.sm_major != 9 || in.caps.sm_minor != 0)
     return "compute capability " + std::to_string(in.caps.sm_major) + "." +
            std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
   if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernels";
-  if (in.g.precision == Precision::highest)
-    return "\"highest\" (3xTF32): this kernel multiplies in 1xTF32 only";
   return "";
 }
 
@@ -473,8 +472,8 @@ constexpr int64_t kChannelsLastMinStride = 5;
 // faster.
 constexpr int64_t kBatchIgemmMaxPreferredM = 512;
 
-// wgmma: the sm_90a instance (batch-wgmma), 1xTF32 only, which multiplies with wgmma from shared
-// memory instead of mma.sync; the same GEMM, arithmetic and preferences.
+// wgmma: the sm_90a instance (batch-wgmma), which multiplies with wgmma from shared memory
+// instead of mma.sync; the same GEMM, arithmetic and preferences.
 std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wgmma) {
   // Groups are the grid's z, the phases part of its x: one GEMM per group and phase.
   if (in.dtype != DType::float32)
@@ -527,14 +526,19 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   plan.wgmma = wgmma;
   if (wgmma) {
     // A warpgroup's wgmma covers 64 rows: 128 x 128 tiles (two warpgroups along M), or 64 x 128
-    // for M <= 64, whose warpgroups split N into m64n64 multiplies: there batch-igemm measured
-    // as fast or faster (docs/performance.md, run 54), and at M <= 32 half the tile is padding.
-    if (in.prefer && M <= 64)
-      return "M=" + std::to_string(M) + " <= 64: batch-igemm's narrower tiles";
+    // for M <= 64, whose warpgroups split N into m64n64 multiplies. At "high" batch-igemm
+    // measured as fast or faster there (docs/performance.md, run 54); at "highest" (3xTF32, 128
+    // x 64 or 64 x 128) batch-wgmma was 1.2x-1.9x faster than batch-igemm on every suite call
+    // with M >= 64 and 0.74x-0.85x on those with M <= 32, where half its tile is padding (run
+    // 103, both forced).
+    const int64_t narrow_m = plan.split ? 32 : 64;
+    if (in.prefer && M <= narrow_m)
+      return "M=" + std::to_string(M) + " <= " + std::to_string(narrow_m) +
+             ": batch-igemm's narrower tiles";
     // A dgrad past stride 4, whose gather would use one src column in s, reads the
     // channels-last copy (below), whose lines are whole.
     plan.bm = M > 64 ? 128 : 64;
-    plan.bn = 128;
+    plan.bn = plan.split && plan.bm == 128 ? 64 : 128;
   } else {
     // The tile rows follow M (fewest empty rows); 3xTF32's 128-row tile is 64 columns wide
     // (a register sum beside each accumulator).
@@ -569,7 +573,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     const bool wide_stride = !fwd && std::max(g.stride[0], g.stride[1]) >= kChannelsLastMinStride;
     plan.channels_last = uses >= kChannelsLastMinUses || wide_stride;
   }
-  plan.smem_bytes = wgmma ? batch_wgmma_smem_bytes(plan.bm, plan.bn, plan.channels_last)
+  plan.smem_bytes = wgmma ? batch_wgmma_smem_bytes(plan.bm, plan.bn, plan.channels_last, plan.split)
                           : batch_igemm_smem_bytes(plan.bm, plan.bn, plan.split);
   if (plan.smem_bytes > in.caps.smem_per_block_optin)
     return "tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) + " needs " +
@@ -670,6 +674,8 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   if (in.dtype != DType::float32)
     return std::string(dtype_name(in.dtype)) + ": the tensor-core kernels are float32 only";
   if (std::string no = batch_wgmma_declined(in); !no.empty()) return no;
+  if (in.g.precision == Precision::highest)
+    return "\"highest\" (3xTF32): this wgrad multiplies in 1xTF32 only";
   // Calls narrow through their groups alone (more than kNarrowChannels channels each side) stay
   // here: one GEMM per group in the grid measured faster than the direct kernel (groups 4 of
   // 32 -> 16 channels: 0.051 against 0.088 ms, run 68).

@@ -1,5 +1,5 @@
 // The batch-positions implicit GEMM of conv_transpose forward and dgrad on sm_90a's wgmma
-// (planner row "batch-wgmma", "high": 1xTF32). The same GEMM as batch-igemm
+// (planner row "batch-wgmma": 1xTF32 at "high", 3xTF32 at "highest"). The same GEMM as batch-igemm
 // (conv_transpose_batch_igemm.cu; index formula in conv_batch_igemm.h): rows m, columns
 // j = (n*Qy + qy)*Qx + qx over the whole batch of one output phase, K = (tap, channel), B
 // gathered from src straight into shared memory, no column buffer.
@@ -44,6 +44,14 @@
 // The B loads are in flight through the waits, the barrier and step s's multiplies, and two
 // CTAs per SM fill each other's barriers. Each output is written once from a fixed-order sum:
 // deterministic.
+//
+// 3xTF32 ("highest", kSplit): every tile is held twice, values rounded to TF32 and their TF32
+// residuals (A packed both ways once a call, B split as it is stored or in the channels-last
+// copies), and a step issues small x big, big x small, then big x big for each k8 block, the
+// chain starting from zero; once the step's wgmmas are waited for, the chain is added into a
+// float32 sum (as the row kernels' 3xTF32 does), so that the tensor cores' accumulation never
+// spans more than one step. Twice the tiles fit two stages at two CTAs per SM, and the
+// accumulator and its sum fit 128 registers with 64 columns a warpgroup.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -60,27 +68,32 @@ namespace tgrad::cuda {
 namespace {
 
 constexpr int kBK = kBatchIgemmChunk;
-constexpr int kStages = kBatchWgmmaStages;
 
-template <int kWgM_, int kWgN_, int kN_>
+template <int kWgM_, int kWgN_, int kN_, bool kSplit_ = false>
 struct BwConfig {
   static constexpr int kWgM = kWgM_, kWgN = kWgN_;  // warpgroups along M and N
   static constexpr int kN = kN_;                    // wgmma N: columns of one warpgroup
+  static constexpr bool kSplit = kSplit_;           // 3xTF32: values and residuals
+  static constexpr int kStages = kSplit ? kBatchWgmmaSplitStages : kBatchWgmmaStages;
+  static constexpr int kPlanes = kSplit ? 2 : 1;
   static constexpr int kThreads = 128 * kWgM * kWgN;
   static constexpr int kBM = 64 * kWgM, kBN = kN * kWgN;
+  // One plane of each tile; a stage is [A planes][B planes].
   static constexpr int kAFloats = kBK * kBM, kBFloats = kBK * kBN;
-  static constexpr int kStageFloats = kAFloats + kBFloats;
+  static constexpr int kStageFloats = kPlanes * (kAFloats + kBFloats);
   static constexpr int kSmemBytes = kStages * kStageFloats * 4;
   static_assert(kThreads % kBN == 0 && (kBK / 4) % (kThreads / kBN) == 0, "B groups per thread");
-  static_assert(kSmemBytes == batch_wgmma_smem_bytes(kBM, kBN), "the planner's count");
+  static_assert(kSmemBytes == batch_wgmma_smem_bytes(kBM, kBN, false, kSplit),
+                "the planner's count");
   static_assert((kBK / 4) * kBM % kThreads == 0, "A vectors per thread");
 };
 
 // Group after group, wp[((tap*(c_pad/4) + c/4)*m_pad + m)*4 + c % 4] = tf32(W[m, c, tap]), zero
-// outside M x C; W (one group's) is batch_igemm_weight's, as in batch-igemm.
+// outside M x C, and (3xTF32) small[...] its TF32 residual; W (one group's) is
+// batch_igemm_weight's, as in batch-igemm.
 __global__ void pack_kmajor_kernel(const float* __restrict__ w, float* __restrict__ wp,
-                                   int64_t groups, int64_t C, int64_t M, int64_t taps,
-                                   int64_t c_pad, int64_t m_pad, bool gather) {
+                                   float* __restrict__ small, int64_t groups, int64_t C, int64_t M,
+                                   int64_t taps, int64_t c_pad, int64_t m_pad, bool gather) {
   const int64_t per_group = taps * c_pad * m_pad, total = groups * per_group;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
@@ -88,7 +101,9 @@ __global__ void pack_kmajor_kernel(const float* __restrict__ w, float* __restric
     const int64_t tap = e / (c_pad * m_pad) % taps, c = cg * 4 + c4;
     float v = 0.0f;
     if (m < M && c < C) v = batch_igemm_weight(w, e / per_group, m, c, tap, C, M, taps, gather);
-    wp[e] = __uint_as_float(to_tf32(v));
+    const uint32_t big = to_tf32(v);
+    wp[e] = __uint_as_float(big);
+    if (small != nullptr) small[e] = __uint_as_float(to_tf32(v - __uint_as_float(big)));
   }
 }
 
@@ -99,7 +114,7 @@ template <class Cfg, bool kCl>
 __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const BiArgs a = batch_igemm_group(args);
-  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN;
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kStages = Cfg::kStages;
   extern __shared__ __align__(128) float smem_raw[];
   __shared__ BiTaps tt;
   // The swizzled B rows repeat their pattern every 1024 bytes, from a 1024-byte aligned address.
@@ -123,8 +138,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   const bool col_ok = source.ok;
   const int sy0 = source.sy0, sx0 = source.sx0;
   const float* const src_n = source.src_n + (col_ok ? int64_t{cg0} * 4 * plane_s : 0);
+  // A's planes, then B's (each plane's residuals kAFloats / kBFloats after its values).
   const auto a_tile = [&](int stage) { return smem + stage * Cfg::kStageFloats; };
-  const auto b_tile = [&](int stage) { return smem + stage * Cfg::kStageFloats + Cfg::kAFloats; };
+  const auto b_tile = [&](int stage) {
+    return smem + stage * Cfg::kStageFloats + Cfg::kPlanes * Cfg::kAFloats;
+  };
 
   // Two cursors over the steps (tap (th, tw), channels from c0): A's copies run two steps
   // ahead, B's loads one.
@@ -148,6 +166,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     for (int i = 0; i < kAVecs; ++i) {
       const int v = tid + i * Cfg::kThreads, cg = v / kBM, m = v - cg * kBM;
       cp_async16(at + 4 * v, ag + (int64_t{cg} * a.m_pad + m) * 4);
+      if constexpr (Cfg::kSplit)
+        cp_async16(at + Cfg::kAFloats + 4 * v,
+                   a.a_small + (ag - a.a_big) + (int64_t{cg} * a.m_pad + m) * 4);
     }
     advance(ka);
   };
@@ -174,9 +195,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   const auto store_b = [&](int stage) {
     float* bt = b_tile(stage) + col * 4;
 #pragma unroll
-    for (int u = 0; u < kUnits; ++u)
-      *reinterpret_cast<uint4*>(bt + (cg0 + kCgStep * u) * kBN * 4) =
-          make_uint4(to_tf32(bv[u][0]), to_tf32(bv[u][1]), to_tf32(bv[u][2]), to_tf32(bv[u][3]));
+    for (int u = 0; u < kUnits; ++u) {
+      float* dst = bt + (cg0 + kCgStep * u) * kBN * 4;
+      if constexpr (Cfg::kSplit) {
+        uint4 big, small;
+        split_tf32(bv[u][0], big.x, small.x);
+        split_tf32(bv[u][1], big.y, small.y);
+        split_tf32(bv[u][2], big.z, small.z);
+        split_tf32(bv[u][3], big.w, small.w);
+        *reinterpret_cast<uint4*>(dst) = big;
+        *reinterpret_cast<uint4*>(dst + Cfg::kBFloats) = small;
+      } else {
+        *reinterpret_cast<uint4*>(dst) =
+            make_uint4(to_tf32(bv[u][0]), to_tf32(bv[u][1]), to_tf32(bv[u][2]), to_tf32(bv[u][3]));
+      }
+    }
   };
 
   // Channels-last B: row j of a stage's B tile holds the step's 32 channels of column j, 128
@@ -208,9 +241,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     for (int u = 0; u < kClUnits; ++u) {
       const int sy = cl_sy0[u] + sh, sx = cl_sx0[u] + sw;
       const bool in = (cl_ok >> u & 1u) && sy >= 0 && sy < a.Hs && sx >= 0 && sx < a.Ws;
-      const float* const src =
-          in ? cl_src[u] + (int64_t{sy} * a.Ws + sx) * a.cl_pixel + kb_cur.c0 : a.src_cl;
-      cp_async16_zfill(bt + kClStep * u * 32, src, in);
+      const int64_t off = in ? (int64_t{sy} * a.Ws + sx) * a.cl_pixel + kb_cur.c0 : 0;
+      cp_async16_zfill(bt + kClStep * u * 32, in ? cl_src[u] + off : a.src_cl, in);
+      if constexpr (Cfg::kSplit)
+        cp_async16_zfill(bt + Cfg::kBFloats + kClStep * u * 32,
+                         in ? cl_src[u] + (a.src_cl_small - a.src_cl) + off : a.src_cl_small, in);
     }
     advance(kb_cur);
   };
@@ -220,6 +255,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   const uint32_t base = smem_addr(smem);
   constexpr uint32_t kLboA = kBM * 16, kLboB = kBN * 16;
   float acc[Cfg::kN / 2] = {};
+  // 3xTF32: each step's chain, added into sum once its wgmmas are done.
+  float sum[Cfg::kSplit ? Cfg::kN / 2 : 1] = {};
+  const auto flush = [&] {
+    if constexpr (Cfg::kSplit) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kN / 2; ++i)
+        sum[i] += acc[i];
+    }
+  };
 
   // Prologue: A of steps 0 and 1 in flight, and B of step 0 in place (channels-last: B of steps
   // 0 and 1 in flight beside A).
@@ -244,6 +288,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     cp_async_wait<kStages - 2>();  // this thread's copies of step s have landed
     fence_proxy_async();           // and its stores and copies of step s are visible to wgmma
     wgmma_wait_all();              // this warpgroup's step s - 1
+    if (s > 0) flush();
     __syncthreads();  // step s is complete in shared memory; every warpgroup is done with s - 1
     if (s + kStages - 1 < steps) {
       load_a(wr);
@@ -257,13 +302,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     // apart, each k8 step 32 bytes further along the rows: the swizzle applies to the address
     // bits), else core matrices [c/4][column][c % 4].
     const uint32_t b_addr =
-        base + static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kAFloats) * 4 +
+        base + static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kPlanes * Cfg::kAFloats) * 4 +
                                      wgn * Cfg::kN * (kCl ? 128 : 16));
+    const auto a_desc = [&](int kb, int plane) {
+      return wgmma_desc(a_addr + plane * Cfg::kAFloats * 4 + 2 * kb * kLboA, kLboA, 128);
+    };
+    const auto b_desc = [&](int kb, int plane) {
+      const uint32_t b = b_addr + plane * Cfg::kBFloats * 4;
+      return kCl ? wgmma_desc_sw128(b + kb * 32) : wgmma_desc(b + 2 * kb * kLboB, kLboB, 128);
+    };
+    if constexpr (Cfg::kSplit) {
+      // Small products first, then the big one; the step's chain starts from zero.
 #pragma unroll
-    for (int kb = 0; kb < kBK / 8; ++kb)
-      wgmma_tf32_ss<Cfg::kN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
-                             kCl ? wgmma_desc_sw128(b_addr + kb * 32)
-                                 : wgmma_desc(b_addr + 2 * kb * kLboB, kLboB, 128));
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 1), b_desc(kb, 0), kb > 0);
+#pragma unroll
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 1));
+#pragma unroll
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
+    } else {
+#pragma unroll
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
+    }
     wgmma_commit();
     rd = rd + 1 == kStages ? 0 : rd + 1;
     wr = wr + 1 == kStages ? 0 : wr + 1;
@@ -271,8 +334,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     if (next_b) store_b(rd);
   }
   wgmma_wait_all();
+  if (steps > 0) flush();
   cp_async_wait<0>();
   __syncthreads();  // every warpgroup is done with the stages: they now hold the output tile
+  const float* const result = Cfg::kSplit ? sum : acc;
 
   // acc[nt*4 + i] holds row g + 8*(i / 2), column nt*8 + 2t + i % 2 of this warp's 16 x kN.
   // Staged with a pitch of 8 mod 32 floats: a half warp's 8-byte writes hit distinct banks.
@@ -285,7 +350,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
 #pragma unroll
     for (int nt = 0; nt < Cfg::kN / 8; ++nt)
       *reinterpret_cast<float2*>(row + nt * 8) =
-          make_float2(acc[nt * 4 + half * 2], acc[nt * 4 + half * 2 + 1]);
+          make_float2(result[nt * 4 + half * 2], result[nt * 4 + half * 2 + 1]);
   }
   __syncthreads();
   batch_igemm_store<kBM, kBN, Cfg::kThreads>(a, smem, kLdC, ay, ax, n0, m0);
@@ -295,23 +360,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// The instances: 128 x 128 (two warpgroups along M) and 64 x 128 (along N, M <= 64).
+// The instances: 128 x 128 (two warpgroups along M) and 64 x 128 (along N, M <= 64); 3xTF32
+// 128 x 64 and 64 x 128, 64 columns a warpgroup (its chain and sum in 64 registers).
 using Bw128 = BwConfig<2, 1, 128>;
 using Bw64 = BwConfig<1, 2, 64>;
+using Bw128Split = BwConfig<2, 1, 64, true>;
+using Bw64Split = BwConfig<1, 2, 64, true>;
 
 template <class Cfg, bool kCl>
 void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
   batch_igemm_launch(batch_wgmma_kernel<Cfg, kCl>, "batch_wgmma_kernel", Cfg::kThreads,
-                     batch_wgmma_smem_bytes(Cfg::kBM, Cfg::kBN, kCl), args, plan);
+                     batch_wgmma_smem_bytes(Cfg::kBM, Cfg::kBN, kCl, Cfg::kSplit), args, plan);
+}
+
+template <class Cfg>
+void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
+  plan.channels_last ? launch<Cfg, true>(args, plan) : launch<Cfg, false>(args, plan);
 }
 
 // dst[n][p][g][c] = tf32(src[n][g*C + c][p]) for c < C, 0 for C <= c < c_pad (p a pixel of the
-// plane): the channels-last copy B is read from. A 32 x 32 tile of (channel, pixel) a block,
-// through shared memory, so that both the reads (along pixels) and the writes (along channels)
-// are whole lines.
+// plane): the channels-last copy B is read from; small (3xTF32, else null) gets the TF32
+// residuals. A 32 x 32 tile of (channel, pixel) a block, through shared memory, so that both the
+// reads (along pixels) and the writes (along channels) are whole lines.
 __global__ void to_channels_last_kernel(const float* __restrict__ src, float* __restrict__ dst,
-                                        int64_t N, int64_t groups, int64_t C, int64_t c_pad,
-                                        int64_t pixels) {
+                                        float* __restrict__ small, int64_t N, int64_t groups,
+                                        int64_t C, int64_t c_pad, int64_t pixels) {
   __shared__ float tile[32][33];
   const int64_t p_tiles = (pixels + 31) / 32, c_tiles = c_pad / 32;
   const int64_t tiles = N * groups * c_tiles * p_tiles;
@@ -331,9 +404,13 @@ __global__ void to_channels_last_kernel(const float* __restrict__ src, float* __
     // Write: pixel p0 + ty + 8i, channels c0 + tx.
     for (int i = 0; i < 4; ++i) {
       const int64_t p = p0 + ty + 8 * i;
-      if (p < pixels)
-        dst[((n * pixels + p) * groups + g) * c_pad + c0 + tx] =
-            __uint_as_float(to_tf32(tile[tx][ty + 8 * i]));
+      if (p < pixels) {
+        const int64_t e = ((n * pixels + p) * groups + g) * c_pad + c0 + tx;
+        const float v = tile[tx][ty + 8 * i];
+        const uint32_t big = to_tf32(v);
+        dst[e] = __uint_as_float(big);
+        if (small != nullptr) small[e] = __uint_as_float(to_tf32(v - __uint_as_float(big)));
+      }
     }
     __syncthreads();  // the tile is rewritten by this block's next one
   }
@@ -344,36 +421,41 @@ __global__ void to_channels_last_kernel(const float* __restrict__ src, float* __
 void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIgemmPlan& plan,
                       const float* w, int device) {
   check_wgmma_code(device);
-  TGRAD_CHECK(!plan.split && (plan.bm == 128 || plan.bm == 64) && plan.bn == 128,
-              "conv batch-wgmma: no instance has the planned tile ", plan.bm, "x", plan.bn,
+  // 1xTF32: 128 x 128 or 64 x 128; 3xTF32: 128 x 64 or 64 x 128 (Bw*Split).
+  const bool tile_ok = plan.split
+                           ? (plan.bm == 128 && plan.bn == 64) || (plan.bm == 64 && plan.bn == 128)
+                           : (plan.bm == 128 || plan.bm == 64) && plan.bn == 128;
+  TGRAD_CHECK(tile_ok, "conv batch-wgmma: no instance has the planned tile ", plan.bm, "x", plan.bn,
               plan.split ? " 3xTF32" : " 1xTF32");
   const int64_t taps = int64_t{args.kH} * args.kW;
   const int64_t values = plan.groups * args.packed_group;
-  std::shared_ptr<void> packed = alloc.allocate(values * int64_t{sizeof(float)}, device);
+  const int64_t planes = plan.split ? 2 : 1;
+  std::shared_ptr<void> packed = alloc.allocate(planes * values * int64_t{sizeof(float)}, device);
   float* wp = static_cast<float*>(packed.get());
-  pack_kmajor_kernel<<<grid_for(values), kThreads>>>(w, wp, plan.groups, args.C, args.M, taps,
-                                                     plan.c_pad, plan.m_pad, args.gather);
+  float* wp_small = plan.split ? wp + values : nullptr;
+  pack_kmajor_kernel<<<grid_for(values), kThreads>>>(w, wp, wp_small, plan.groups, args.C, args.M,
+                                                     taps, plan.c_pad, plan.m_pad, args.gather);
   TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma pack_kmajor_kernel");
   BiArgs a = args;
-  a.a_big = wp, a.a_small = nullptr;
-  a.src_cl = nullptr, a.cl_pixel = 0;
+  a.a_big = wp, a.a_small = wp_small;
+  a.src_cl = nullptr, a.src_cl_small = nullptr, a.cl_pixel = 0;
   std::shared_ptr<void> cl_copy;
   if (plan.channels_last) {
     const int64_t pixels = int64_t{args.Hs} * args.Ws,
                   cl_values = args.N * pixels * plan.groups * plan.c_pad;
-    cl_copy = alloc.allocate(cl_values * int64_t{sizeof(float)}, device);
+    cl_copy = alloc.allocate(planes * cl_values * int64_t{sizeof(float)}, device);
     float* cl = static_cast<float*>(cl_copy.get());
+    float* cl_small = plan.split ? cl + cl_values : nullptr;
     const int64_t tiles = args.N * plan.groups * (plan.c_pad / 32) * ((pixels + 31) / 32);
     to_channels_last_kernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, 65536)), 256>>>(
-        args.src, cl, args.N, plan.groups, args.C, plan.c_pad, pixels);
+        args.src, cl, cl_small, args.N, plan.groups, args.C, plan.c_pad, pixels);
     TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma to_channels_last_kernel");
-    a.src_cl = cl, a.cl_pixel = plan.groups * plan.c_pad;
+    a.src_cl = cl, a.src_cl_small = cl_small, a.cl_pixel = plan.groups * plan.c_pad;
   }
-  const bool cl = plan.channels_last;
-  if (plan.bm == 128) {
-    cl ? launch<Bw128, true>(a, plan) : launch<Bw128, false>(a, plan);
+  if (plan.split) {
+    plan.bm == 128 ? launch<Bw128Split>(a, plan) : launch<Bw64Split>(a, plan);
   } else {
-    cl ? launch<Bw64, true>(a, plan) : launch<Bw64, false>(a, plan);
+    plan.bm == 128 ? launch<Bw128>(a, plan) : launch<Bw64>(a, plan);
   }
 }
 

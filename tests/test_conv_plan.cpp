@@ -477,8 +477,8 @@ TEST(ConvPlan, TraceLineNamesPassGeometryKernelConfigAndDeclines) {
                                    DType::float32, DeviceCaps::h100())
                              .describe();
   for (const char* part :
-       {"-> batch-igemm [tile 128x64/32ch 3xTF32, 4 phases, taps<=4", "grid 512x1x1]",
-        "declined: wgmma (", "; mma.sync (", "; batch-wgmma (\"highest\" (3xTF32)"}) {
+       {"-> batch-wgmma [tile 128x64/32ch 3xTF32, channels-last B, 4 phases, taps<=4",
+        "grid 512x1x1]", "declined: wgmma (", "; mma.sync ("}) {
     EXPECT_NE(bi.find(part), std::string::npos) << part << " in: " << bi;
   }
   struct Restore {
@@ -650,8 +650,8 @@ TEST(ConvPlanBenchmark, TiesKeepThePlannersPlanAndThrowingCandidatesAreSkipped) 
   const ConvPlan last = cuda::last_conv_plan(ConvPass::forward);
   EXPECT_EQ(last.kernel, names.front());
   EXPECT_EQ(last.timed.size(), names.size() - 1);
-  for (const auto& t : last.timed)
-    EXPECT_EQ(t.first.find(broken), std::string::npos) << t.first;
+  for (const auto& t : last.timed)  // no label starts with the broken kernel's name
+    EXPECT_NE(t.first.rfind(broken, 0), 0u) << t.first;
   // The planner's own plan throwing is the call's error.
   ConvGeometry g3 = g;
   g3.batch = 9;
@@ -755,8 +755,8 @@ TEST(ConvPlan, DepthwiseAndGemmRowsSayWhyTheyDecline) {
                Error);
 }
 
-// Tiles mostly empty give way to a batch-positions kernel (batch-wgmma at "high" on sm_90,
-// batch-igemm at "highest") or the GEMM path (all span batch x positions): a DCGAN layer's 8x8
+// Tiles mostly empty give way to a batch-positions kernel (batch-wgmma on sm_90) or the GEMM
+// path (all span batch x positions): a DCGAN layer's 8x8
 // rows leave a 64- or 128-wide row tile nearly empty; the same layer with rows of 512 keeps
 // wgmma forward at "highest". Six output channels (one past what the thin row takes) fill 6 of
 // batch-igemm's 32 tile rows too: the GEMM path.
@@ -765,7 +765,7 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
   const ConvLayerSpec rgb = bench::layer2d("t", "t", 8, 128, 6, 128, 4, 2, 1);
   const ConvLayerSpec big = bench::layer2d("t", "t", 8, 256, 128, 256, 4, 2, 1);
   for (Precision precision : {Precision::highest, Precision::high}) {
-    const std::string batch = precision == Precision::high ? "batch-wgmma" : "batch-igemm";
+    const std::string batch = "batch-wgmma";
     for (ConvPass pass : kPasses) {
       const ConvPlan a =
           plan_conv(pass, geometry(small, precision), DType::float32, DeviceCaps::h100());
@@ -831,20 +831,36 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
       high.describe().find("-> batch-wgmma [tile 128x128/32ch 1xTF32, channels-last B, 4 phases"),
       std::string::npos)
       << high.describe();
-  // "highest" multiplies in 3xTF32, which this kernel does not.
+  // "highest" multiplies in 3xTF32: values and residuals in two stages, 64 columns a warpgroup
+  // at M > 64 (its chain and sum in registers).
   const ConvPlan highest = plan_conv(ConvPass::forward, geometry(l, Precision::highest),
                                      DType::float32, DeviceCaps::h100());
-  EXPECT_EQ(highest.kernel, "batch-igemm") << highest.describe();
-  EXPECT_FALSE(highest.batch.wgmma);
-  EXPECT_NE(reason_of(highest, "batch-wgmma").find("3xTF32"), std::string::npos)
-      << highest.describe();
+  EXPECT_EQ(highest.kernel, "batch-wgmma") << highest.describe();
+  EXPECT_TRUE(highest.batch.wgmma && highest.batch.split) << highest.describe();
+  EXPECT_EQ(highest.batch.bm, 128);
+  EXPECT_EQ(highest.batch.bn, 64);
+  EXPECT_EQ(highest.batch.smem_bytes, cuda::batch_wgmma_smem_bytes(128, 64, true, true));
+  // M = 32 at "highest": half of its 64-row tile would be padding, batch-igemm's 32-row tile
+  // takes the call (at "high", up to M = 64); forced, batch-wgmma runs it with a 64 x 128 tile.
+  const ConvLayerSpec m32 = bench::layer2d("t", "t", 64, 256, 32, 8, 4, 2, 1);
+  const ConvPlan narrow32 = plan_conv(ConvPass::forward, geometry(m32, Precision::highest),
+                                      DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(narrow32.kernel, "batch-igemm") << narrow32.describe();
+  EXPECT_NE(reason_of(narrow32, "batch-wgmma").find("M=32 <= 32: batch-igemm's narrower tiles"),
+            std::string::npos)
+      << narrow32.describe();
+  const ConvPlan m64_highest =
+      plan_conv(ConvPass::forward,
+                geometry(bench::layer2d("t", "t", 64, 256, 64, 8, 4, 2, 1), Precision::highest),
+                DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(m64_highest.kernel, "batch-wgmma") << m64_highest.describe();
+  EXPECT_EQ(m64_highest.batch.bm, 64);
+  EXPECT_EQ(m64_highest.batch.bn, 128);
+  const ConvPlan narrow_forced = plan_conv(ConvPass::forward, geometry(m32, Precision::highest),
+                                           DType::float32, DeviceCaps::h100(), "batch-wgmma");
+  EXPECT_TRUE(narrow_forced.batch.split && narrow_forced.batch.bm == 64)
+      << narrow_forced.describe();
   // Forced where it cannot run, it throws naming itself and the reason.
-  const std::string forced_highest = testing::error_of([&] {
-    plan_conv(ConvPass::forward, geometry(l, Precision::highest), DType::float32,
-              DeviceCaps::h100(), "batch-wgmma");
-  });
-  EXPECT_NE(forced_highest.find("batch-wgmma"), std::string::npos) << forced_highest;
-  EXPECT_NE(forced_highest.find("3xTF32"), std::string::npos) << forced_highest;
   EXPECT_NE(testing::error_of([&] {
               plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float64,
                         DeviceCaps::h100(), "batch-wgmma");
@@ -959,6 +975,7 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
 // U-Net, CycleGAN, DeconvNet deconv1) and on 1-D calls of at most 2^17 positions (HiFi-GAN,
 // EnCodec x8 forward; dgrad at "highest" only); EnCodec's long layers keep wgmma / mma.sync,
 // wide M the GEMM path; float64 calls never reach it, grouped ones one GEMM per group. At
+// "highest", batch-wgmma's 3xTF32 takes those with M > 32 (run 103). At
 // "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1 dgrad with
 // M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
 // (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy, run 69);
@@ -974,36 +991,36 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   };
   const Row rows[] = {
       {"dcgan_g1", "direct", "gemm", "direct", "gemm"},
-      {"dcgan_g2", "batch-igemm", "batch-igemm", "batch-wgmma", "gemm"},
-      {"dcgan_g3", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
-      {"dcgan_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
+      {"dcgan_g2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
+      {"dcgan_g3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"dcgan_g4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"dcgan_g5", "thin", "thin", "thin", "thin"},
-      {"unet_up1", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
-      {"unet_up2", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
-      {"unet_up3", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
-      {"unet_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
-      {"cyclegan_up1", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
-      {"cyclegan_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
+      {"unet_up1", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
+      {"unet_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"unet_up3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"unet_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
+      {"cyclegan_up1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"cyclegan_up2", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"pix2pix_out", "thin", "thin", "thin", "thin"},
-      {"hifigan_v1_up1", "batch-igemm", "gemm", "gemm", "gemm"},
-      {"hifigan_v1_up2", "batch-igemm", "batch-igemm", "batch-wgmma", "gemm"},
-      {"hifigan_v1_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
-      {"hifigan_v1_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"hifigan_v1_up1", "batch-wgmma", "gemm", "gemm", "gemm"},
+      {"hifigan_v1_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
+      {"hifigan_v1_up3", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
+      {"hifigan_v1_up4", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
       {"hifigan_v3_up1", "wgmma", "gemm", "gemm", "gemm"},
-      {"hifigan_v3_up2", "batch-igemm", "gemm", "batch-igemm", "gemm"},
-      {"hifigan_v3_up3", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
-      {"encodec_up8", "batch-igemm", "gemm", "batch-wgmma", "gemm"},
-      {"encodec_up5", "wgmma", "batch-igemm", "batch-wgmma", "batch-wgmma"},
-      {"encodec_up4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
-      {"encodec_up2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"hifigan_v3_up2", "batch-wgmma", "gemm", "batch-igemm", "gemm"},
+      {"hifigan_v3_up3", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
+      {"encodec_up8", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
+      {"encodec_up5", "wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"encodec_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
+      {"encodec_up2", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
       {"convtasnet_dec", "thin", "thin", "thin", "thin"},
-      {"grouped_g2", "batch-igemm", "batch-igemm", "batch-igemm", "batch-wgmma"},
+      {"grouped_g2", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"grouped_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"grouped_g8", "direct", "direct", "direct", "direct"},
       {"fcn_up2_dw", "thin", "depthwise", "thin", "depthwise"},
       {"depthwise_256", "thin", "depthwise", "thin", "depthwise"},
-      {"deconvnet_5", "batch-igemm", "batch-igemm", "batch-wgmma", "batch-wgmma"},
-      {"deconvnet_1", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
+      {"deconvnet_5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"deconvnet_1", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-igemm"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
   ASSERT_EQ(layers.size(), std::size(rows));
@@ -1092,21 +1109,22 @@ TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
   EXPECT_EQ(a.kernel, "gemm") << a.describe();
   EXPECT_NE(reason_of(a, "mma.sync").find("32 CTAs for 132 SMs (under half)"), std::string::npos)
       << a.describe();
-  // Four times the samples: batch-igemm's grid fills the GPU and it takes the call first.
+  // Four times the samples: the batch-positions grid fills the GPU and batch-wgmma (3xTF32 at
+  // "highest", M = 128) takes the call first.
   const ConvPlan b = plan_conv(ConvPass::dgrad, geometry(more, Precision::highest), DType::float32,
                                DeviceCaps::h100());
-  EXPECT_EQ(b.kernel, "batch-igemm") << b.describe();
+  EXPECT_EQ(b.kernel, "batch-wgmma") << b.describe();
   EXPECT_EQ(b.describe().find("(under half)"), std::string::npos) << b.describe();
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "mma.sync").kernel,
             "mma.sync");
   EXPECT_EQ(plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100(), "", false).kernel,
             "mma.sync");
-  // A device of 48 SMs: batch-igemm's grid fills half of it, so batch-igemm (ahead of the row
-  // kernels on short 1-D calls) runs it; no row names too few CTAs.
+  // A device of 48 SMs: the batch-positions grid fills half of it, so batch-wgmma (ahead of the
+  // row kernels on short 1-D calls) runs it; no row names too few CTAs.
   DeviceCaps smaller = DeviceCaps::h100();
   smaller.sm_count = 48;
   const ConvPlan c = plan_conv(ConvPass::dgrad, g, DType::float32, smaller);
-  EXPECT_EQ(c.kernel, "batch-igemm") << c.describe();
+  EXPECT_EQ(c.kernel, "batch-wgmma") << c.describe();
   EXPECT_EQ(c.describe().find("(under half)"), std::string::npos) << c.describe();
 }
 

@@ -1,7 +1,7 @@
 // The batch-positions implicit GEMMs on the GPU, forced: batch-igemm
 // (cuda/conv_transpose_batch_igemm.cu, mma.sync, both precisions, forward and dgrad) and
-// batch-wgmma (sm_90a's wgmma, "high": cuda/conv_transpose_batch_wgmma.cu for forward and dgrad,
-// cuda/conv_transpose_wgrad_wgmma.cu for wgrad). Every layer of the decoder suite at batch 2 (so
+// batch-wgmma (sm_90a's wgmma: cuda/conv_transpose_batch_wgmma.cu for forward and dgrad at both
+// precisions, cuda/conv_transpose_wgrad_wgmma.cu for wgrad at "high"). Every layer of the decoder suite at batch 2 (so
 // a tile's columns, or wgrad's K steps, cross samples), grouped and depthwise ones included (one
 // GEMM per group), and edge geometries (dilation, output padding, phases without taps, M and C
 // off the tile sizes, unequal strides, groups of odd sizes), each element of y (with bias), dx
@@ -46,9 +46,8 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kerne
   const testing::ConvSettingsGuard restore;
   set_conv_kernel("fwd=" + kernel + ",dgrad=" + kernel);
   const Device cuda(kCUDA);
-  const bool wgmma = kernel == cuda::kKernelBatchWgmma;  // 1xTF32 only
+  const bool wgmma = kernel == cuda::kKernelBatchWgmma;
   for (const char* precision : {"highest", "high"}) {
-    if (wgmma && std::string(precision) == "highest") continue;
     SCOPED_TRACE(l.id + " at " + precision);
     set_float32_matmul_precision(precision);
     const bool high = std::string(precision) == "high";
