@@ -272,12 +272,20 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
   const bool fwd = in.pass == ConvPass::forward;
   const int64_t out_h = fwd ? g.out_size[0] : g.in_size[0];
   const int64_t out_w = fwd ? g.out_size[1] : g.in_size[1];
+  const bool two_d = g.in_size[0] > 1 && g.out_size[0] > 1;
+  // A forward whose taps all fall in one phase; when strided, wgmma's fill mode writes the other
+  // phases' bias beside them (S1 forward).
+  const bool one_phase = fwd && (g.kernel[1] == 1 || g.dilation[1] % g.stride[1] == 0);
+  const bool fill = one_phase && g.stride[1] > 1;
   // batch-wgmma, where it takes a call at "high", was ahead of both row kernels on every call of
   // the suite and of S1-S5 in run 54's benchmark mode, and on 2-D rows of 512 with M = 128 and
-  // 256. Its 3xTF32 instance ("highest") was measured against batch-igemm only, so there the
-  // bounds below, batch-igemm's, decide between the row and the batch-positions kernels.
-  if (in.g.precision == Precision::high && batch_declined(in, true, nullptr).empty()) return "";
-  const bool two_d = g.in_size[0] > 1 && g.out_size[0] > 1;
+  // 256. Its 3xTF32 instance ("highest") was ahead of them on the 1-D calls it takes (S2 and S3
+  // 1.20x-1.29x, S4's forward 1.04x, EnCodec x5's forward 1.69x; runs 103 and 105), except a
+  // one-phase forward (S1's, 1.25x slower than fill mode); on 2-D calls the bounds below, batch-
+  // igemm's, decide there (S5, rows of 512, 1.5x slower on batch-wgmma).
+  if (batch_declined(in, true, nullptr).empty() &&
+      (g.precision == Precision::high || (!two_d && !fill)))
+    return "";
   if (two_d) {
     if (wgmma && out_w >= kBatchIgemmRowsBelow) return "2-D rows of 512 or more";
   } else {
@@ -287,7 +295,6 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
     // wgmma's fill mode writes the other phases' bias beside them (S1 forward).
     // Past stride 4 a dgrad's gathers waste most of their loads in either kernel, and mma.sync
     // kept EnCodec's x5 dgrad at "high".
-    const bool one_phase = fwd && (g.kernel[1] == 1 || g.dilation[1] % g.stride[1] == 0);
     if (g.stride[1] == 1 || g.stride[1] > 4 || one_phase) {
       if (g.batch * out_h * out_w > kBatchIgemmMaxPositions1d)
         return "1-D, more than 2^17 positions";

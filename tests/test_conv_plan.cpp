@@ -242,13 +242,13 @@ TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
       {"S1", ConvPass::forward, "wgmma, fill", "wgmma, fill"},
       {"S1", ConvPass::dgrad, "batch-igemm", "batch-igemm"},
       {"S1", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
-      {"S2", ConvPass::forward, "wgmma", "batch-wgmma"},
-      {"S2", ConvPass::dgrad, "wgmma", "wgmma"},
+      {"S2", ConvPass::forward, "batch-wgmma", "batch-wgmma"},
+      {"S2", ConvPass::dgrad, "batch-wgmma", "wgmma"},
       {"S2", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
-      {"S3", ConvPass::forward, "wgmma", "batch-wgmma"},
-      {"S3", ConvPass::dgrad, "wgmma", "batch-wgmma"},
+      {"S3", ConvPass::forward, "batch-wgmma", "batch-wgmma"},
+      {"S3", ConvPass::dgrad, "batch-wgmma", "batch-wgmma"},
       {"S3", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (batch-wgmma)"},
-      {"S4", ConvPass::forward, "wgmma", "wgmma, 2 taps in flight"},
+      {"S4", ConvPass::forward, "batch-wgmma", "wgmma, 2 taps in flight"},
       {"S4", ConvPass::dgrad, "mma.sync", "wgmma, 2 taps in flight"},
       {"S4", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
       {"S5", ConvPass::forward, "wgmma, row fold", "wgmma, 2 taps in flight, row fold"},
@@ -502,12 +502,14 @@ TEST(ConvPlanCuda, ForcedKernelsRunAndAgree) {
   manual_seed(7);
   const TensorOptions opt = TensorOptions().device(Device(kCUDA));
   // 64 channels fill the tensor-core tiles, so the planner picks one of those kernels (short
-  // 2-D rows: batch-igemm).
+  // 2-D rows: batch-igemm, or batch-wgmma on a 9.0 device).
   const Tensor x = randn({2, 64, 96, 96}, opt), w = randn({64, 64, 3, 3}, opt);
   set_conv_kernel("");
   const Tensor planned = conv_transpose2d(x, w).to(Device(kCPU));
   const std::string chosen = cuda::last_conv_plan(ConvPass::forward).kernel;
-  EXPECT_TRUE(chosen == "wgmma" || chosen == "mma.sync" || chosen == "batch-igemm") << chosen;
+  EXPECT_TRUE(chosen == "wgmma" || chosen == "mma.sync" || chosen == "batch-igemm" ||
+              chosen == "batch-wgmma")
+      << chosen;
   set_conv_kernel("fma");
   const Tensor general = conv_transpose2d(x, w).to(Device(kCPU));
   EXPECT_EQ(cuda::last_conv_plan(ConvPass::forward).kernel, "fma");
@@ -934,10 +936,17 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
       plan_conv(ConvPass::dgrad, geometry(s4, Precision::high), DType::float32, DeviceCaps::h100());
   EXPECT_EQ(s4_dgrad.kernel, "batch-wgmma") << s4_dgrad.describe();
   EXPECT_FALSE(s4_dgrad.batch.channels_last) << s4_dgrad.describe();
-  // Long 1-D sequences with M > 64 leave the row kernels for batch-wgmma at "high" only.
+  // Long 1-D sequences with M > 64 leave the row kernels for batch-wgmma at both precisions; at
+  // "highest" a strided forward whose taps all fall in one phase stays with wgmma's fill mode,
+  // and 2-D rows of 512 with the row kernels.
   const ConvLayerSpec seq = bench::layer1d("t", "t", 64, 128, 128, 65536, 3, 1, 0);
   EXPECT_EQ(kernel_of(ConvPass::forward, seq, Precision::high), "batch-wgmma");
-  EXPECT_EQ(kernel_of(ConvPass::forward, seq, Precision::highest), "wgmma");
+  EXPECT_EQ(kernel_of(ConvPass::forward, seq, Precision::highest), "batch-wgmma");
+  ConvLayerSpec one_phase = bench::layer1d("t", "t", 16, 128, 128, 65536, 3, 2, 1);
+  one_phase.dilation = {2, 1};
+  EXPECT_EQ(kernel_of(ConvPass::forward, one_phase, Precision::highest), "wgmma");
+  const ConvLayerSpec rows512 = bench::layer2d("t", "t", 4, 128, 128, 512, 3, 1, 1);
+  EXPECT_EQ(kernel_of(ConvPass::forward, rows512, Precision::highest), "wgmma");
 }
 
 // The batch-positions kernels gather every tap of a phase; where most land outside src (a small
@@ -1010,7 +1019,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"hifigan_v3_up2", "batch-wgmma", "gemm", "batch-igemm", "gemm"},
       {"hifigan_v3_up3", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
       {"encodec_up8", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
-      {"encodec_up5", "wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"encodec_up5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
       {"encodec_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"encodec_up2", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
       {"convtasnet_dec", "thin", "thin", "thin", "thin"},
