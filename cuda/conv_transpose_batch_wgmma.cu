@@ -101,9 +101,10 @@ __global__ void pack_kmajor_kernel(const float* __restrict__ w, float* __restric
     const int64_t tap = e / (c_pad * m_pad) % taps, c = cg * 4 + c4;
     float v = 0.0f;
     if (m < M && c < C) v = batch_igemm_weight(w, e / per_group, m, c, tap, C, M, taps, gather);
-    const uint32_t big = to_tf32(v);
+    uint32_t big, residual;
+    split_tf32(v, big, residual);
     wp[e] = __uint_as_float(big);
-    if (small != nullptr) small[e] = __uint_as_float(to_tf32(v - __uint_as_float(big)));
+    if (small != nullptr) small[e] = __uint_as_float(residual);
   }
 }
 
@@ -406,10 +407,10 @@ __global__ void to_channels_last_kernel(const float* __restrict__ src, float* __
       const int64_t p = p0 + ty + 8 * i;
       if (p < pixels) {
         const int64_t e = ((n * pixels + p) * groups + g) * c_pad + c0 + tx;
-        const float v = tile[tx][ty + 8 * i];
-        const uint32_t big = to_tf32(v);
+        uint32_t big, residual;
+        split_tf32(tile[tx][ty + 8 * i], big, residual);
         dst[e] = __uint_as_float(big);
-        if (small != nullptr) small[e] = __uint_as_float(to_tf32(v - __uint_as_float(big)));
+        if (small != nullptr) small[e] = __uint_as_float(residual);
       }
     }
     __syncthreads();  // the tile is rewritten by this block's next one

@@ -514,7 +514,7 @@ void conv_thin_run(CachingAllocator& alloc, ConvPass pass, const ThinPlan& plan,
   } else if (pass == ConvPass::wgrad) {
     with_block<kThinWgradBlocks>(plan.block, [&](auto blk) {
       constexpr int kBlock = decltype(blk)::value;
-      if (thin_wgrad_channels(p.Cig) == 64) {
+      if (thin_wgrad_channels(p.Cig) == kThinWgradMinChannels) {
         thin_wgrad_kernel<kBlock, 2><<<grid, 32 * kBlock / 8>>>(
             a.data_ptr<float>(), b.data_ptr<float>(), dst, q, d, plan.split_len);
       } else {

@@ -1,12 +1,13 @@
 // The batch-positions implicit GEMMs on the GPU, forced: batch-igemm
 // (cuda/conv_transpose_batch_igemm.cu, mma.sync, both precisions, forward and dgrad) and
 // batch-wgmma (sm_90a's wgmma: cuda/conv_transpose_batch_wgmma.cu for forward and dgrad at both
-// precisions, cuda/conv_transpose_wgrad_wgmma.cu for wgrad at "high"). Every layer of the decoder suite at batch 2 (so
-// a tile's columns, or wgrad's K steps, cross samples), grouped and depthwise ones included (one
-// GEMM per group), and edge geometries (dilation, output padding, phases without taps, M and C
-// off the tile sizes, unequal strides, groups of odd sizes), each element of y (with bias), dx
-// and dw against float64 within its own error budget (tests/conv_budget.h), and the plan that ran
-// is the forced kernel with the precision's multiply. batch-wgmma's two ways of loading B (from a
+// precisions, cuda/conv_transpose_wgrad_wgmma.cu for wgrad at "high"). Every layer of the
+// decoder suite at batch 2 (so a tile's columns, or wgrad's K steps, cross samples), grouped and
+// depthwise ones included (one GEMM per group), and edge geometries (dilation, output padding,
+// phases without taps, M and C off the tile sizes, unequal strides, groups of odd sizes), each
+// element of y (with bias), dx and dw against float64 within its own error budget
+// (tests/conv_budget.h), and the plan that ran is the forced kernel with the precision's
+// multiply. batch-wgmma's two ways of loading B (from a
 // channels-last copy of src, or gathered from src) are both among these layers (the plan says
 // which, by M and taps: ConvPlan.BatchWgmmaCopiesSrcChannelsLastWhereItPays).
 #include <gtest/gtest.h>
