@@ -107,20 +107,25 @@ struct BatchIgemmPlan {
   int smem_bytes = 0;
 };
 
-// batch-wgmma's wgrad instance (conv_transpose_wgrad_wgmma.cu, sm_90a, 1xTF32). Per group, the
-// GEMM
+// batch-wgmma's wgrad instances (conv_transpose_wgrad_wgmma.cu, sm_90a). Per group, the GEMM
 //   dw[m, j] = sum_k x[n, m, ih, iw] * dy[n, co, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW]
 // rows m: the group's input channels; columns j = (co*kH + kh)*kW + kw: dw's own layout, so a
 // tile is written in place; K: k = (n*Hi + ih)*Wi + iw over the whole batch (dy zero outside its
 // plane). K is cut into `splits` slices of steps_per_split steps of kBatchWgradBK positions; each
 // slice writes its own partial tile and the partials are summed in slice order (deterministic).
+// Tiles: 128 x 128 at 1xTF32 ("high"); 3xTF32 ("highest") holds each tile twice (values and
+// residuals) and keeps a float32 sum beside the accumulator, so its tiles are 128 x 64 or 64 x 128
+// (64 columns a warpgroup) and still fit two CTAs per SM.
 inline constexpr int kBatchWgradBM = 128, kBatchWgradBN = 128, kBatchWgradBK = 32;
 inline constexpr int kBatchWgradStages = 2, kBatchWgradThreads = 256;
-constexpr int batch_wgrad_smem_bytes() {
-  return kBatchWgradStages * kBatchWgradBK * (kBatchWgradBM + kBatchWgradBN) * 4;
+constexpr int batch_wgrad_smem_bytes(int bm = kBatchWgradBM, int bn = kBatchWgradBN,
+                                     bool split = false) {
+  return (split ? 2 : 1) * kBatchWgradStages * kBatchWgradBK * (bm + bn) * 4;
 }
 
 struct BatchWgradPlan {
+  int bm = kBatchWgradBM, bn = kBatchWgradBN;    // CTA tile: rows (C_in/groups) x columns
+  bool split = false;                            // 3xTF32 ("highest"), else 1xTF32
   int64_t m_tiles = 0, n_tiles = 0, groups = 1;  // row and column tiles of one group's GEMM
   int64_t steps = 0;                             // K steps of the whole batch
   int64_t splits = 0, steps_per_split = 0;       // K slices (the partials) and their length

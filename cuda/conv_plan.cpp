@@ -125,7 +125,8 @@ double thin_use(const ConvGeometry& g, const ThinPlan& t) {
 // pix2pix's 128 -> 3, 1.11x on DCGAN's 64 -> 3 (a block of 64 channels), even on Conv-TasNet's
 // 512 -> 1. Under 64 channels a block's lanes sit partly empty, and the direct kernel keeps the
 // call. At "high", batch-wgmma's TF32 was as fast or faster on those layers (1.06x-2.8x, run 90),
-// so the rows above keep the call there.
+// so the rows above keep the call there; at "highest" batch-wgmma's 3xTF32 keeps those it takes
+// (narrow_wgrad_on_wgmma), and this kernel the rest.
 std::string thin_wgrad_declined(const ConvGeometry& g) {
   if (g.precision == Precision::high)
     return "wgrad at \"high\": the tensor-core rows measured faster on thin outputs";
@@ -659,7 +660,7 @@ std::string rule_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   return batch_declined(in, true, &plan.batch);
 }
 
-// ---- batch-wgmma's wgrad (sm_90a, "high") ------------------------------------------------------
+// ---- batch-wgmma's wgrad (sm_90a) ---------------------------------------------------------------
 
 // K is cut into slices for about kBatchWgradCtas CTAs (four waves of two CTAs per SM on a
 // 132-SM H100 or H200), each at least kBatchWgradMinSteps steps long: a shorter slice would
@@ -677,16 +678,27 @@ bool few_channels(const ConvGeometry& g) {
   return std::min(g.in_channels_per_group(), g.out_channels_per_group()) <= kNarrowChannels;
 }
 
+// A wgrad at "highest" narrow through C_out/groups alone (groups 1, more than kNarrowChannels
+// input channels: RGB and mono outputs) stays here, unless a preference below sends it on: its
+// rows are the input channels, its columns C_out x taps, and on the suite's three such layers it
+// measured 1.1x-3.5x faster than the direct kernel and 1.1x-2.4x faster than the thin one (GPU
+// run 111, H200: DCGAN's 64 -> 3 0.074 ms against 0.126 direct and 0.114 thin, pix2pix's
+// 128 -> 3 0.069 against 0.239 and 0.169, Conv-TasNet's 512 -> 1 0.077 against 0.086 and 0.084).
+bool narrow_wgrad_on_wgmma(const PlanInput& in) {
+  const ConvGeometry& g = in.g;
+  return g.precision == Precision::highest && g.groups == 1 && g.in_channels > kNarrowChannels;
+}
+
 std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   if (in.dtype != DType::float32)
     return std::string(dtype_name(in.dtype)) + ": the tensor-core kernels are float32 only";
   if (std::string no = batch_wgmma_declined(in); !no.empty()) return no;
-  if (in.g.precision == Precision::highest)
-    return "\"highest\" (3xTF32): this wgrad multiplies in 1xTF32 only";
   // Calls narrow through their groups alone (more than kNarrowChannels channels each side) stay
   // here: one GEMM per group in the grid measured faster than the direct kernel (groups 4 of
   // 32 -> 16 channels: 0.051 against 0.088 ms, run 68).
-  if (std::string narrow = direct_first(in); !narrow.empty() && few_channels(in.g)) return narrow;
+  if (std::string narrow = direct_first(in);
+      !narrow.empty() && few_channels(in.g) && !narrow_wgrad_on_wgmma(in))
+    return narrow;
   const ConvGeometry& g = in.g;
   // Sizes inside a plane, channel counts and taps are 32-bit in the kernel; offsets are int64.
   if (!fits_plane32(g)) return "a spatial size or plane past the kernel's 32-bit plane arithmetic";
@@ -697,8 +709,13 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
     return "more than 2^30 channels or (C_out/groups) x taps columns";
   BatchWgradPlan& p = plan.batch_wgrad;
   p.groups = g.groups;
-  p.m_tiles = ceil_div(cig, kBatchWgradBM);
-  p.n_tiles = ceil_div(cols, kBatchWgradBN);
+  // 3xTF32's tiles hold 64 columns a warpgroup: 128 x 64, or 64 x 128 where a group's rows fit
+  // 64 (a 128-row tile would be half padding).
+  p.split = g.precision == Precision::highest;
+  p.bm = p.split && cig <= 64 ? 64 : kBatchWgradBM;
+  p.bn = p.split && cig > 64 ? 64 : kBatchWgradBN;
+  p.m_tiles = ceil_div(cig, p.bm);
+  p.n_tiles = ceil_div(cols, p.bn);
   p.steps = ceil_div(g.batch * g.in_size[0] * g.in_size[1], kBatchWgradBK);
   const int64_t tiles = p.m_tiles * p.n_tiles * p.groups;
   const int64_t most = std::max<int64_t>(1, p.steps / kBatchWgradMinSteps);
@@ -707,7 +724,7 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   p.splits = ceil_div(p.steps, p.steps_per_split);
   if (tiles * p.splits > kIntMax)
     return std::to_string(tiles * p.splits) + " CTAs: more than the grid's 2^31 - 1";
-  p.smem_bytes = batch_wgrad_smem_bytes();
+  p.smem_bytes = batch_wgrad_smem_bytes(p.bm, p.bn, p.split);
   if (p.smem_bytes > in.caps.smem_per_block_optin)
     return std::to_string(p.smem_bytes) + " bytes of shared memory a CTA, more than the device's " +
            std::to_string(in.caps.smem_per_block_optin);
@@ -723,8 +740,18 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   // - C_in/groups <= 32, or <= 64 with stride 1: the split-K mma.sync kernel's 32-row warp tiles
   //   fit the few rows (at least half of these 128-row tiles would be empty), and at stride 1 it
   //   stages one dy window for every tap (S1, S2, S4, S5: 1.5x-2.9x faster there).
+  // At "highest" (3xTF32: three wgmmas for each gathered value) every suite layer's and S1-S5's
+  // wgrad and 20 layers outside the suite were timed on every kernel (benchmark mode, GPU run
+  // 111, H200). The extra multiplies hide the gathers, and the 3xTF32 tiles are 64 rows where a
+  // group's rows fit 64, so two of the rules change:
+  // - C_in/groups >= 512 stays here: faster than the GEMM path (whose cuBLAS GEMM is float32
+  //   FMA at "highest") on 7 of 9 such layers (1.09x-1.44x: DCGAN 512 -> 256, U-Net 1024 -> 512
+  //   and 512 -> 256, HiFi-GAN V1 x8), slower on EnCodec x8 (1.11x) and DeconvNet deconv5 (1.21x);
+  // - C_in/groups in (32, 64] at stride 1 stays here too (S2 1.07x, DeconvNet deconv1 1.30x
+  //   faster than the split-K kernel); at 32 and under the split-K kernel keeps its lead (S1, S4,
+  //   S5: 1.4x-1.85x).
   const bool gemm_ok = gemm_path_declined(in.pass, g, g.precision, in.dtype).empty();
-  if (cig >= kBatchWgradGemmMinCin && gemm_ok)
+  if (cig >= kBatchWgradGemmMinCin && gemm_ok && !p.split)
     return "C_in/groups=" + std::to_string(cig) + " >= " + std::to_string(kBatchWgradGemmMinCin) +
            ": the GEMM path's cuBLAS GEMM earns back its column buffer";
   const int64_t ctas = tiles * p.splits;
@@ -732,7 +759,7 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
     return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
            " SMs (under a quarter): the GEMM path spans batch x positions";
   const bool stride1 = g.stride[0] == 1 && g.stride[1] == 1;
-  if (cig <= kBatchWgradMmaMaxCin || (cig <= 2 * kBatchWgradMmaMaxCin && stride1)) {
+  if (cig <= kBatchWgradMmaMaxCin || (!p.split && cig <= 2 * kBatchWgradMmaMaxCin && stride1)) {
     ConvPlan scratch;
     if (rule_wgrad_mma_sync(in, scratch).empty())
       return "C_in/groups=" + std::to_string(cig) + (stride1 ? " at stride 1" : "") +
@@ -1011,8 +1038,8 @@ std::string ConvPlan::describe() const {
        << igemm_ctas(p) << "]";
   } else if (kernel == kKernelBatchWgmma && pass == ConvPass::wgrad) {
     const BatchWgradPlan& b = batch_wgrad;
-    os << " [tile " << kBatchWgradBM << "x" << kBatchWgradBN << "/" << kBatchWgradBK
-       << " positions 1xTF32, " << b.splits << " K slices of " << b.steps_per_split
+    os << " [tile " << b.bm << "x" << b.bn << "/" << kBatchWgradBK << " positions"
+       << (b.split ? " 3xTF32, " : " 1xTF32, ") << b.splits << " K slices of " << b.steps_per_split
        << " steps, smem " << b.smem_bytes << " B, grid "
        << b.n_tiles * b.m_tiles * b.groups * b.splits
        << (b.groups > 1 ? ", " + std::to_string(b.groups) + " groups" : std::string()) << "]";

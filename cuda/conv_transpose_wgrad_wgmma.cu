@@ -1,5 +1,6 @@
 // The weight gradient as one implicit GEMM over the whole batch on sm_90a's wgmma (planner row
-// "batch-wgmma", pass wgrad, "high": 1xTF32). The GEMM is conv_batch_igemm.h's BatchWgradPlan:
+// "batch-wgmma", pass wgrad: 1xTF32 at "high", 3xTF32 at "highest"). The GEMM is
+// conv_batch_igemm.h's BatchWgradPlan:
 //   dw[m, j] = sum_k x[n, m, ih, iw] * dy[n, co, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW]
 // with rows m (a group's input channels), columns j = (co*kH + kh)*kW + kw (dw's layout) and K
 // over k = (n*Hi + ih)*Wi + iw, every sample and position.
@@ -11,24 +12,33 @@
 // sequences alike fill 128 x 128 x 32 steps, and B is gathered from dy straight into shared
 // memory.
 //
-// Work split. A CTA owns one 128 x 128 tile of one group and one slice of K (the planner cuts K
-// into slices so that the grid fills the GPU); its tile goes to that slice's partial and
-// conv_transpose_wgrad.cu sums the partials in slice order, so the bits do not depend on timing.
+// Work split. A CTA owns one tile (128 x 128; 3xTF32: 128 x 64 or 64 x 128) of one group and
+// one slice of K (the planner cuts K into slices so that the grid fills the GPU); its tile goes
+// to that slice's partial and conv_transpose_wgrad.cu sums the partials in slice order, so the
+// bits do not depend on timing.
 //
 // Layout. wgmma takes TF32 operands K-major in core matrices of 8 rows x 4 positions (128
 // contiguous bytes): A (x) lands in [k/4][m][k % 4], B (dy) in [k/4][j][k % 4], as in
 // conv_transpose_batch_wgmma.cu. Thread t owns the 4 positions k = k_step + 4*((t / 8) % 8) + i of
-// every step, and rows (A) and columns (B) r = t % 8 + 8*(t / 64) + 32*u for u < 4: its loads
-// read 4 consecutive positions of a row, its stores are one 16-byte group per (u, operand), and
-// the 8 lanes of each quarter warp store 8 consecutive rows (128 contiguous bytes: no bank
-// conflicts). Values are rounded to TF32 (round to nearest, as every tgrad kernel at "high") on
-// the way to shared memory.
+// every step, and rows (A) and columns (B) r = t % 8 + 8*(t / 64) + 32*u (u < 4 on a side of
+// 128, u < 2 on a side of 64): its loads read 4 consecutive positions of a row, its stores are
+// one 16-byte group per (u, operand), and the 8 lanes of each quarter warp store 8 consecutive
+// rows (128 contiguous bytes: no bank conflicts). Values are rounded to TF32 (round to nearest, as
+// every tgrad kernel at "high") on the way to shared memory.
 //
 // Pipeline, two stages, one barrier a step: load step s + 1 into registers -> fence this thread's
 // stores of step s for the async proxy, wait for this warpgroup's wgmmas of step s - 1 ->
 // barrier -> issue step s's wgmmas -> round and store step s + 1 into the other stage (last read
 // by step s - 1, which every warpgroup finished before the barrier). The loads are in flight
 // through the barrier and step s's multiplies.
+//
+// 3xTF32 ("highest", kSplit): each tile is stored twice, the values rounded to TF32 and their
+// TF32 residuals (split_tf32), and a step issues small x big, big x small, then big x big for each
+// k8 block into a chain that starts from zero; once the step's wgmmas are waited for, the chain is
+// added into a float32 sum (as batch-wgmma's forward does), so the tensor cores' accumulation
+// never spans more than one step. Twice the tiles and the sum beside the accumulator fit two
+// CTAs per SM with 64 columns a warpgroup: 128 x 64 (warpgroups along M) or 64 x 128 (along N,
+// for C_in/groups <= 64).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -44,15 +54,27 @@ namespace tgrad::cuda {
 
 namespace {
 
-constexpr int kBM = kBatchWgradBM, kBN = kBatchWgradBN, kBK = kBatchWgradBK;
-constexpr int kCtaThreads = kBatchWgradThreads;
-constexpr int kAFloats = kBK * kBM, kStageFloats = kBK * (kBM + kBN);
-constexpr int kStages = kBatchWgradStages;
-constexpr int kUnits = 4;  // rows (A) and columns (B) a thread loads per step
-static_assert(kCtaThreads == 256 && kBM == 128 && kBN == 128 && kBK == 32,
-              "the thread-to-tile map below assumes 256 threads on 128 x 128 x 32");
-static_assert(kStages == 2 && batch_wgrad_smem_bytes() == kStages * kStageFloats * 4,
-              "the planner's shared-memory count");
+constexpr int kBK = kBatchWgradBK, kCtaThreads = kBatchWgradThreads;
+static_assert(kCtaThreads == 256 && kBK == 32,
+              "the thread-to-tile map below assumes 256 threads and 32 positions a step");
+
+// Two warpgroups, kWgM along M and kWgN along N, each m64 x kN.
+template <int kWgM_, int kWgN_, int kN_, bool kSplit_>
+struct WgConfig {
+  static constexpr int kWgM = kWgM_, kWgN = kWgN_, kN = kN_;
+  static constexpr bool kSplit = kSplit_;
+  static constexpr int kBM = 64 * kWgM, kBN = kN * kWgN;
+  static constexpr int kPlanes = kSplit ? 2 : 1;
+  // Rows (A) and columns (B) a thread loads per step: 32 threads' worth each.
+  static constexpr int kUnitsA = kBM / 32, kUnitsB = kBN / 32;
+  // One plane of each tile; a stage is [A planes][B planes].
+  static constexpr int kAFloats = kBK * kBM, kBFloats = kBK * kBN;
+  static constexpr int kStageFloats = kPlanes * (kAFloats + kBFloats);
+  static_assert(kWgM * kWgN * 128 == kCtaThreads, "two warpgroups");
+  static_assert(kBatchWgradStages == 2 && batch_wgrad_smem_bytes(kBM, kBN, kSplit) ==
+                                              kBatchWgradStages * kStageFloats * 4,
+                "the planner's shared-memory count");
+};
 
 struct WgArgs {
   const float* x;
@@ -69,9 +91,10 @@ struct WgArgs {
 // sample (its first is a multiple of 4): x is one float4 a row, and each column of dy one output
 // row at columns ow, ow + sW, ... Otherwise each position is placed on its own (rows and samples
 // may change between them).
-template <bool kRowAligned>
+template <class Cfg, bool kRowAligned>
 __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kUnitsA = Cfg::kUnitsA, kUnitsB = Cfg::kUnitsB;
   extern __shared__ __align__(128) float smem[];
   // Column tiles fastest: CTAs that run together read the same slice of x through L2.
   int64_t b = blockIdx.x;
@@ -97,11 +120,11 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
   // B: column j = j0 + r0 + 32u is (co, kh, kw). Position (n, ih, iw) reads it at dy row
   // ih*sH + b_oh, column iw*sW + b_ow, i.e. at b_ptr + n*dy_sample + ih*sH*Wo + iw*sW.
   // Bit u of b_cols: column u is one of the group's (a partial last tile has fewer).
-  const float* b_ptr[kUnits];
-  int b_oh[kUnits], b_ow[kUnits];
+  const float* b_ptr[kUnitsB];
+  int b_oh[kUnitsB], b_ow[kUnitsB];
   unsigned b_cols = 0;
 #pragma unroll
-  for (int u = 0; u < kUnits; ++u) {
+  for (int u = 0; u < kUnitsB; ++u) {
     const int64_t j = j0 + r0 + 32 * u;
     const int64_t jj = j < a.cols ? j : 0;
     const int kw = static_cast<int>(jj % a.kW), kh = static_cast<int>(jj / a.kW % a.kH);
@@ -133,13 +156,13 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
   // A (x's rows r0 + 32u) and B (dy for columns r0 + 32u) at the step's 4 positions, into
   // registers: zero past the batch, past the group's rows and columns, and where dy's index
   // leaves its plane.
-  float xv[kUnits][4], bv[kUnits][4];
+  float xv[kUnitsA][4], bv[kUnitsB][4];
   const auto load = [&] {
     if constexpr (kRowAligned) {
       const bool in = cn < a.N;
       const float* const xp = xg + (in ? cn * x_sample + int64_t{cih} * a.Wi + ciw : 0);
 #pragma unroll
-      for (int u = 0; u < kUnits; ++u) {
+      for (int u = 0; u < kUnitsA; ++u) {
         const float4 v = in && 32 * u < a_rows
                              ? __ldg(reinterpret_cast<const float4*>(xp + 32 * u * hw))
                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -148,7 +171,7 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
       const int oh0 = cih * a.sH, ow0 = ciw * a.sW;
       const int64_t off = cn * dy_sample + int64_t{oh0} * a.Wo + ow0;
 #pragma unroll
-      for (int u = 0; u < kUnits; ++u) {
+      for (int u = 0; u < kUnitsB; ++u) {
         const unsigned oh = static_cast<unsigned>(oh0 + b_oh[u]);
         const bool row = in && (b_cols >> u & 1u) && oh < static_cast<unsigned>(a.Ho);
         const int ow = ow0 + b_ow[u];
@@ -172,12 +195,12 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
         const bool in = n < a.N;
         const float* const xp = xg + (in ? n * x_sample + int64_t{ih} * a.Wi + iw : 0);
 #pragma unroll
-        for (int u = 0; u < kUnits; ++u)
+        for (int u = 0; u < kUnitsA; ++u)
           xv[u][i] = in && 32 * u < a_rows ? __ldg(xp + 32 * u * hw) : 0.0f;
         const int oh0 = ih * a.sH, ow0 = iw * a.sW;
         const int64_t off = n * dy_sample + int64_t{oh0} * a.Wo + ow0;
 #pragma unroll
-        for (int u = 0; u < kUnits; ++u) {
+        for (int u = 0; u < kUnitsB; ++u) {
           const bool ok = in && (b_cols >> u & 1u) &&
                           static_cast<unsigned>(oh0 + b_oh[u]) < static_cast<unsigned>(a.Ho) &&
                           static_cast<unsigned>(ow0 + b_ow[u]) < static_cast<unsigned>(a.Wo);
@@ -187,23 +210,48 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
     }
     advance();
   };
-  // Rounded to TF32, one 16-byte group per row (A) and column (B): [k/4][r][k % 4].
-  const auto store = [&](int stage) {
-    float* const at = smem + stage * kStageFloats + (grp * kBM + r0) * 4;
-    float* const bt = smem + stage * kStageFloats + kAFloats + (grp * kBN + r0) * 4;
-#pragma unroll
-    for (int u = 0; u < kUnits; ++u) {
-      *reinterpret_cast<uint4*>(at + 32 * u * 4) =
-          make_uint4(to_tf32(xv[u][0]), to_tf32(xv[u][1]), to_tf32(xv[u][2]), to_tf32(xv[u][3]));
-      *reinterpret_cast<uint4*>(bt + 32 * u * 4) =
-          make_uint4(to_tf32(bv[u][0]), to_tf32(bv[u][1]), to_tf32(bv[u][2]), to_tf32(bv[u][3]));
+  // Rounded to TF32, one 16-byte group per row (A) and column (B): [k/4][r][k % 4]; 3xTF32 also
+  // stores the residuals, one plane (plane floats) further.
+  const auto put = [](float* dst, int plane, const float(&v)[4]) {
+    if constexpr (Cfg::kSplit) {
+      uint4 big, small;
+      split_tf32(v[0], big.x, small.x);
+      split_tf32(v[1], big.y, small.y);
+      split_tf32(v[2], big.z, small.z);
+      split_tf32(v[3], big.w, small.w);
+      *reinterpret_cast<uint4*>(dst) = big;
+      *reinterpret_cast<uint4*>(dst + plane) = small;
+    } else {
+      *reinterpret_cast<uint4*>(dst) =
+          make_uint4(to_tf32(v[0]), to_tf32(v[1]), to_tf32(v[2]), to_tf32(v[3]));
     }
   };
+  const auto store = [&](int stage) {
+    float* const at = smem + stage * Cfg::kStageFloats + (grp * kBM + r0) * 4;
+    float* const bt =
+        smem + stage * Cfg::kStageFloats + Cfg::kPlanes * Cfg::kAFloats + (grp * kBN + r0) * 4;
+#pragma unroll
+    for (int u = 0; u < kUnitsA; ++u)
+      put(at + 32 * u * 4, Cfg::kAFloats, xv[u]);
+#pragma unroll
+    for (int u = 0; u < kUnitsB; ++u)
+      put(bt + 32 * u * 4, Cfg::kBFloats, bv[u]);
+  };
 
-  const int warp = tid / 32, lane = tid % 32, wgm = warp / 4;
+  const int warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  const int wgm = wg / Cfg::kWgN, wgn = wg % Cfg::kWgN;
   const uint32_t base = smem_addr(smem);
   constexpr uint32_t kLboA = kBM * 16, kLboB = kBN * 16;
-  float acc[kBN / 2] = {};
+  float acc[Cfg::kN / 2] = {};
+  // 3xTF32: each step's chain, added into sum once its wgmmas are done.
+  float sum[Cfg::kSplit ? Cfg::kN / 2 : 1] = {};
+  const auto flush = [&] {
+    if constexpr (Cfg::kSplit) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kN / 2; ++i)
+        sum[i] += acc[i];
+    }
+  };
 
   if (steps > 0) {
     load();
@@ -215,35 +263,60 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
     if (next) load();     // step s + 1's loads fly through the barrier and step s's multiplies
     fence_proxy_async();  // this thread's stores of step s are visible to wgmma
     wgmma_wait_all();     // this warpgroup's step s - 1
-    __syncthreads();      // step s is in shared memory; every warpgroup is done with step s - 1
-    const uint32_t a_addr = base + static_cast<uint32_t>(rd * kStageFloats * 4 + wgm * 64 * 16);
-    const uint32_t b_addr = base + static_cast<uint32_t>((rd * kStageFloats + kAFloats) * 4);
+    if (s > 0) flush();
+    __syncthreads();  // step s is in shared memory; every warpgroup is done with step s - 1
+    const uint32_t a_addr =
+        base + static_cast<uint32_t>(rd * Cfg::kStageFloats * 4 + wgm * 64 * 16);
+    const uint32_t b_addr =
+        base + static_cast<uint32_t>((rd * Cfg::kStageFloats + Cfg::kPlanes * Cfg::kAFloats) * 4 +
+                                     wgn * Cfg::kN * 16);
+    const auto a_desc = [&](int kb, int plane) {
+      return wgmma_desc(a_addr + plane * Cfg::kAFloats * 4 + 2 * kb * kLboA, kLboA, 128);
+    };
+    const auto b_desc = [&](int kb, int plane) {
+      return wgmma_desc(b_addr + plane * Cfg::kBFloats * 4 + 2 * kb * kLboB, kLboB, 128);
+    };
     wgmma_fence();
+    if constexpr (Cfg::kSplit) {
+      // Small products first, then the big one; the step's chain starts from zero.
 #pragma unroll
-    for (int kb = 0; kb < kBK / 8; ++kb)
-      wgmma_tf32_ss<kBN>(acc, wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128),
-                         wgmma_desc(b_addr + 2 * kb * kLboB, kLboB, 128));
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 1), b_desc(kb, 0), kb > 0);
+#pragma unroll
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 1));
+#pragma unroll
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
+    } else {
+#pragma unroll
+      for (int kb = 0; kb < kBK / 8; ++kb)
+        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
+    }
     wgmma_commit();
     // The other stage was last read by step s - 1, which every warpgroup finished before the
     // barrier.
     if (next) store(rd ^ 1);
   }
   wgmma_wait_all();
+  if (steps > 0) flush();
+  const float* const result = Cfg::kSplit ? sum : acc;
 
-  // acc[nt*4 + i] holds row g + 8*(i / 2), column nt*8 + 2t + i % 2 of this warp's 16 rows of
-  // its warpgroup's 64 x 128; written straight to the slice's partial (row-major, cols long).
+  // result[nt*4 + i] holds row g + 8*(i / 2), column nt*8 + 2t + i % 2 of this warp's 16 rows of
+  // its warpgroup's 64 x kN; written straight to the slice's partial (row-major, cols long).
   const int gq = lane / 4, t = lane % 4;
-  float* const out = a.out + z * (int64_t{a.Ci} * a.cols) + (g * a.Cig) * a.cols + j0;
+  const int64_t jw = j0 + wgn * Cfg::kN;
+  float* const out = a.out + z * (int64_t{a.Ci} * a.cols) + (g * a.Cig) * a.cols + jw;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = m0 + wgm * 64 + (warp % 4) * 16 + gq + 8 * half;
     if (row >= a.Cig) continue;
     float* const orow = out + int64_t{row} * a.cols;
 #pragma unroll
-    for (int nt8 = 0; nt8 < kBN / 8; ++nt8) {
+    for (int nt8 = 0; nt8 < Cfg::kN / 8; ++nt8) {
       const int col = nt8 * 8 + 2 * t;
-      if (j0 + col < a.cols) orow[col] = acc[nt8 * 4 + half * 2];
-      if (j0 + col + 1 < a.cols) orow[col + 1] = acc[nt8 * 4 + half * 2 + 1];
+      if (jw + col < a.cols) orow[col] = result[nt8 * 4 + half * 2];
+      if (jw + col + 1 < a.cols) orow[col + 1] = result[nt8 * 4 + half * 2 + 1];
     }
   }
 #else
@@ -252,14 +325,34 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
+// The instances: 1xTF32 128 x 128; 3xTF32 128 x 64 and 64 x 128 (64 columns a warpgroup).
+using Wg128 = WgConfig<2, 1, 128, false>;
+using Wg128Split = WgConfig<2, 1, 64, true>;
+using Wg64Split = WgConfig<1, 2, 64, true>;
+
+template <class Cfg>
+void launch(const WgArgs& a, const BatchWgradPlan& plan, bool row_aligned) {
+  const auto kernel = row_aligned ? wgrad_wgmma_kernel<Cfg, true> : wgrad_wgmma_kernel<Cfg, false>;
+  TGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
+  const int64_t ctas = plan.m_tiles * plan.n_tiles * plan.groups * plan.splits;
+  kernel<<<static_cast<unsigned>(ctas), kCtaThreads, plan.smem_bytes>>>(a);
+  TGRAD_CUDA_CHECK_LAUNCH("wgrad_wgmma_kernel");
+}
+
 }  // namespace
 
 void conv_wgrad_wgmma(const BatchWgradPlan& plan, const ConvGeometry& g, const float* x,
                       const float* dy, float* out, int device) {
   check_wgmma_code(device);
-  TGRAD_CHECK(plan.smem_bytes == batch_wgrad_smem_bytes() && plan.splits > 0,
-              "conv batch-wgmma wgrad: the plan's ", plan.smem_bytes,
-              " bytes of shared memory are not the instance's ", batch_wgrad_smem_bytes());
+  const bool tile_ok = plan.split
+                           ? (plan.bm == 128 && plan.bn == 64) || (plan.bm == 64 && plan.bn == 128)
+                           : plan.bm == 128 && plan.bn == 128;
+  TGRAD_CHECK(tile_ok, "conv batch-wgmma wgrad: no instance has the planned tile ", plan.bm, "x",
+              plan.bn, plan.split ? " 3xTF32" : " 1xTF32");
+  const int smem = batch_wgrad_smem_bytes(plan.bm, plan.bn, plan.split);
+  TGRAD_CHECK(plan.smem_bytes == smem && plan.splits > 0, "conv batch-wgmma wgrad: the plan's ",
+              plan.smem_bytes, " bytes of shared memory are not the instance's ", smem);
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   WgArgs a{};
   a.x = x, a.dy = dy, a.out = out;
@@ -276,13 +369,13 @@ void conv_wgrad_wgmma(const BatchWgradPlan& plan, const ConvGeometry& g, const f
   a.k_total = g.batch * g.in_size[0] * g.in_size[1];
   a.steps_per_split = plan.steps_per_split;
   a.m_tiles = plan.m_tiles, a.n_tiles = plan.n_tiles, a.groups = plan.groups;
-  const int64_t ctas = plan.m_tiles * plan.n_tiles * plan.groups * plan.splits;
   const bool row_aligned = g.in_size[1] % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const auto kernel = row_aligned ? wgrad_wgmma_kernel<true> : wgrad_wgmma_kernel<false>;
-  TGRAD_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
-  kernel<<<static_cast<unsigned>(ctas), kCtaThreads, plan.smem_bytes>>>(a);
-  TGRAD_CUDA_CHECK_LAUNCH("wgrad_wgmma_kernel");
+  if (!plan.split)
+    launch<Wg128>(a, plan, row_aligned);
+  else if (plan.bm == 128)
+    launch<Wg128Split>(a, plan, row_aligned);
+  else
+    launch<Wg64Split>(a, plan, row_aligned);
 }
 
 }  // namespace tgrad::cuda

@@ -131,9 +131,12 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
       std::min(cig, cog) > 8 && cig * cog > 256)
     return false;
   if (pass == ConvPass::wgrad) {
-    if (dtype != DType::float32 || precision != Precision::high) return true;
-    // At "high", batch-wgmma keeps the calls narrow through their groups alone, and the GEMM
-    // path's TF32 those with more than 16 (C_out, tap) columns.
+    if (dtype != DType::float32) return true;
+    // batch-wgmma keeps the calls narrow through their groups alone; at "high" the GEMM path's
+    // TF32 those with more than 16 (C_out, tap) columns, at "highest" batch-wgmma's 3xTF32 those
+    // narrow through C_out alone (groups 1, more than 8 input channels).
+    if (precision == Precision::highest)
+      return std::min(cig, cog) <= 8 && !(l.groups == 1 && cig > 8);
     return std::min(cig, cog) <= 8 && !(l.groups == 1 && cog * l.kernel[0] * l.kernel[1] > 16);
   }
   if (pass != ConvPass::forward) return true;
@@ -149,10 +152,10 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
 // Whether the thin row takes the call: a float32 forward or dgrad with at most four output
 // channels per group that is not depthwise; a forward's cell (strides x C_out/groups) within 32
 // slots with at least half its multiplies useful, a dgrad's window (C_out/groups x taps) within 64.
-// A wgrad only at "highest" with at least 64 input channels per group (a full channel block), a
-// window within 64. Of the depthwise calls, the 2-D forwards whose cells read 2 x 2 inputs.
-bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision precision) {
-  const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
+// No wgrad: the thin wgrad runs at "highest" only where batch-wgmma cannot, and these caps (an
+// H100's) have it. Of the depthwise calls, the 2-D forwards whose cells read 2 x 2 inputs.
+bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype) {
+  const int64_t cog = l.out_channels / l.groups;
   if (dtype != DType::float32 || cog > 4) return false;
   int64_t taps = 1, used = cog, inputs = 1;  // a 1-D spec fills axis 0 only
   bool two_by_two = l.dims == 2;
@@ -166,8 +169,8 @@ bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision p
   const bool depthwise = l.groups == l.in_channels && l.groups == l.out_channels;
   if (depthwise && (pass != ConvPass::forward || !two_by_two)) return false;
   if (pass == ConvPass::dgrad) return cog * taps <= 64;
-  if (pass == ConvPass::wgrad)
-    return precision == Precision::highest && cig >= 64 && cog * taps <= 64;
+  // The thin wgrad runs at "highest" where batch-wgmma cannot (these caps have it).
+  if (pass == ConvPass::wgrad) return false;
   if (used > 32) return false;
   int64_t block = 1;
   for (int64_t b : {1, 2, 4, 8, 12, 16, 24, 32}) {
@@ -195,22 +198,20 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
           const ConvPlan plan = plan_conv(pass, g, dtype, caps);
           expect_consistent(plan, pass, config);
           // The tensor cores take float32 only, the row kernels and wgrad's mma.sync groups 1
-          // only (the batch-positions kernels, wgrad's at "high", run one GEMM per group);
-          // depthwise layers take the
-          // depthwise kernels (wgrad up to 32 taps); narrow calls (few channels per group) the
-          // direct kernels, at either dtype; the other calls the tensor cores decline take the
-          // GEMM path unless one sample's columns pass its workspace (S4, S5 in float64), and
-          // only then the general kernels.
+          // only (the batch-positions kernels, wgrad's too, run one GEMM per group); depthwise
+          // layers take the depthwise kernels (wgrad up to 32 taps); narrow calls (few channels
+          // per group) the direct kernels, at either dtype; the other calls the tensor cores
+          // decline take the GEMM path unless one sample's columns pass its workspace (S4, S5 in
+          // float64), and only then the general kernels.
           const bool depthwise = g.groups == g.in_channels && g.groups == g.out_channels;
-          const bool thin = expect_thin(pass, l, dtype, precision);
+          const bool thin = expect_thin(pass, l, dtype);
           const bool dw_row =
               depthwise && !thin && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
           if (thin) {
             EXPECT_EQ(plan.kernel, "thin") << config << ": " << plan.describe();
           } else if (!dw_row && expect_direct(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
-          } else if (dtype == DType::float32 && g.groups > 1 &&
-                     (pass != ConvPass::wgrad || precision == Precision::high) && !dw_row) {
+          } else if (dtype == DType::float32 && g.groups > 1 && !dw_row) {
             EXPECT_TRUE(plan.kernel == "batch-igemm" || plan.kernel == "batch-wgmma" ||
                         plan.kernel == "gemm")
                 << config << ": " << plan.describe();
@@ -244,10 +245,10 @@ TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
       {"S1", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
       {"S2", ConvPass::forward, "batch-wgmma", "batch-wgmma"},
       {"S2", ConvPass::dgrad, "batch-wgmma", "wgmma"},
-      {"S2", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
+      {"S2", ConvPass::wgrad, "wgrad (batch-wgmma)", "wgrad (mma.sync)"},
       {"S3", ConvPass::forward, "batch-wgmma", "batch-wgmma"},
       {"S3", ConvPass::dgrad, "batch-wgmma", "batch-wgmma"},
-      {"S3", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (batch-wgmma)"},
+      {"S3", ConvPass::wgrad, "wgrad (batch-wgmma)", "wgrad (batch-wgmma)"},
       {"S4", ConvPass::forward, "batch-wgmma", "wgmma, 2 taps in flight"},
       {"S4", ConvPass::dgrad, "mma.sync", "wgmma, 2 taps in flight"},
       {"S4", ConvPass::wgrad, "wgrad (mma.sync)", "wgrad (mma.sync)"},
@@ -283,23 +284,18 @@ std::string reason_of(const ConvPlan& plan, const std::string& kernel) {
 TEST(ConvPlan, GroupsDeclineTheRowKernelsNamingGroups) {
   // Groups of 64 x 64 channels: too wide for the direct kernels. The row kernels and wgrad's
   // split-K GEMM take groups 1 only; batch-igemm runs one GEMM per group (M = 64: batch-wgmma
-  // leaves it the call), and so does wgrad's batch-wgmma at "high"; at "highest" wgrad goes to
-  // the GEMM path.
+  // leaves it the call), and so does wgrad's batch-wgmma at both precisions.
   for (Precision precision : {Precision::high, Precision::highest}) {
     const ConvGeometry g = small_2d(128, 128, 2, precision);
     for (ConvPass pass : kPasses) {
       const ConvPlan plan = plan_conv(pass, g, DType::float32, DeviceCaps::h100());
-      if (pass == ConvPass::wgrad && precision == Precision::high) {
+      if (pass == ConvPass::wgrad) {
         EXPECT_EQ(plan.kernel, "batch-wgmma") << plan.describe();
         EXPECT_EQ(plan.batch_wgrad.groups, 2) << plan.describe();
         EXPECT_NE(plan.describe().find(", 2 groups]"), std::string::npos) << plan.describe();
         continue;  // the rows below batch-wgmma were not asked
       }
-      if (pass == ConvPass::wgrad) {
-        EXPECT_EQ(plan.kernel, "gemm") << plan.describe();
-        EXPECT_NE(reason_of(plan, "direct").find("not few channels per group"), std::string::npos)
-            << plan.describe();
-      } else if (precision == Precision::high) {
+      if (precision == Precision::high) {
         EXPECT_EQ(plan.kernel, "batch-igemm") << plan.describe();
         EXPECT_EQ(plan.batch.groups, 2) << plan.describe();
         EXPECT_NE(plan.describe().find(", 2 groups]"), std::string::npos) << plan.describe();
@@ -776,14 +772,12 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
       } else if (pass == ConvPass::dgrad) {
         EXPECT_TRUE(a.kernel == batch || a.kernel == "gemm") << a.describe();
       } else {
-        // wgrad: batch-wgmma at "high" (K spans the batch's positions), else the GEMM path.
-        EXPECT_EQ(a.kernel, precision == Precision::high ? batch : "gemm") << a.describe();
+        // wgrad: batch-wgmma at both precisions (K spans the batch's positions).
+        EXPECT_EQ(a.kernel, batch) << a.describe();
       }
       // forward and dgrad: the row kernels give way to the batch kernels on short 2-D rows
-      // before looking at their tiles; wgrad's split-K kernel names the tiles' use.
-      if (pass == ConvPass::wgrad && precision == Precision::highest) {
-        EXPECT_NE(a.describe().find("% useful work"), std::string::npos) << a.describe();
-      } else if (pass != ConvPass::wgrad && a.kernel == batch) {
+      // before looking at their tiles.
+      if (pass != ConvPass::wgrad && a.kernel == batch) {
         EXPECT_NE(reason_of(a, "mma.sync").find("batch-positions kernels' tiles span rows"),
                   std::string::npos)
             << a.describe();
@@ -1048,50 +1042,49 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
 }
 
 // The wgrad kernel of every suite layer at both precisions with H100 caps, as the forced A/B of
-// runs 51 and 68 measured them (docs/performance.md). "highest": the split-K kernel keeps the
-// layers it was faster on (C_in <= 128 with 6 or more segments a split: U-Net 128 -> 64,
-// CycleGAN 128 -> 64, EnCodec x2, DeconvNet deconv1); 256 input channels or more, and short
-// splits (HiFi-GAN x2 / x4), go to the GEMM path; narrow layers to the direct kernels, depthwise
-// layers to theirs. "high": batch-wgmma takes every layer but those with 512 input channels or
-// more and HiFi-GAN V3's first x8 (a grid of 32 CTAs: the GEMM path), DeconvNet deconv1 (64
-// channels at stride 1: the split-K kernel), and the layers with few channels per group (direct,
-// depthwise).
+// runs 51 and 68 and benchmark mode's timings of run 111 measured them (docs/performance.md).
+// "highest": batch-wgmma's 3xTF32 takes every layer but those with few channels per group
+// (grouped_g8: direct) and the depthwise ones, the RGB and mono outputs included (it was faster
+// than the thin and direct kernels there). "high": batch-wgmma takes every layer but those with 512
+// input channels or more and HiFi-GAN V3's first x8 (a grid of 32 CTAs: the GEMM path), DeconvNet
+// deconv1 (64 channels at stride 1: the split-K kernel), and the layers with few channels per group
+// (direct, depthwise).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
   struct Row {
     const char *id, *highest, *high;
   };
   const Row rows[] = {
-      {"dcgan_g1", "gemm", "batch-wgmma"},
-      {"dcgan_g2", "gemm", "gemm"},
-      {"dcgan_g3", "gemm", "batch-wgmma"},
-      {"dcgan_g4", "gemm", "batch-wgmma"},
-      {"dcgan_g5", "thin", "batch-wgmma"},
-      {"unet_up1", "gemm", "gemm"},
-      {"unet_up2", "gemm", "gemm"},
-      {"unet_up3", "gemm", "batch-wgmma"},
-      {"unet_up4", "mma.sync", "batch-wgmma"},
-      {"cyclegan_up1", "gemm", "batch-wgmma"},
-      {"cyclegan_up2", "mma.sync", "batch-wgmma"},
-      {"pix2pix_out", "thin", "batch-wgmma"},
-      {"hifigan_v1_up1", "gemm", "gemm"},
-      {"hifigan_v1_up2", "gemm", "batch-wgmma"},
-      {"hifigan_v1_up3", "gemm", "batch-wgmma"},
-      {"hifigan_v1_up4", "gemm", "batch-wgmma"},
-      {"hifigan_v3_up1", "gemm", "gemm"},
-      {"hifigan_v3_up2", "gemm", "batch-wgmma"},
-      {"hifigan_v3_up3", "gemm", "batch-wgmma"},
-      {"encodec_up8", "gemm", "gemm"},
-      {"encodec_up5", "gemm", "batch-wgmma"},
-      {"encodec_up4", "gemm", "batch-wgmma"},
-      {"encodec_up2", "mma.sync", "batch-wgmma"},
-      {"convtasnet_dec", "thin", "direct"},
-      {"grouped_g2", "gemm", "batch-wgmma"},
-      {"grouped_g4", "direct", "batch-wgmma"},
+      {"dcgan_g1", "batch-wgmma", "batch-wgmma"},
+      {"dcgan_g2", "batch-wgmma", "gemm"},
+      {"dcgan_g3", "batch-wgmma", "batch-wgmma"},
+      {"dcgan_g4", "batch-wgmma", "batch-wgmma"},
+      {"dcgan_g5", "batch-wgmma", "batch-wgmma"},
+      {"unet_up1", "batch-wgmma", "gemm"},
+      {"unet_up2", "batch-wgmma", "gemm"},
+      {"unet_up3", "batch-wgmma", "batch-wgmma"},
+      {"unet_up4", "batch-wgmma", "batch-wgmma"},
+      {"cyclegan_up1", "batch-wgmma", "batch-wgmma"},
+      {"cyclegan_up2", "batch-wgmma", "batch-wgmma"},
+      {"pix2pix_out", "batch-wgmma", "batch-wgmma"},
+      {"hifigan_v1_up1", "batch-wgmma", "gemm"},
+      {"hifigan_v1_up2", "batch-wgmma", "batch-wgmma"},
+      {"hifigan_v1_up3", "batch-wgmma", "batch-wgmma"},
+      {"hifigan_v1_up4", "batch-wgmma", "batch-wgmma"},
+      {"hifigan_v3_up1", "batch-wgmma", "gemm"},
+      {"hifigan_v3_up2", "batch-wgmma", "batch-wgmma"},
+      {"hifigan_v3_up3", "batch-wgmma", "batch-wgmma"},
+      {"encodec_up8", "batch-wgmma", "gemm"},
+      {"encodec_up5", "batch-wgmma", "batch-wgmma"},
+      {"encodec_up4", "batch-wgmma", "batch-wgmma"},
+      {"encodec_up2", "batch-wgmma", "batch-wgmma"},
+      {"convtasnet_dec", "batch-wgmma", "direct"},
+      {"grouped_g2", "batch-wgmma", "batch-wgmma"},
+      {"grouped_g4", "batch-wgmma", "batch-wgmma"},
       {"grouped_g8", "direct", "direct"},
       {"fcn_up2_dw", "depthwise", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise"},
-      {"deconvnet_5", "gemm", "gemm"},
-      {"deconvnet_1", "mma.sync", "mma.sync"},
+      {"deconvnet_5", "batch-wgmma", "gemm"},
+      {"deconvnet_1", "batch-wgmma", "mma.sync"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
   ASSERT_EQ(layers.size(), std::size(rows));
@@ -1173,12 +1166,14 @@ TEST(ConvPlan, BatchWgmmaCopiesSrcChannelsLastWhereItPays) {
   }
 }
 
-// wgrad's batch-wgmma: float32 at "high" on a 9.0 device with the sm_90a code; K (the batch's
+// wgrad's batch-wgmma: float32 on a 9.0 device with the sm_90a code, 1xTF32 128 x 128 tiles at
+// "high", 3xTF32 128 x 64 (or 64 x 128 for at most 64 rows) at "highest"; K (the batch's
 // positions) cut into slices of at least 16 steps that cover it once; and the measured
-// preferences, each named: 512 input channels or more and grids under a quarter of the SMs go to
-// the GEMM path, C_in <= 32 (or <= 64 at stride 1) to the split-K kernel, few channels to the
-// direct kernels. Forced, it runs all of them.
-TEST(ConvPlan, WgradBatchWgmmaTakesHighAndNamesItsPreferences) {
+// preferences, each named: grids under a quarter of the SMs go to the GEMM path, and so do 512
+// input channels or more at "high"; C_in <= 32 (or <= 64 at stride 1 at "high") to the split-K
+// kernel; few channels to the direct kernels, but at "highest" it keeps outputs narrow through
+// C_out alone. Forced, it runs all of them.
+TEST(ConvPlan, WgradBatchWgmmaTakesBothPrecisionsAndNamesItsPreferences) {
   const DeviceCaps h100 = DeviceCaps::h100();
   const auto plan = [&](const ConvLayerSpec& l, Precision precision = Precision::high,
                         const DeviceCaps& caps = DeviceCaps::h100(), const std::string& forced = "",
@@ -1212,9 +1207,26 @@ TEST(ConvPlan, WgradBatchWgmmaTakesHighAndNamesItsPreferences) {
     EXPECT_LT((q.splits - 1) * q.steps_per_split, q.steps) << b.describe();
     EXPECT_TRUE(q.splits == 1 || q.steps_per_split >= 16) << b.describe();
   }
-  // What it cannot run: "highest", float64, another device, a build without sm_90a code.
-  EXPECT_NE(reason_of(plan(dcgan, Precision::highest), "batch-wgmma").find("1xTF32 only"),
-            std::string::npos);
+  // "highest": 3xTF32 on 128 x 64 tiles (128 rows), twice the operands in shared memory, so
+  // 16 column tiles; 64 x 128 where the rows fit 64.
+  const ConvPlan h = plan(dcgan, Precision::highest);
+  ASSERT_EQ(h.kernel, "batch-wgmma") << h.describe();
+  const cuda::BatchWgradPlan& hp = h.batch_wgrad;
+  EXPECT_TRUE(hp.split);
+  EXPECT_EQ(hp.bm, 128);
+  EXPECT_EQ(hp.bn, 64);
+  EXPECT_EQ(hp.m_tiles, 1);
+  EXPECT_EQ(hp.n_tiles, 16);
+  EXPECT_EQ(hp.smem_bytes, 2 * 2 * 32 * (128 + 64) * 4);
+  EXPECT_NE(h.describe().find("tile 128x64/32 positions 3xTF32"), std::string::npos)
+      << h.describe();
+  EXPECT_FALSE(a.batch_wgrad.split);
+  const ConvPlan h64 = plan(bench::layer2d("t", "t", 128, 64, 32, 32, 4, 2, 1), Precision::highest);
+  ASSERT_EQ(h64.kernel, "batch-wgmma") << h64.describe();
+  EXPECT_EQ(h64.batch_wgrad.bm, 64);
+  EXPECT_EQ(h64.batch_wgrad.bn, 128);
+  EXPECT_EQ(h64.batch_wgrad.n_tiles, 4);  // 32 x 16 columns
+  // What it cannot run: float64, another device, a build without sm_90a code.
   EXPECT_NE(reason_of(plan(dcgan, Precision::high, h100, "", DType::float64), "batch-wgmma")
                 .find("float32 only"),
             std::string::npos);
@@ -1228,33 +1240,48 @@ TEST(ConvPlan, WgradBatchWgmmaTakesHighAndNamesItsPreferences) {
   EXPECT_NE(reason_of(plan(dcgan, Precision::high, no_code), "batch-wgmma").find("no sm_90a code"),
             std::string::npos);
   // Forced there, it throws naming the pass, itself and the reason.
-  const std::string forced_highest =
-      testing::error_of([&] { plan(dcgan, Precision::highest, h100, "batch-wgmma"); });
-  EXPECT_NE(forced_highest.find("conv_transpose wgrad: the forced kernel 'batch-wgmma'"),
+  const std::string forced_f64 =
+      testing::error_of([&] { plan(dcgan, Precision::high, h100, "batch-wgmma", DType::float64); });
+  EXPECT_NE(forced_f64.find("conv_transpose wgrad: the forced kernel 'batch-wgmma'"),
             std::string::npos)
-      << forced_highest;
-  EXPECT_NE(forced_highest.find("1xTF32 only"), std::string::npos) << forced_highest;
-  // The preferences, each named; forced, the kernel runs the call.
+      << forced_f64;
+  EXPECT_NE(forced_f64.find("float32 only"), std::string::npos) << forced_f64;
+  // The preferences, each named, at "high" and at "highest" (empty: it keeps the call); forced,
+  // the kernel runs the call at both.
   struct Case {
     ConvLayerSpec layer;
-    const char* kernel;
-    const char* reason;
+    const char *kernel_high, *reason_high, *kernel_highest, *reason_highest;
   };
   const Case cases[] = {
-      {bench::layer2d("t", "t", 8, 512, 256, 52, 2, 2, 0), "gemm", "C_in/groups=512 >= 512"},
+      {bench::layer2d("t", "t", 8, 512, 256, 52, 2, 2, 0), "gemm", "C_in/groups=512 >= 512",
+       "batch-wgmma", ""},
+      // 32 CTAs of 128 x 128 at "high", 64 of 128 x 64 at "highest" (HiFi-GAN V3's first x8).
       {bench::layer1d("t", "t", 16, 256, 128, 32, 16, 8, 4), "gemm",
-       "32 CTAs for 132 SMs (under a quarter)"},
+       "32 CTAs for 132 SMs (under a quarter)", "batch-wgmma", ""},
+      {bench::layer1d("t", "t", 8, 128, 64, 32, 16, 8, 4), "gemm",
+       "8 CTAs for 132 SMs (under a quarter)", "gemm", "16 CTAs for 132 SMs (under a quarter)"},
       {bench::layer1d("t", "t", 16, 32, 64, 131072, 3, 2, 1), "mma.sync",
+       "C_in/groups=32: the split-K mma.sync kernel's 32-row tiles fit it", "mma.sync",
        "C_in/groups=32: the split-K mma.sync kernel's 32-row tiles fit it"},
       {bench::layer1d("t", "t", 64, 64, 128, 65536, 3, 1, 0), "mma.sync",
-       "C_in/groups=64 at stride 1"},
-      {bench::layer1d("t", "t", 8, 512, 1, 3999, 16, 8, 0), "direct", "few channels per group"},
+       "C_in/groups=64 at stride 1", "batch-wgmma", ""},
+      {bench::layer1d("t", "t", 8, 512, 1, 3999, 16, 8, 0), "direct", "few channels per group",
+       "batch-wgmma", ""},
+      // Groups of 16 x 8 channels (grouped_g8): few channels either way.
+      {bench::layer1d("t", "t", 64, 128, 64, 3000, 8, 4, 2, 0, 8), "direct",
+       "few channels per group", "direct", "few channels per group"},
   };
   for (const Case& c : cases) {
-    const ConvPlan d = plan(c.layer);
-    EXPECT_EQ(d.kernel, c.kernel) << d.describe();
-    EXPECT_NE(reason_of(d, "batch-wgmma").find(c.reason), std::string::npos) << d.describe();
-    EXPECT_EQ(plan(c.layer, Precision::high, h100, "batch-wgmma").kernel, "batch-wgmma");
+    for (Precision precision : {Precision::high, Precision::highest}) {
+      const bool high = precision == Precision::high;
+      const ConvPlan d = plan(c.layer, precision);
+      EXPECT_EQ(d.kernel, high ? c.kernel_high : c.kernel_highest) << d.describe();
+      const std::string reason = high ? c.reason_high : c.reason_highest;
+      if (!reason.empty()) {
+        EXPECT_NE(reason_of(d, "batch-wgmma").find(reason), std::string::npos) << d.describe();
+      }
+      EXPECT_EQ(plan(c.layer, precision, h100, "batch-wgmma").kernel, "batch-wgmma");
+    }
   }
   // At stride 2, 64 input channels stay here (EnCodec x2).
   EXPECT_EQ(plan(bench::layer1d("t", "t", 64, 64, 32, 12000, 4, 2, 0)).kernel, "batch-wgmma");
@@ -1331,9 +1358,9 @@ TEST(ConvPlan, GemmWgradSlicesFinerForSmallWeightsAtHighest) {
   EXPECT_EQ(gemm_wgrad_splits(geometry(many, Precision::highest), DType::float32, 1 << 20), 1);
 }
 
-// wgrad of the narrow suite layers: the direct kernels, but depthwise layers keep theirs.
-// ...except those the thin row takes (RGB and mono outputs at "highest" with 64 input channels
-// or more: ConvPlan.TheThinRowTakesThinOutputsAndSaysWhy).
+// wgrad of the narrow suite layers: the direct kernels, but depthwise layers keep theirs, and
+// batch-wgmma keeps the RGB and mono outputs (at "high" with more than 16 (C_out, tap) columns,
+// at "highest" with more than 8 input channels).
 TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
   for (const ConvLayerSpec& l : bench::decoder_layers()) {
     const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
@@ -1343,9 +1370,6 @@ TEST(ConvPlan, NarrowSuiteLayersRunTheDirectWgrad) {
           plan_conv(ConvPass::wgrad, geometry(l, precision), DType::float32, DeviceCaps::h100());
       if (depthwise) {
         EXPECT_EQ(plan.kernel, "depthwise") << plan.describe();
-      } else if (expect_thin(ConvPass::wgrad, l, DType::float32, precision)) {
-        EXPECT_EQ(plan.kernel, "thin") << plan.describe();
-        EXPECT_EQ(plan.label(), "wgrad (thin)");
       } else if (expect_direct(ConvPass::wgrad, l, DType::float32, precision)) {
         EXPECT_EQ(plan.kernel, "direct") << plan.describe();
         EXPECT_EQ(plan.label(), "wgrad (direct)");
@@ -1438,10 +1462,10 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
 
 // Grouped calls: the direct kernels keep a forward and dgrad up to 16 x 16 channels per group;
 // past that the batch-positions kernels take them (float32), while float64, which those cannot
-// run, still goes direct up to 32 x 32. A float32 wgrad at "highest" goes direct up to 64 x 32
-// per group. Depthwise: the thin kernel takes the 2-D forwards whose cells read 2 x 2 inputs,
-// the depthwise kernel keeps the others and every dgrad and wgrad. Geometries outside the suite
-// (GPU run 100 measured them).
+// run, still goes direct up to 32 x 32. A float32 wgrad with more than 8 channels each way per
+// group goes to batch-wgmma at both precisions. Depthwise: the thin kernel takes the 2-D forwards
+// whose cells read 2 x 2 inputs, the depthwise kernel keeps the others and every dgrad and wgrad.
+// Geometries outside the suite (GPU runs 100 and 111 measured them).
 TEST(ConvPlan, GroupedAndDepthwiseCallsGoWhereTheyMeasuredFastest) {
   const DeviceCaps h100 = DeviceCaps::h100();
   const auto kernel = [&](ConvPass pass, const ConvLayerSpec& l, Precision precision,
@@ -1462,10 +1486,11 @@ TEST(ConvPlan, GroupedAndDepthwiseCallsGoWhereTheyMeasuredFastest) {
   const ConvPlan wide_fwd = plan_conv(ConvPass::forward, geometry(g32x32, Precision::high),
                                       DType::float32, h100, "direct");
   EXPECT_EQ(wide_fwd.kernel, "direct");  // forced, it still runs
-  // 48 x 24 per group (4 groups, 2-D k3 s2 op1): the wgrad goes direct at "highest", to
-  // batch-wgmma at "high"; float64 keeps the GEMM path past 32 x 32.
+  // 48 x 24 per group (4 groups, 2-D k3 s2 op1): the wgrad goes to batch-wgmma at both
+  // precisions (at "highest" 3.0x faster than the direct kernel, run 111); float64 keeps the
+  // GEMM path past 32 x 32.
   const ConvLayerSpec g48x24 = bench::layer2d("t", "t", 16, 192, 96, 32, 3, 2, 1, 1, 4);
-  EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::highest), "direct");
+  EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::highest), "batch-wgmma");
   EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::high), "batch-wgmma");
   EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::highest, DType::float64), "gemm");
   EXPECT_EQ(kernel(ConvPass::forward, g48x24, Precision::highest), "batch-igemm");

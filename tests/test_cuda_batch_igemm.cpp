@@ -1,7 +1,7 @@
 // The batch-positions implicit GEMMs on the GPU, forced: batch-igemm
 // (cuda/conv_transpose_batch_igemm.cu, mma.sync, both precisions, forward and dgrad) and
 // batch-wgmma (sm_90a's wgmma: cuda/conv_transpose_batch_wgmma.cu for forward and dgrad at both
-// precisions, cuda/conv_transpose_wgrad_wgmma.cu for wgrad at "high"). Every layer of the
+// precisions, cuda/conv_transpose_wgrad_wgmma.cu for wgrad at both). Every layer of the
 // decoder suite at batch 2 (so a tile's columns, or wgrad's K steps, cross samples), grouped and
 // depthwise ones included (one GEMM per group), and edge geometries (dilation, output padding,
 // phases without taps, M and C off the tile sizes, unequal strides, groups of odd sizes), each
@@ -67,9 +67,9 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, const std::string& kerne
   }
 }
 
-// wgrad forced to batch-wgmma at "high": every element of dw within its budget (a sum over the
-// batch's positions), the plan that ran the forced kernel, and its K slices summed in order: a
-// second run gives the same bits.
+// wgrad forced to batch-wgmma at both precisions: every element of dw within its budget (a sum
+// over the batch's positions), the plan that ran the forced kernel with the precision's multiply
+// and tile, and its K slices summed in order: a second run gives the same bits.
 void check_wgrad_layer(const ConvLayerSpec& l, int64_t batch) {
   const testing::LayerOperands o = testing::layer_operands(l, batch, kFloat32, 12);
   const Tensor &x = o.x, &w = o.w, &b = o.b, &dy = o.dy;
@@ -84,16 +84,24 @@ void check_wgrad_layer(const ConvLayerSpec& l, int64_t batch) {
 
   const testing::ConvSettingsGuard restore;
   set_conv_kernel(std::string("wgrad=") + cuda::kKernelBatchWgmma);
-  set_float32_matmul_precision("high");
   const Device cuda(kCUDA);
-  const Tensor got = dw_of(x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
-  EXPECT_TRUE(within_budget(got, ref, mag, budget_factor(true, o.positions), "wgrad"));
-  const cuda::ConvPlan plan = cuda::last_conv_plan(cuda::ConvPass::wgrad);
-  EXPECT_EQ(plan.kernel, cuda::kKernelBatchWgmma) << plan.describe();
-  EXPECT_GE(plan.batch_wgrad.splits, 1) << plan.describe();
-  const Tensor again = dw_of(x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
-  // Tolerance{} is exact: no atomics, the slices summed in a fixed order.
-  EXPECT_TRUE(testing::tensors_close(again, got, testing::Tolerance{}, "wgrad run twice"));
+  for (const char* precision : {"highest", "high"}) {
+    SCOPED_TRACE(l.id + " at " + precision);
+    set_float32_matmul_precision(precision);
+    const bool high = std::string(precision) == "high";
+    const Tensor got = dw_of(x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
+    EXPECT_TRUE(within_budget(got, ref, mag, budget_factor(high, o.positions), "wgrad"));
+    const cuda::ConvPlan plan = cuda::last_conv_plan(cuda::ConvPass::wgrad);
+    EXPECT_EQ(plan.kernel, cuda::kKernelBatchWgmma) << plan.describe();
+    EXPECT_EQ(plan.batch_wgrad.split, !high) << plan.describe();
+    // 3xTF32 runs 64 x 128 where a group's rows fit 64, else 128 x 64.
+    const int64_t cig = l.in_channels / l.groups;
+    EXPECT_EQ(plan.batch_wgrad.bm, high || cig > 64 ? 128 : 64) << plan.describe();
+    EXPECT_GE(plan.batch_wgrad.splits, 1) << plan.describe();
+    const Tensor again = dw_of(x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
+    // Tolerance{} is exact: no atomics, the slices summed in a fixed order.
+    EXPECT_TRUE(testing::tensors_close(again, got, testing::Tolerance{}, "wgrad run twice"));
+  }
 }
 
 // batch-wgmma is built for sm_90a alone.

@@ -39,16 +39,21 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
   const Result mag = run(l, mag64(in.x), mag64(in.w), mag64(in.b), mag64(in.dy));
   const testing::ConvSettingsGuard restore;
   // Forced for the edges; the suite's layers run as planned: the thin row for the forward and
-  // dgrad, and for wgrad at "highest" with a full block of 64 input channels or more (elsewhere the
-  // kernels that measured faster, at "high" on TF32: held to the TF32 budget).
+  // dgrad, and for wgrad where the planner names it (at "highest" where batch-wgmma gives the
+  // call away, with a full block of 64 input channels or more; elsewhere the kernels that
+  // measured faster, at "high" on TF32: held to the TF32 budget).
   if (!planned) set_conv_kernel("thin");
+  ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
   const Device cuda(kCUDA);
   const int64_t cig = l.in_channels / l.groups, cog = l.out_channels / l.groups;
   for (const char* precision : {"highest", "high"}) {
     SCOPED_TRACE(l.id + " at " + precision);
     set_float32_matmul_precision(precision);
     const bool high = std::string(precision) == "high";
-    const bool thin_wgrad = !planned || (!high && cig >= cuda::kThinWgradMinChannels);
+    g.precision = high ? Precision::high : Precision::highest;
+    const bool thin_wgrad =
+        !planned ||
+        cuda::conv_planned_kernel(cuda::ConvPass::wgrad, g, DType::float32, 0) == cuda::kKernelThin;
     const int64_t launches = cuda::conv_thin_launches();
     const Result got = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
     // Full float32 at either precision: the float32 budget (the forward's sum has one more term,
