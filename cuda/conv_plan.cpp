@@ -479,6 +479,7 @@ constexpr int64_t kChannelsLastMinStride = 5;
 // plan in `plan`; else why not: what it cannot run, then (in.prefer) where the GEMM path measured
 // faster.
 constexpr int64_t kBatchIgemmMaxPreferredM = 512;
+constexpr int64_t kFewCtasMaxSteps = 16;
 
 // wgmma: the sm_90a instance (batch-wgmma), which multiplies with wgmma from shared memory
 // instead of mma.sync; the same GEMM, arithmetic and preferences.
@@ -614,11 +615,20 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
       return os.str();
     }
     // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
-    //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles.
+    //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles. At "highest" a
+    //   loop of at most kFewCtasMaxSteps steps stays here: the GEMM path's fixed costs (column
+    //   buffer, FP32 GEMM, scatter) outweigh it. Measured with every kernel timed (GPU run 114,
+    //   H200): HiFi-GAN V3's first x8 forward (64 CTAs of 16 steps) 0.041 ms on batch-wgmma
+    //   against 0.060 on the GEMM path and 0.064 on the row kernel, which took it; 32 CTAs of
+    //   16 steps 0.039 against 0.045; 2-D k4 s2 layers at 4x4 and 8x8 (16 CTAs of 64 and 32
+    //   steps) 0.106 / 0.052 against the GEMM path's 0.046 / 0.035. At "high" the GEMM path's
+    //   TF32 GEMM was as fast on the short loops (0.038-0.046 against 0.040-0.043 ms).
     const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w * g.groups;
-    if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count)
-      return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +
-             " SMs (no split-K): the GEMM path";
+    const int64_t steps = int64_t{plan.max_taps} * plan.c_pad / kBatchIgemmChunk;
+    const bool short_loop = g.precision == Precision::highest && steps <= kFewCtasMaxSteps;
+    if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count && !short_loop)
+      return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) + " SMs of " +
+             std::to_string(steps) + " K steps (no split-K): the GEMM path";
     // - Many output channels: the column buffer costs the GEMM path 8 bytes of traffic per
     //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate at
     //   M = 1024; up to 512 these kernels were the faster (run 54's benchmark mode, both

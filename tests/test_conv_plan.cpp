@@ -943,6 +943,39 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_EQ(kernel_of(ConvPass::forward, rows512, Precision::highest), "wgmma");
 }
 
+// The batch kernels give way to the GEMM path when their grid covers under half the SMs, naming
+// the CTAs and their K steps; at "highest" not when each CTA's loop is at most 16 steps (the GEMM
+// path's fixed costs outweigh it there: GPU run 114). Forced, they run the call.
+TEST(ConvPlan, BatchKernelsWithFewCtasGiveWayToTheGemmPathUnlessTheirLoopIsShort) {
+  const DeviceCaps h100 = DeviceCaps::h100();
+  const auto plan = [&](const ConvLayerSpec& l, Precision precision,
+                        const std::string& forced = "") {
+    return plan_conv(ConvPass::forward, geometry(l, precision), DType::float32, h100, forced);
+  };
+  // HiFi-GAN V3's first x8 (8 phases of 2 taps, 256 channels): at "highest" 32 CTAs of 128 x 64
+  // and 16 steps, at "high" 16 of 128 x 128 and 16 steps (8 channel steps of 32 x 2 taps).
+  const ConvLayerSpec x8 = bench::layer1d("t", "t", 8, 256, 128, 32, 16, 8, 4);
+  const ConvPlan a = plan(x8, Precision::highest);
+  EXPECT_EQ(a.kernel, "batch-wgmma") << a.describe();
+  const ConvPlan b = plan(x8, Precision::high);
+  EXPECT_EQ(b.kernel, "gemm") << b.describe();
+  EXPECT_NE(reason_of(b, "batch-wgmma").find("16 CTAs for 132 SMs of 16 K steps"),
+            std::string::npos)
+      << b.describe();
+  // DCGAN-like 512 -> 256 at 4x4, batch 8: 4 taps a phase x 16 channel steps = 64 steps, the GEMM
+  // path at both precisions.
+  const ConvLayerSpec small2d = bench::layer2d("t", "t", 8, 512, 256, 4, 4, 2, 1);
+  for (Precision precision : {Precision::highest, Precision::high}) {
+    const ConvPlan c = plan(small2d, precision);
+    EXPECT_EQ(c.kernel, "gemm") << c.describe();
+    EXPECT_NE(reason_of(c, "batch-wgmma").find("of 64 K steps (no split-K): the GEMM path"),
+              std::string::npos)
+        << c.describe();
+    EXPECT_EQ(plan(small2d, precision, "batch-wgmma").kernel, "batch-wgmma");
+  }
+  EXPECT_EQ(plan(x8, Precision::high, "batch-igemm").kernel, "batch-igemm");
+}
+
 // The batch-positions kernels gather every tap of a phase; where most land outside src (a small
 // input under a wide kernel) they decline, and a forward with short sums over the taps that land
 // goes to the direct kernel, which visits only those. DCGAN's first layer: a 1x1 latent under a
@@ -986,7 +1019,9 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
 // last layers, Conv-TasNet's decoder) run the thin kernels; other calls with few channels per
 // group (grouped layers) the direct kernels. A row
 // kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
-// dgrad at "highest": 32 CTAs; run 52).
+// dgrad at "highest": 32 CTAs; run 52), and so do the batch kernels, but at "highest" not with
+// K loops of at most 16 steps (HiFi-GAN V3's first x8 forward: 64 CTAs of 16 steps on
+// batch-wgmma; run 114).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   struct Row {
     const char* id;
@@ -1009,7 +1044,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"hifigan_v1_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"hifigan_v1_up3", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"hifigan_v1_up4", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
-      {"hifigan_v3_up1", "wgmma", "gemm", "gemm", "gemm"},
+      {"hifigan_v3_up1", "batch-wgmma", "gemm", "gemm", "gemm"},
       {"hifigan_v3_up2", "batch-wgmma", "gemm", "batch-igemm", "gemm"},
       {"hifigan_v3_up3", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
       {"encodec_up8", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
