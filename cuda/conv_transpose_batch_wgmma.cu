@@ -198,18 +198,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
 #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
       float* dst = bt + (cg0 + kCgStep * u) * kBN * 4;
-      if constexpr (Cfg::kSplit) {
-        uint4 big, small;
-        split_tf32(bv[u][0], big.x, small.x);
-        split_tf32(bv[u][1], big.y, small.y);
-        split_tf32(bv[u][2], big.z, small.z);
-        split_tf32(bv[u][3], big.w, small.w);
-        *reinterpret_cast<uint4*>(dst) = big;
-        *reinterpret_cast<uint4*>(dst + Cfg::kBFloats) = small;
-      } else {
-        *reinterpret_cast<uint4*>(dst) =
-            make_uint4(to_tf32(bv[u][0]), to_tf32(bv[u][1]), to_tf32(bv[u][2]), to_tf32(bv[u][3]));
-      }
+      store_tf32x4<Cfg::kSplit>(dst, dst + Cfg::kBFloats, bv[u][0], bv[u][1], bv[u][2], bv[u][3]);
     }
   };
 
@@ -312,22 +301,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
       const uint32_t b = b_addr + plane * Cfg::kBFloats * 4;
       return kCl ? wgmma_desc_sw128(b + kb * 32) : wgmma_desc(b + 2 * kb * kLboB, kLboB, 128);
     };
-    if constexpr (Cfg::kSplit) {
-      // Small products first, then the big one; the step's chain starts from zero.
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 1), b_desc(kb, 0), kb > 0);
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 1));
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
-    } else {
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
-    }
+    wgmma_tf32_step<Cfg::kN, Cfg::kSplit, kBK / 8>(acc, a_desc, b_desc);
     wgmma_commit();
     rd = rd + 1 == kStages ? 0 : rd + 1;
     wr = wr + 1 == kStages ? 0 : wr + 1;

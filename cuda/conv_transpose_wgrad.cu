@@ -251,19 +251,9 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks > 1 ? kMinBlocks : 0)
     const float* ds = xs + x_floats;
     for (int blk = warp; blk < bm / 16 * 8; blk += n_warps) {
       const float* src = xs + (blk / 8 * 16 + g) * kXPitch + blk % 8 * 8 + t;
-      const float v[4] = {src[0], src[8 * kXPitch], src[4], src[8 * kXPitch + 4]};
-      if constexpr (kSplit) {
-        uint4 big, small;
-        split_tf32(v[0], big.x, small.x);
-        split_tf32(v[1], big.y, small.y);
-        split_tf32(v[2], big.z, small.z);
-        split_tf32(v[3], big.w, small.w);
-        *reinterpret_cast<uint4*>(conv_x + blk * 256 + lane * 4) = big;
-        *reinterpret_cast<uint4*>(conv_x + blk * 256 + 128 + lane * 4) = small;
-      } else {
-        *reinterpret_cast<uint4*>(conv_x + blk * 128 + lane * 4) =
-            make_uint4(to_tf32(v[0]), to_tf32(v[1]), to_tf32(v[2]), to_tf32(v[3]));
-      }
+      // 3xTF32: a block's values, then its residuals 128 floats further.
+      float* const dst = reinterpret_cast<float*>(conv_x) + blk * (kSplit ? 256 : 128) + lane * 4;
+      store_tf32x4<kSplit>(dst, dst + 128, src[0], src[8 * kXPitch], src[4], src[8 * kXPitch + 4]);
     }
     constexpr int kRows = kSplit ? 16 : 8, kCols = 32 / kRows;
     for (int u0 = warp * kCols; u0 < s.conv_cols; u0 += n_warps * kCols) {

@@ -213,18 +213,7 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
   // Rounded to TF32, one 16-byte group per row (A) and column (B): [k/4][r][k % 4]; 3xTF32 also
   // stores the residuals, one plane (plane floats) further.
   const auto put = [](float* dst, int plane, const float(&v)[4]) {
-    if constexpr (Cfg::kSplit) {
-      uint4 big, small;
-      split_tf32(v[0], big.x, small.x);
-      split_tf32(v[1], big.y, small.y);
-      split_tf32(v[2], big.z, small.z);
-      split_tf32(v[3], big.w, small.w);
-      *reinterpret_cast<uint4*>(dst) = big;
-      *reinterpret_cast<uint4*>(dst + plane) = small;
-    } else {
-      *reinterpret_cast<uint4*>(dst) =
-          make_uint4(to_tf32(v[0]), to_tf32(v[1]), to_tf32(v[2]), to_tf32(v[3]));
-    }
+    store_tf32x4<Cfg::kSplit>(dst, dst + plane, v[0], v[1], v[2], v[3]);
   };
   const auto store = [&](int stage) {
     float* const at = smem + stage * Cfg::kStageFloats + (grp * kBM + r0) * 4;
@@ -277,22 +266,7 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
       return wgmma_desc(b_addr + plane * Cfg::kBFloats * 4 + 2 * kb * kLboB, kLboB, 128);
     };
     wgmma_fence();
-    if constexpr (Cfg::kSplit) {
-      // Small products first, then the big one; the step's chain starts from zero.
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 1), b_desc(kb, 0), kb > 0);
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 1));
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
-    } else {
-#pragma unroll
-      for (int kb = 0; kb < kBK / 8; ++kb)
-        wgmma_tf32_ss<Cfg::kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
-    }
+    wgmma_tf32_step<Cfg::kN, Cfg::kSplit, kBK / 8>(acc, a_desc, b_desc);
     wgmma_commit();
     // The other stage was last read by step s - 1, which every warpgroup finished before the
     // barrier.

@@ -91,6 +91,24 @@ __device__ inline void split_tf32(float x, uint32_t& big, uint32_t& small) {
   small = to_tf32(x - __uint_as_float(big));
 }
 
+// Four values rounded to TF32 as one 16-byte store at dst (16-byte aligned); with kSplit
+// (3xTF32) their TF32 residuals too, at small (unused otherwise).
+template <bool kSplit>
+__device__ inline void store_tf32x4(float* dst, float* small, float v0, float v1, float v2,
+                                    float v3) {
+  if constexpr (kSplit) {
+    uint4 big, res;
+    split_tf32(v0, big.x, res.x);
+    split_tf32(v1, big.y, res.y);
+    split_tf32(v2, big.z, res.z);
+    split_tf32(v3, big.w, res.w);
+    *reinterpret_cast<uint4*>(dst) = big;
+    *reinterpret_cast<uint4*>(small) = res;
+  } else {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(to_tf32(v0), to_tf32(v1), to_tf32(v2), to_tf32(v3));
+  }
+}
+
 // d += a * b for one m16n8k8 tile (row-major A 16x8, column-major B 8x8, f32 accumulators).
 // Fragments (g = lane/4, t = lane%4): a = {A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]},
 // b = {B[t][g], B[t+4][g]}, d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]}.

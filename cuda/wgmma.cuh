@@ -140,6 +140,27 @@ __device__ inline void wgmma_tf32_ss(float (&d)[kN / 2], uint64_t a_desc, uint64
   }
 }
 
+// One pipeline step's wgmmas over kBlocks k8 blocks of operands in shared memory: big x big at
+// 1xTF32, accumulating; at 3xTF32 (kSplit) small x big, big x small, then big x big, the chain
+// starting from zero, so that the caller adds it into a float32 sum once the step is waited for
+// and the tensor cores never accumulate more than one step. a_desc(kb, plane) and
+// b_desc(kb, plane) give the descriptors, plane 1 the residuals.
+template <int kN, bool kSplit, int kBlocks, class ADesc, class BDesc>
+__device__ inline void wgmma_tf32_step(float (&acc)[kN / 2], const ADesc& a_desc,
+                                       const BDesc& b_desc) {
+  if constexpr (kSplit) {
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb)
+      wgmma_tf32_ss<kN>(acc, a_desc(kb, 1), b_desc(kb, 0), kb > 0);
+#pragma unroll
+    for (int kb = 0; kb < kBlocks; ++kb)
+      wgmma_tf32_ss<kN>(acc, a_desc(kb, 0), b_desc(kb, 1));
+  }
+#pragma unroll
+  for (int kb = 0; kb < kBlocks; ++kb)
+    wgmma_tf32_ss<kN>(acc, a_desc(kb, 0), b_desc(kb, 0));
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 }  // namespace tgrad::cuda
