@@ -247,13 +247,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   float acc[Cfg::kN / 2] = {};
   // 3xTF32: each step's chain, added into sum once its wgmmas are done.
   float sum[Cfg::kSplit ? Cfg::kN / 2 : 1] = {};
-  const auto flush = [&] {
-    if constexpr (Cfg::kSplit) {
-#pragma unroll
-      for (int i = 0; i < Cfg::kN / 2; ++i)
-        sum[i] += acc[i];
-    }
-  };
+  const auto flush = [&] { add_step_chain<Cfg::kSplit>(sum, acc); };
 
   // Prologue: A of steps 0 and 1 in flight, and B of step 0 in place (channels-last: B of steps
   // 0 and 1 in flight beside A).

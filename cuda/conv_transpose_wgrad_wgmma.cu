@@ -234,13 +234,7 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
   float acc[Cfg::kN / 2] = {};
   // 3xTF32: each step's chain, added into sum once its wgmmas are done.
   float sum[Cfg::kSplit ? Cfg::kN / 2 : 1] = {};
-  const auto flush = [&] {
-    if constexpr (Cfg::kSplit) {
-#pragma unroll
-      for (int i = 0; i < Cfg::kN / 2; ++i)
-        sum[i] += acc[i];
-    }
-  };
+  const auto flush = [&] { add_step_chain<Cfg::kSplit>(sum, acc); };
 
   if (steps > 0) {
     load();

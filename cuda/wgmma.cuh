@@ -140,6 +140,18 @@ __device__ inline void wgmma_tf32_ss(float (&d)[kN / 2], uint64_t a_desc, uint64
   }
 }
 
+// 3xTF32 (kSplit): a step's chain, once its wgmmas are waited for, added into the float32 sum
+// (a one-element placeholder at 1xTF32, where the accumulator is the result).
+template <bool kSplit, int kAcc, int kSum>
+__device__ inline void add_step_chain(float (&sum)[kSum], const float (&acc)[kAcc]) {
+  if constexpr (kSplit) {
+    static_assert(kSum == kAcc, "the sum matches the accumulator");
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i)
+      sum[i] += acc[i];
+  }
+}
+
 // One pipeline step's wgmmas over kBlocks k8 blocks of operands in shared memory: big x big at
 // 1xTF32, accumulating; at 3xTF32 (kSplit) small x big, big x small, then big x big, the chain
 // starting from zero, so that the caller adds it into a float32 sum once the step is waited for
