@@ -89,9 +89,10 @@ __global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big
     const int64_t m = (slot & ~int64_t{15}) | (slot & 1) << 3 | (slot >> 1 & 7);
     float v = 0.0f;
     if (m < M && c < C) v = batch_igemm_weight(w, e / per_group, m, c, tap, C, M, taps, gather);
-    const uint32_t hi = to_tf32(v);
+    uint32_t hi, residual;
+    split_tf32(v, hi, residual);
     big[e] = __uint_as_float(hi);
-    if (small != nullptr) small[e] = __uint_as_float(to_tf32(v - __uint_as_float(hi)));
+    if (small != nullptr) small[e] = __uint_as_float(residual);
   }
 }
 
