@@ -616,13 +616,12 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     }
     // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
     //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles. At "highest" a
-    //   loop of at most kFewCtasMaxSteps steps stays here: the GEMM path's fixed costs (column
-    //   buffer, FP32 GEMM, scatter) outweigh it. Measured with every kernel timed (GPU run 114,
-    //   H200): HiFi-GAN V3's first x8 forward (64 CTAs of 16 steps) 0.041 ms on batch-wgmma
-    //   against 0.060 on the GEMM path and 0.064 on the row kernel, which took it; 32 CTAs of
-    //   16 steps 0.039 against 0.045; 2-D k4 s2 layers at 4x4 and 8x8 (16 CTAs of 64 and 32
-    //   steps) 0.106 / 0.052 against the GEMM path's 0.046 / 0.035. At "high" the GEMM path's
-    //   TF32 GEMM was as fast on the short loops (0.038-0.046 against 0.040-0.043 ms).
+    //   loop of at most kFewCtasMaxSteps steps stays here: there the GEMM path's fixed costs
+    //   (column buffer, FP32 GEMM, scatter) outweigh a short serial loop, while the row kernel
+    //   above would otherwise keep the call (HiFi-GAN V3's first x8 forward); longer loops
+    //   (2-D k4 s2 at small images) stay faster on the GEMM path. At "high" the TF32 GEMM path
+    //   was as fast on the short loops. Measured with every kernel timed: docs/performance.md,
+    //   "Runs 112 and 115".
     const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w * g.groups;
     const int64_t steps = int64_t{plan.max_taps} * plan.c_pad / kBatchIgemmChunk;
     const bool short_loop = g.precision == Precision::highest && steps <= kFewCtasMaxSteps;
@@ -690,10 +689,9 @@ bool few_channels(const ConvGeometry& g) {
 
 // A wgrad at "highest" narrow through C_out/groups alone (groups 1, more than kNarrowChannels
 // input channels: RGB and mono outputs) stays here, unless a preference below sends it on: its
-// rows are the input channels, its columns C_out x taps, and on the suite's three such layers it
-// measured 1.1x-3.5x faster than the direct kernel and 1.1x-2.4x faster than the thin one (GPU
-// run 111, H200: DCGAN's 64 -> 3 0.074 ms against 0.126 direct and 0.114 thin, pix2pix's
-// 128 -> 3 0.069 against 0.239 and 0.169, Conv-TasNet's 512 -> 1 0.077 against 0.086 and 0.084).
+// rows are the input channels, which fill the tile, and its 3xTF32 multiplies measured faster
+// than the direct and thin kernels on the suite's three such layers (docs/performance.md,
+// "Runs 112 and 115").
 bool narrow_wgrad_on_wgmma(const PlanInput& in) {
   const ConvGeometry& g = in.g;
   return g.precision == Precision::highest && g.groups == 1 && g.in_channels > kNarrowChannels;
@@ -750,16 +748,14 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   // - C_in/groups <= 32, or <= 64 with stride 1: the split-K mma.sync kernel's 32-row warp tiles
   //   fit the few rows (at least half of these 128-row tiles would be empty), and at stride 1 it
   //   stages one dy window for every tap (S1, S2, S4, S5: 1.5x-2.9x faster there).
-  // At "highest" (3xTF32: three wgmmas for each gathered value) every suite layer's and S1-S5's
-  // wgrad and 20 layers outside the suite were timed on every kernel (benchmark mode, GPU run
-  // 111, H200). The extra multiplies hide the gathers, and the 3xTF32 tiles are 64 rows where a
-  // group's rows fit 64, so two of the rules change:
-  // - C_in/groups >= 512 stays here: faster than the GEMM path (whose cuBLAS GEMM is float32
-  //   FMA at "highest") on 7 of 9 such layers (1.09x-1.44x: DCGAN 512 -> 256, U-Net 1024 -> 512
-  //   and 512 -> 256, HiFi-GAN V1 x8), slower on EnCodec x8 (1.11x) and DeconvNet deconv5 (1.21x);
-  // - C_in/groups in (32, 64] at stride 1 stays here too (S2 1.07x, DeconvNet deconv1 1.30x
-  //   faster than the split-K kernel); at 32 and under the split-K kernel keeps its lead (S1, S4,
-  //   S5: 1.4x-1.85x).
+  // At "highest" (3xTF32: three wgmmas for each gathered value) the extra multiplies hide the
+  // gathers, and the 3xTF32 tiles are 64 rows where a group's rows fit 64, so two of the rules
+  // change (every kernel timed: docs/performance.md, "Runs 112 and 115"):
+  // - C_in/groups >= 512 stays here: the GEMM path's cuBLAS GEMM is float32 FMA at "highest",
+  //   and this kernel was the faster on most such layers (not on EnCodec x8 or DeconvNet
+  //   deconv5, by 1.1x-1.2x);
+  // - C_in/groups in (32, 64] at stride 1 stays here too (a 64-row tile is full); at 32 and
+  //   under the split-K kernel keeps its lead.
   const bool gemm_ok = gemm_path_declined(in.pass, g, g.precision, in.dtype).empty();
   if (cig >= kBatchWgradGemmMinCin && gemm_ok && !p.split)
     return "C_in/groups=" + std::to_string(cig) + " >= " + std::to_string(kBatchWgradGemmMinCin) +

@@ -945,7 +945,7 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
 
 // The batch kernels give way to the GEMM path when their grid covers under half the SMs, naming
 // the CTAs and their K steps; at "highest" not when each CTA's loop is at most 16 steps (the GEMM
-// path's fixed costs outweigh it there: GPU run 114). Forced, they run the call.
+// path's fixed costs outweigh it there: docs/performance.md). Forced, they run the call.
 TEST(ConvPlan, BatchKernelsWithFewCtasGiveWayToTheGemmPathUnlessTheirLoopIsShort) {
   const DeviceCaps h100 = DeviceCaps::h100();
   const auto plan = [&](const ConvLayerSpec& l, Precision precision,
@@ -1021,7 +1021,7 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
 // kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
 // dgrad at "highest": 32 CTAs; run 52), and so do the batch kernels, but at "highest" not with
 // K loops of at most 16 steps (HiFi-GAN V3's first x8 forward: 64 CTAs of 16 steps on
-// batch-wgmma; run 114).
+// batch-wgmma; docs/performance.md, "Runs 112 and 115").
 TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   struct Row {
     const char* id;
@@ -1077,7 +1077,8 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
 }
 
 // The wgrad kernel of every suite layer at both precisions with H100 caps, as the forced A/B of
-// runs 51 and 68 and benchmark mode's timings of run 111 measured them (docs/performance.md).
+// runs 51 and 68 and the benchmark-mode timings of "Runs 112 and 115" measured them
+// (docs/performance.md).
 // "highest": batch-wgmma's 3xTF32 takes every layer but those with few channels per group
 // (grouped_g8: direct) and the depthwise ones, the RGB and mono outputs included (it was faster
 // than the thin and direct kernels there). "high": batch-wgmma takes every layer but those with 512
@@ -1500,7 +1501,7 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
 // run, still goes direct up to 32 x 32. A float32 wgrad with more than 8 channels each way per
 // group goes to batch-wgmma at both precisions. Depthwise: the thin kernel takes the 2-D forwards
 // whose cells read 2 x 2 inputs, the depthwise kernel keeps the others and every dgrad and wgrad.
-// Geometries outside the suite (GPU runs 100 and 111 measured them).
+// Geometries outside the suite (docs/performance.md has their timings).
 TEST(ConvPlan, GroupedAndDepthwiseCallsGoWhereTheyMeasuredFastest) {
   const DeviceCaps h100 = DeviceCaps::h100();
   const auto kernel = [&](ConvPass pass, const ConvLayerSpec& l, Precision precision,
@@ -1522,7 +1523,7 @@ TEST(ConvPlan, GroupedAndDepthwiseCallsGoWhereTheyMeasuredFastest) {
                                       DType::float32, h100, "direct");
   EXPECT_EQ(wide_fwd.kernel, "direct");  // forced, it still runs
   // 48 x 24 per group (4 groups, 2-D k3 s2 op1): the wgrad goes to batch-wgmma at both
-  // precisions (at "highest" 3.0x faster than the direct kernel, run 111); float64 keeps the
+  // precisions (at "highest" its 3xTF32 was faster than the direct kernel); float64 keeps the
   // GEMM path past 32 x 32.
   const ConvLayerSpec g48x24 = bench::layer2d("t", "t", 16, 192, 96, 32, 3, 2, 1, 1, 4);
   EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::highest), "batch-wgmma");
