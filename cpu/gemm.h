@@ -258,6 +258,40 @@ inline void pack_b(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int nr,
   pack_panel<T, kCols<T>>(b.p + k0 * b.rs + j0 * b.cs, b.cs, b.rs, nr, kc, dst);
 }
 
+// Columns [j0, j0 + nc) and reduction [k0, k0 + kc) of B as its NR-column panels, panel jr at
+// dst + jr * kc. Rows of B contiguous in memory (a block of x in the forward pass, rows
+// thousands of elements apart) are read a few rows at a time, each run of rows into every panel:
+// panel by panel would read kc rows a cache line each, a page apart, which the prefetchers do
+// not follow (on a 16-row weight the packing took most of the product's time), and one row at a
+// time would write kc * NR elements apart, a power of two that maps every panel's store to the
+// same cache sets.
+template <class T>
+inline void pack_b_block(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, T* dst) {
+  constexpr int NR = kCols<T>;
+  constexpr int64_t kRowsPerRun = 8;
+  if (b.cs != 1) {
+    for (int64_t jr = 0; jr < nc; jr += NR)
+      pack_b(b, k0, kc, j0 + jr, static_cast<int>(std::min<int64_t>(NR, nc - jr)), dst + jr * kc);
+    return;
+  }
+  const int64_t whole = nc / NR * NR;
+  for (int64_t kr = 0; kr < kc; kr += kRowsPerRun) {
+    const int64_t run = std::min(kRowsPerRun, kc - kr);
+    const T* rows = b.p + (k0 + kr) * b.rs + j0;
+    for (int64_t jr = 0; jr < whole; jr += NR)
+      for (int64_t k = 0; k < run; ++k)
+        std::memcpy(dst + jr * kc + (kr + k) * NR, rows + k * b.rs + jr, sizeof(T) * NR);
+    if (whole < nc) {
+      const int64_t count = nc - whole;
+      for (int64_t k = 0; k < run; ++k) {
+        T* last = dst + whole * kc + (kr + k) * NR;
+        std::memcpy(last, rows + k * b.rs + whole, sizeof(T) * static_cast<size_t>(count));
+        std::fill(last + count, last + NR, T(0));
+      }
+    }
+  }
+}
+
 // The whole of A (m x k) packed once, for products that reuse it with several B: for each run of
 // kKc of the reduction, starting at element pc * round_up(m, MR), its MR-row panels one after
 // another (panel ir at + ir * kc). packed_whole_a_elems(m, k) elements.
@@ -308,9 +342,7 @@ void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, i
     for (int64_t pc = 0; pc < k; pc += kKc) {
       const int64_t kc = std::min(kKc, k - pc);
       const bool acc = accumulate || pc > 0;
-      for (int64_t jr = 0; jr < nc; jr += NR)
-        pack_b(b, pc, kc, jc + jr, static_cast<int>(std::min<int64_t>(NR, nc - jr)),
-               packed_b + jr * kc);
+      pack_b_block(b, pc, kc, jc, nc, packed_b);
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic);
         const T* a_block = whole_a != nullptr ? whole_a + pc * m_pad + (row0 + ic) * kc : packed_a;
