@@ -1,6 +1,9 @@
 // The CPU backend's conv decompositions (cpu/conv_transpose_cols.h) on shapes chosen to take each
 // of them, in float64 and float32, against the naive loops; and the same bits for any thread
 // count. The random sweep's images are too small and its channels too few to reach most of them.
+// Each runs at every instruction-set level this machine runs: the choices depend on the level
+// (below AVX-512 the direct kernels leave W strides 1, 2 and 4 of dgrad and the forward to
+// im2col and the GEMM), so the paths named below are AVX-512's.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -211,13 +214,19 @@ std::vector<PathCase> path_cases() {
 constexpr Tolerance kFloat32L2{0.0, 0.0, 1e-5};
 
 void check_against_reference(DType dtype, Tolerance tol) {
-  uint64_t seed = 7100;
-  for (const PathCase& pc : path_cases()) {
-    const ConvData d = make_conv_data(pc.c, ++seed);
-    const ConvOutputs actual = run_backend_passes(pc.c, conv_tensors(pc.c, d, dtype, Device(kCPU)));
-    EXPECT_EQ(actual.y.dtype(), dtype);
-    passes_close(actual, run_reference_passes(pc.c, d), tol,
-                 std::string(pc.path) + ": " + pc.c.str());
+  const CpuLevelScope restore;
+  for (cpu::Capability level : cpu_levels_this_machine_runs()) {
+    cpu::set_capability(level);
+    uint64_t seed = 7100;
+    for (const PathCase& pc : path_cases()) {
+      const ConvData d = make_conv_data(pc.c, ++seed);
+      const ConvOutputs actual =
+          run_backend_passes(pc.c, conv_tensors(pc.c, d, dtype, Device(kCPU)));
+      EXPECT_EQ(actual.y.dtype(), dtype);
+      passes_close(
+          actual, run_reference_passes(pc.c, d), tol,
+          std::string(pc.path) + " at level " + cpu::capability_name(level) + ": " + pc.c.str());
+    }
   }
 }
 
@@ -230,25 +239,29 @@ TEST(CpuConvPaths, MatchReferenceFloat32) {
 }
 
 TEST(CpuConvPaths, SameBitsForAnyThreadCount) {
-  const int saved = get_num_threads();
-  uint64_t seed = 7200;
-  for (const PathCase& pc : path_cases()) {
-    const ConvData d = make_conv_data(pc.c, ++seed);
-    for (DType dtype : {kFloat32, kFloat64}) {
-      const ConvTensors t = conv_tensors(pc.c, d, dtype, Device(kCPU));
-      set_num_threads(1);
-      const ConvOutputs one = run_backend_passes(pc.c, t);
-      for (int n : {2, 5, 16}) {
-        set_num_threads(n);
-        const ConvOutputs many = run_backend_passes(pc.c, t);
-        const std::string config = std::string(pc.path) + " at " + std::to_string(n) + " threads";
-        EXPECT_TRUE(equal(one.y, many.y)) << "forward " << config;
-        EXPECT_TRUE(equal(one.dx, many.dx)) << "dgrad " << config;
-        EXPECT_TRUE(equal(one.dw, many.dw)) << "wgrad " << config;
+  const CpuLevelScope restore;
+  for (cpu::Capability level : cpu_levels_this_machine_runs()) {
+    cpu::set_capability(level);
+    uint64_t seed = 7200;
+    for (const PathCase& pc : path_cases()) {
+      const ConvData d = make_conv_data(pc.c, ++seed);
+      for (DType dtype : {kFloat32, kFloat64}) {
+        const ConvTensors t = conv_tensors(pc.c, d, dtype, Device(kCPU));
+        set_num_threads(1);
+        const ConvOutputs one = run_backend_passes(pc.c, t);
+        for (int n : {2, 5, 16}) {
+          set_num_threads(n);
+          const ConvOutputs many = run_backend_passes(pc.c, t);
+          const std::string config = std::string(pc.path) + " at level " +
+                                     cpu::capability_name(level) + ", " + std::to_string(n) +
+                                     " threads";
+          EXPECT_TRUE(equal(one.y, many.y)) << "forward " << config;
+          EXPECT_TRUE(equal(one.dx, many.dx)) << "dgrad " << config;
+          EXPECT_TRUE(equal(one.dw, many.dw)) << "wgrad " << config;
+        }
       }
     }
   }
-  set_num_threads(saved);
 }
 
 // An empty batch on a huge length: every pass has nothing to compute and must allocate nothing

@@ -68,6 +68,15 @@ CompareResult compare(const Tensor& actual, const Tensor& expected, Tolerance to
   return ::testing::AssertionFailure() << r.report;
 }
 
+std::vector<cpu::Capability> cpu_levels_this_machine_runs() {
+  std::vector<cpu::Capability> levels;
+  for (cpu::Capability c :
+       {cpu::Capability::default_, cpu::Capability::avx2, cpu::Capability::avx512}) {
+    if (static_cast<int>(c) <= static_cast<int>(cpu::best_capability())) levels.push_back(c);
+  }
+  return levels;
+}
+
 std::string cuda_unavailable_reason() {
   if (cuda_backend() == nullptr) return "tgrad was built without CUDA";
   return "no CUDA device is visible to this process";

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "cpu/isa.h"
 
 namespace tgrad::testing {
 
@@ -44,6 +46,26 @@ CompareResult compare(const Tensor& actual, const Tensor& expected, Tolerance to
       GTEST_SKIP() << "no CUDA device: " << ::tgrad::testing::cuda_unavailable_reason(); \
   } while (0)
 std::string cuda_unavailable_reason();
+
+// The CPU kernels' instruction-set levels this machine runs (cpu/isa.h), lowest first: tests of
+// kernels whose choices depend on the level run each of them.
+std::vector<cpu::Capability> cpu_levels_this_machine_runs();
+
+// Restores the CPU level and the thread count a test changes.
+class CpuLevelScope {
+ public:
+  CpuLevelScope() : level_(cpu::capability()), threads_(get_num_threads()) {}
+  ~CpuLevelScope() {
+    cpu::set_capability(level_);
+    set_num_threads(threads_);
+  }
+  CpuLevelScope(const CpuLevelScope&) = delete;
+  CpuLevelScope& operator=(const CpuLevelScope&) = delete;
+
+ private:
+  cpu::Capability level_;
+  int threads_;
+};
 
 // The message of the tgrad::Error that f() throws, or "<no tgrad::Error thrown>".
 template <class F>
