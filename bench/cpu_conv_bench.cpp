@@ -129,7 +129,7 @@ int usage(const char* why) {
       "cpu_conv_bench: %s\nusage: cpu_conv_bench [--suite s|decoders|all] [--id ID[,ID...]] "
       "[--shape SPEC]... [--passes P[,P...]] [--runs N] [--threads N] [--model-threads N] "
       "[--model-regions] [--json]\n"
-      "  --id: only these workloads (e.g. S5,dcgan_g2)\n"
+      "  --id: only these workloads (e.g. S5,dcgan_g2; from every suite unless --suite)\n"
       "  --passes: only these passes (e.g. forward,wgrad)\n"
       "  --model-threads: estimate N threads' time from one thread's timed tasks\n"
       "  --shape: any geometry instead of the suite, e.g. \"n=16 ci=512 co=256 l=32 k=16 s=8 "
@@ -141,8 +141,8 @@ int usage(const char* why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string suite = "s";
-  std::vector<std::string> ids;         // workload ids to keep; empty keeps all
+  std::string suite;             // "s" by default, every suite when --id is given without --suite
+  std::vector<std::string> ids;  // workload ids to keep; empty keeps all
   std::vector<std::string> pass_names;  // --passes: the passes to time; empty times all
   std::vector<ConvLayerSpec> shapes;    // --shape geometries; when given, they replace the suite
   int runs = 5;
@@ -201,6 +201,7 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<std::pair<std::string, ConvLayerSpec>> workloads;
+  if (suite.empty()) suite = ids.empty() ? "s" : "all";
   if (suite != "decoders") {
     for (const auto& l : s_workloads())
       workloads.emplace_back("s", l);
