@@ -57,10 +57,10 @@ constexpr int64_t kDirectMinSteps = 64;
 // few copies of y and the GEMM path measured as fast (S2-S4's k3 and k5 1-D layers).
 constexpr int64_t kForwardMinTaps = 9;
 // Below AVX-512 (16 vector registers) the tile holds 6 positions, and the gather measured
-// 1.4x-2x slower than im2col + the backend GEMM on both an Intel and an AMD machine wherever
-// im2col copies with a constant stride (with_stride: W strides 1, 2 and 4; docs/performance.md,
-// "CPU backend against PyTorch"). The other strides (the x5 and x8 vocoder layers) keep the
-// gather there: im2col's copy at a stride read at run time cost more than the gather lost.
+// slower than im2col + the backend GEMM, on an Intel and an AMD machine, wherever im2col copies
+// with a constant stride (with_stride: W strides 1, 2 and 4; docs/performance.md, "CPU backend
+// against PyTorch"). The other strides (the x5 and x8 vocoder layers) keep the gather there:
+// im2col's copy at a stride read at run time cost more than the gather lost.
 constexpr bool kShortTile = kMaxPositions < 12;
 bool im2col_has_stride_loop(const Plan& pl) {
   return pl.stride_w == 1 || pl.stride_w == 2 || pl.stride_w == 4;

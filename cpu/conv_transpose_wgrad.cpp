@@ -100,8 +100,8 @@ void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threa
 // lanes at the end in lane order: each element of dw is one chain over (n, p) whatever the task. A
 // task runs all its rows over a chunk of positions before the next chunk, so that reading x from
 // memory overlaps the arithmetic of every row block.
-// AVX-512: 24 accumulators of 32 registers. Below it 8 of 16: 4 x 6 spilled there (Conv-TasNet's
-// wgrad 2.4x slower at the avx2 level than 2 x 4; 4 x 2, 3 x 4 and 4 x 3 measured between).
+// AVX-512: 24 accumulators of 32 registers. Below it 8 of 16: 4 x 6 spilled there, and 2 x 4
+// measured fastest of the tiles that fit (docs/performance.md).
 constexpr int kFewRowsChannels = gemm::kRows >= 12 ? 4 : 2;
 constexpr int kFewRowsRows = gemm::kRows >= 12 ? 6 : 4;
 constexpr int64_t kFewRowsChunk = 512;  // positions, a multiple of every level's lanes

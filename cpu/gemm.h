@@ -262,9 +262,9 @@ inline void pack_b(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int nr,
 // dst + jr * kc. Rows of B contiguous in memory (a block of x in the forward pass, rows
 // thousands of elements apart) are read a few rows at a time, each run of rows into every panel:
 // panel by panel would read kc rows a cache line each, a page apart, which the prefetchers do
-// not follow (on a 16-row weight the packing took most of the product's time), and one row at a
-// time would write kc * NR elements apart, a power of two that maps every panel's store to the
-// same cache sets.
+// not follow (costly where the other operand is a few rows, whose product is short), and one row
+// at a time would write kc * NR elements apart, a power of two that maps every panel's store to
+// the same cache sets.
 template <class T>
 inline void pack_b_block(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, T* dst) {
   constexpr int NR = kCols<T>;
