@@ -261,6 +261,11 @@ inline ChannelCut channel_cut(const Plan& pl, int64_t tasks, int threads) {
   return {best, gemm::round_up(ceil_div(pl.cig, best), kChannelQuantum)};
 }
 
+// The W strides with_stride below passes as constants: its cases (keep the two lists alike).
+inline bool stride_is_constant(int64_t stride) {
+  return stride == 1 || stride == 2 || stride == 4;
+}
+
 // Calls f.template operator()<S>() with S the W stride as a constant for the common strides (the
 // inner loops then vectorise and carry no stride arithmetic), else with S = 0: read it at run time.
 template <class F>

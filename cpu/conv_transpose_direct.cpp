@@ -58,13 +58,10 @@ constexpr int64_t kDirectMinSteps = 64;
 constexpr int64_t kForwardMinTaps = 9;
 // Below AVX-512 (16 vector registers) the tile holds 6 positions, and the gather measured
 // slower than im2col + the backend GEMM, on an Intel and an AMD machine, wherever im2col copies
-// with a constant stride (with_stride: W strides 1, 2 and 4; docs/performance.md, "CPU backend
-// against PyTorch"). The other strides (the x5 and x8 vocoder layers) keep the gather there:
-// im2col's copy at a stride read at run time cost more than the gather lost.
+// with a constant stride (stride_is_constant: W strides 1, 2 and 4; docs/performance.md, "CPU
+// backend against PyTorch"). The other strides (the x5 and x8 vocoder layers) keep the gather
+// there: im2col's copy at a stride read at run time cost more than the gather lost.
 constexpr bool kShortTile = kMaxPositions < 12;
-bool im2col_has_stride_loop(const Plan& pl) {
-  return pl.stride_w == 1 || pl.stride_w == 2 || pl.stride_w == 4;
-}
 constexpr int64_t kWgradMinOutChannels = 4;
 constexpr int64_t kWgradMinPositions = 512;
 
@@ -816,7 +813,7 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   const bool im2col_cheap =
       pl.stride_w == 2 && pl.dil_w == 1 && pl.taps <= int128{2} * pl.stride_h * pl.stride_w;
   if (!(channels_fill(pl, elem_bytes) && row && reuse && steps && !im2col_cheap)) return false;
-  if (kShortTile && im2col_has_stride_loop(pl)) return false;
+  if (kShortTile && stride_is_constant(pl.stride_w)) return false;
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
   // packed weight, within bounds.
   return int128{sweep_channels(pl.taps)} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&
