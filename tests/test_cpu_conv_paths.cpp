@@ -214,9 +214,7 @@ std::vector<PathCase> path_cases() {
 constexpr Tolerance kFloat32L2{0.0, 0.0, 1e-5};
 
 void check_against_reference(DType dtype, Tolerance tol) {
-  const CpuLevelScope restore;
-  for (cpu::Capability level : cpu_levels_this_machine_runs()) {
-    cpu::set_capability(level);
+  for_each_cpu_level([&](cpu::Capability level) {
     uint64_t seed = 7100;
     for (const PathCase& pc : path_cases()) {
       const ConvData d = make_conv_data(pc.c, ++seed);
@@ -227,7 +225,7 @@ void check_against_reference(DType dtype, Tolerance tol) {
           actual, run_reference_passes(pc.c, d), tol,
           std::string(pc.path) + " at level " + cpu::capability_name(level) + ": " + pc.c.str());
     }
-  }
+  });
 }
 
 TEST(CpuConvPaths, MatchReferenceFloat64) {
@@ -239,9 +237,7 @@ TEST(CpuConvPaths, MatchReferenceFloat32) {
 }
 
 TEST(CpuConvPaths, SameBitsForAnyThreadCount) {
-  const CpuLevelScope restore;
-  for (cpu::Capability level : cpu_levels_this_machine_runs()) {
-    cpu::set_capability(level);
+  for_each_cpu_level([&](cpu::Capability level) {
     uint64_t seed = 7200;
     for (const PathCase& pc : path_cases()) {
       const ConvData d = make_conv_data(pc.c, ++seed);
@@ -261,7 +257,7 @@ TEST(CpuConvPaths, SameBitsForAnyThreadCount) {
         }
       }
     }
-  }
+  });
 }
 
 // An empty batch on a huge length: every pass has nothing to compute and must allocate nothing

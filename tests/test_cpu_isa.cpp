@@ -88,9 +88,7 @@ TEST(CpuIsa, EveryLevelAgreesWithTheBaseline) {
 }
 
 TEST(CpuIsa, EveryLevelIsBitIdenticalForAnyThreadCount) {
-  CpuLevelScope restore;
-  for (Capability c : cpu_levels_this_machine_runs()) {
-    cpu::set_capability(c);
+  for_each_cpu_level([](Capability c) {
     set_num_threads(1);
     const std::vector<Tensor> one = level_results();
     for (int n : {2, 5, 16}) {
@@ -100,7 +98,7 @@ TEST(CpuIsa, EveryLevelIsBitIdenticalForAnyThreadCount) {
         EXPECT_TRUE(equal(one[i], many[i]))
             << "level " << cpu::capability_name(c) << ", result " << i << " at " << n << " threads";
     }
-  }
+  });
 }
 
 TEST(CpuIsa, TheEnvironmentVariableChoosesALowerLevel) {

@@ -67,6 +67,17 @@ class CpuLevelScope {
   int threads_;
 };
 
+// f(level) at each of cpu_levels_this_machine_runs(), that level set; the level and thread count
+// restored after.
+template <class F>
+void for_each_cpu_level(F&& f) {
+  const CpuLevelScope restore;
+  for (cpu::Capability level : cpu_levels_this_machine_runs()) {
+    cpu::set_capability(level);
+    f(level);
+  }
+}
+
 // The message of the tgrad::Error that f() throws, or "<no tgrad::Error thrown>".
 template <class F>
 std::string error_of(F&& f) {
