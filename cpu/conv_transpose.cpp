@@ -6,9 +6,9 @@
 //   dgrad:   cols = im2col(dy) (0 where (oh, ow) is outside y), dx_g = W_g cols
 // Every decomposition into tasks depends on the shape only, never on the thread count, except
 // forward_by_positions' cut of its GEMMs, forward's further cut of the output channels
-// (forward_channel_blocks) and dgrad's and wgrad's cut of the input channels (channel_cut),
-// which cannot change a bit; so the results are bit-identical for any thread count
-// (docs/design.md, "Determinism").
+// (forward_channel_blocks), dgrad's and wgrad's cut of the input channels (channel_cut) and
+// dgrad_few_columns' row blocks a task, which cannot change a bit; so the results are
+// bit-identical for any thread count (docs/design.md, "Determinism").
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
@@ -416,6 +416,21 @@ bool few_columns(const Plan& pl, int64_t elem_bytes) {
          pl.groups * ceil_div(pl.cig, int64_t{kFewRows}) >= kMinTasks;
 }
 
+// The columns of cols are few but its rows can be many (a 512-channel 3x3 weight: 4608), and
+// past kColsInL2Bytes a row block alone would stream all of cols from L3 (and its weight rows,
+// longer than L1, from L2 once per tile of columns). Then a task takes up to kMaxTaskRowBlocks
+// row blocks and runs the reduction in runs of about kColsRunBytes of cols, every row block over
+// a run before the next: the run is read from L3 once a task and from L2 by its other row
+// blocks, each weight row's piece stays in L1 across the tiles of columns, and the sums are taken
+// up again from the task's output rows (few_columns_tile's `resume`), so the chains do not
+// change. More row blocks a task means fewer tasks, so the count follows the threads (the cut
+// changes no bit): kTasksPerThread tasks a thread where the row blocks allow. A cols that fits
+// runs whole, a row block a task.
+constexpr int64_t kColsInL2Bytes = int64_t{256} << 10;
+constexpr int64_t kMaxTaskRowBlocks = 8;
+constexpr int64_t kColsRunBytes = int64_t{128} << 10;
+constexpr int64_t kTasksPerThread = 4;
+
 template <class T>
 void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   constexpr int L = gemm::kLanes<T>;
@@ -423,30 +438,52 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
   const int64_t ld = gemm::round_up(columns, L);  // zero columns up to whole vectors
   const int64_t vecs = ld / L;
   const int64_t row_blocks = ceil_div(pl.cig, int64_t{kFewRows});
+  const int64_t row_bytes = ld * static_cast<int64_t>(sizeof(T));
+  const bool in_runs = pl.rows * row_bytes > kColsInL2Bytes;
+  const int64_t per_task =
+      in_runs
+          ? std::clamp<int64_t>(pl.groups * row_blocks / (kTasksPerThread * std::max(threads, 1)),
+                                1, kMaxTaskRowBlocks)
+          : 1;
+  const int64_t tasks_per_group = ceil_div(row_blocks, per_task);
+  const int64_t run = in_runs ? std::max<int64_t>(kColsRunBytes / row_bytes, L) : pl.rows;
   const Workspace<T> cols(pl.groups * pl.rows * ld);
   few_columns_cols(pl, dy, ld, cols.data(), threads);
   parallel_for(
-      threads, pl.groups * row_blocks, [&] { return Workspace<T>(kFewRows * ld); },
+      threads, pl.groups * tasks_per_group, [&] { return Workspace<T>(per_task * kFewRows * ld); },
       [&](Workspace<T>& out, int64_t t) {
-        const int64_t g = t / row_blocks, r0 = t % row_blocks * kFewRows;
-        const int rows = static_cast<int>(std::min<int64_t>(kFewRows, pl.cig - r0));
-        const T* w_rows[kFewRows];
-        for (int r = 0; r < kFewRows; ++r)  // rows past cig repeat the last: computed, not stored
-          w_rows[r] = w + (g * pl.cig + r0 + std::min(r, rows - 1)) * pl.rows;
+        const int64_t g = t / tasks_per_group, b0 = t % tasks_per_group * per_task;
+        const int64_t b1 = std::min(row_blocks, b0 + per_task);
         const T* c = cols.data() + g * pl.rows * ld;
-        for (int64_t v0 = 0; v0 < vecs; v0 += 2) {
-          if (vecs - v0 >= 2) {
-            few_columns_tile<T, kFewRows, 2>(w_rows, c + v0 * L, ld, pl.rows, out.data() + v0 * L,
-                                             ld, kFewRows, false);
-          } else {
-            few_columns_tile<T, kFewRows, 1>(w_rows, c + v0 * L, ld, pl.rows, out.data() + v0 * L,
-                                             ld, kFewRows, false);
+        for (int64_t k0 = 0; k0 < pl.rows; k0 += run) {
+          const int64_t kc = std::min(run, pl.rows - k0);
+          for (int64_t blk = b0; blk < b1; ++blk) {
+            const int64_t r0 = blk * kFewRows;
+            const int rows = static_cast<int>(std::min<int64_t>(kFewRows, pl.cig - r0));
+            const T* w_rows[kFewRows];
+            for (int r = 0; r < kFewRows; ++r)  // rows past cig repeat the last: not stored
+              w_rows[r] = w + (g * pl.cig + r0 + std::min(r, rows - 1)) * pl.rows + k0;
+            T* o = out.data() + (blk - b0) * kFewRows * ld;
+            for (int64_t v0 = 0; v0 < vecs; v0 += 2) {
+              if (vecs - v0 >= 2) {
+                few_columns_tile<T, kFewRows, 2>(w_rows, c + k0 * ld + v0 * L, ld, kc, o + v0 * L,
+                                                 ld, kFewRows, false, k0 > 0);
+              } else {
+                few_columns_tile<T, kFewRows, 1>(w_rows, c + k0 * ld + v0 * L, ld, kc, o + v0 * L,
+                                                 ld, kFewRows, false, k0 > 0);
+              }
+            }
           }
         }
-        for (int r = 0; r < rows; ++r) {
-          for (int64_t n = 0; n < pl.batch; ++n) {
-            std::copy_n(out.data() + r * ld + n * pl.in_hw, pl.in_hw,
-                        dx + (n * pl.in_channels + g * pl.cig + r0 + r) * pl.in_hw);
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const int64_t r0 = blk * kFewRows;
+          const int rows = static_cast<int>(std::min<int64_t>(kFewRows, pl.cig - r0));
+          const T* o = out.data() + (blk - b0) * kFewRows * ld;
+          for (int r = 0; r < rows; ++r) {
+            for (int64_t n = 0; n < pl.batch; ++n) {
+              std::copy_n(o + r * ld + n * pl.in_hw, pl.in_hw,
+                          dx + (n * pl.in_channels + g * pl.cig + r0 + r) * pl.in_hw);
+            }
           }
         }
       });

@@ -760,16 +760,25 @@ inline void fence_streams() {}
 // The few-columns register tile: out[r * out_ld + v * L + lane] = sum over k < k_count, in order,
 // of a_rows[r][k] b[k * b_ld + v * L + lane], for R rows of A read in place (a row pointer each)
 // by V vectors of B. The first `stored_rows` rows are stored, by streaming stores when `stream`
-// (out and out_ld aligned to the vector).
+// (out and out_ld aligned to the vector). With `resume`, the sums start from out's R rows, so a
+// reduction run in pieces, each tile stored and taken up again, is the same chain bit for bit.
 template <class T, int R, int V>
 void few_columns_tile(const T* const* a_rows, const T* b, int64_t b_ld, int64_t k_count, T* out,
-                      int64_t out_ld, int stored_rows, bool stream) {
+                      int64_t out_ld, int stored_rows, bool stream, bool resume = false) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
   Vec acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v)
-      acc[r][v] = Vec{};
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) {
+      if (resume) {
+        Vec start;
+        std::memcpy(&start, out + r * out_ld + v * L, sizeof(Vec));
+        acc[r][v] = start;
+      } else {
+        acc[r][v] = Vec{};
+      }
+    }
+  }
   for (int64_t k = 0; k < k_count; ++k) {
     Vec bv[V];
     for (int v = 0; v < V; ++v)

@@ -252,6 +252,39 @@ inline void pack_a(const View<T>& a, int64_t i0, int mr, int64_t k0, int64_t kc,
   pack_panel<T, kRows>(a.p + i0 * a.rs + k0 * a.cs, a.rs, a.cs, mr, kc, dst);
 }
 
+// Rows [i0, i0 + m) and reduction [k0, k0 + kc) of A as its MR-row panels, panel ir at
+// dst + ir * kc. Where A's rows are contiguous in memory (the forward's transposed weight, its
+// reduction rows thousands of elements apart) a few reduction rows are read at a time, each run
+// into every panel, as pack_b_block does: panel by panel would read every reduction row once a
+// panel, a page apart, and those lines, all in the same few cache sets, are gone by the next
+// panel (a fifth of a U-Net up-convolution's forward went to it).
+template <class T>
+inline void pack_a_block(const View<T>& a, int64_t i0, int64_t m, int64_t k0, int64_t kc, T* dst) {
+  constexpr int MR = kRows;
+  constexpr int64_t kRowsPerRun = 8;
+  if (a.rs != 1) {
+    for (int64_t ir = 0; ir < m; ir += MR)
+      pack_a(a, i0 + ir, static_cast<int>(std::min<int64_t>(MR, m - ir)), k0, kc, dst + ir * kc);
+    return;
+  }
+  const int64_t whole = m / MR * MR;
+  for (int64_t kr = 0; kr < kc; kr += kRowsPerRun) {
+    const int64_t run = std::min(kRowsPerRun, kc - kr);
+    const T* rows = a.p + (k0 + kr) * a.cs + i0;
+    for (int64_t ir = 0; ir < whole; ir += MR)
+      for (int64_t k = 0; k < run; ++k)
+        std::memcpy(dst + ir * kc + (kr + k) * MR, rows + k * a.cs + ir, sizeof(T) * MR);
+    if (whole < m) {
+      const int64_t count = m - whole;
+      for (int64_t k = 0; k < run; ++k) {
+        T* last = dst + whole * kc + (kr + k) * MR;
+        std::memcpy(last, rows + k * a.cs + whole, sizeof(T) * static_cast<size_t>(count));
+        std::fill(last + count, last + MR, T(0));
+      }
+    }
+  }
+}
+
 // Columns [j0, j0 + nr) and reduction [k0, k0 + kc) of B as one NR-column panel.
 template <class T>
 inline void pack_b(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int nr, T* dst) {
@@ -307,10 +340,7 @@ inline int64_t reduction_runs(int64_t k) {
 template <class T>
 void pack_whole_a_run(const View<T>& a, int64_t m, int64_t k, int64_t run, T* dst) {
   const int64_t m_pad = round_up(m, kRows), pc = run * kKc;
-  const int64_t kc = std::min(kKc, k - pc);
-  for (int64_t ir = 0; ir < m; ir += kRows)
-    pack_a(a, ir, static_cast<int>(std::min<int64_t>(kRows, m - ir)), pc, kc,
-           dst + pc * m_pad + ir * kc);
+  pack_a_block(a, 0, m, pc, std::min(kKc, k - pc), dst + pc * m_pad);
 }
 template <class T>
 void pack_whole_a(const View<T>& a, int64_t m, int64_t k, T* dst) {
@@ -346,11 +376,7 @@ void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, i
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic);
         const T* a_block = whole_a != nullptr ? whole_a + pc * m_pad + (row0 + ic) * kc : packed_a;
-        if (whole_a == nullptr) {
-          for (int64_t ir = 0; ir < mc; ir += MR)
-            pack_a(a, ic + ir, static_cast<int>(std::min<int64_t>(MR, mc - ir)), pc, kc,
-                   packed_a + ir * kc);
-        }
+        if (whole_a == nullptr) pack_a_block(a, ic, mc, pc, kc, packed_a);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - jr));
           for (int64_t ir = 0; ir < mc; ir += MR) {

@@ -88,28 +88,32 @@ std::string gemm_case(int64_t m, int64_t n, int64_t k, bool a_col_major, bool b_
   return "";
 }
 
-// gemm_packed_a on rows [row0, row0 + m) of an A packed whole (whole_m rows) gives the same bits
-// as gemm() on those rows of the unpacked A. Returns "" or what went wrong.
+// gemm_packed_a on rows [row0, row0 + m) of an A packed whole (whole_m rows, stored row- or
+// column-major: the forward's transposed weight is the latter) gives the same bits as gemm() on
+// those rows of the unpacked A. Returns "" or what went wrong.
 template <class T>
-std::string packed_rows_case(int64_t whole_m, int64_t row0, int64_t m, int64_t n, int64_t k) {
+std::string packed_rows_case(int64_t whole_m, int64_t row0, int64_t m, int64_t n, int64_t k,
+                             bool a_col_major) {
   std::vector<T> a(static_cast<size_t>(whole_m * k)), b(static_cast<size_t>(k * n));
   for (size_t i = 0; i < a.size(); ++i)
     a[i] = static_cast<T>(gemm_value(4, i));
   for (size_t i = 0; i < b.size(); ++i)
     b[i] = static_cast<T>(gemm_value(5, i));
   std::vector<T> whole(static_cast<size_t>(g::packed_whole_a_elems<T>(whole_m, k)));
-  g::pack_whole_a<T>({a.data(), k, 1}, whole_m, k, whole.data());
+  const g::View<T> av = a_col_major ? g::View<T>{a.data(), 1, whole_m} : g::View<T>{a.data(), k, 1};
+  g::pack_whole_a<T>(av, whole_m, k, whole.data());
   std::vector<T> scratch(static_cast<size_t>(g::scratch_elems<T>(m, n, k)));
   std::vector<T> want(static_cast<size_t>(m * n)), got(static_cast<size_t>(m * n));
-  g::gemm<T>(m, n, k, {a.data() + row0 * k, k, 1}, {b.data(), n, 1}, want.data(), n, false,
+  g::gemm<T>(m, n, k, {av.p + row0 * av.rs, av.rs, av.cs}, {b.data(), n, 1}, want.data(), n, false,
              scratch.data());
   g::gemm_packed_a<T>(m, n, k, whole.data(), whole_m, row0, {b.data(), n, 1}, got.data(), n, false,
                       scratch.data());
   for (size_t i = 0; i < want.size(); ++i) {
     if (std::memcmp(&want[i], &got[i], sizeof(T)) != 0) {
       std::ostringstream err;
-      err << "packed rows " << row0 << ".." << row0 + m << " of " << whole_m << ": element " << i
-          << " is " << got[i] << ", gemm() gives " << want[i];
+      err << "packed rows " << row0 << ".." << row0 + m << " of " << whole_m << " ("
+          << (a_col_major ? "column" : "row") << "-major): element " << i << " is " << got[i]
+          << ", gemm() gives " << want[i];
       return err.str();
     }
   }
@@ -157,12 +161,15 @@ int run_checks() {
     for (int64_t row0 = 0; row0 < s.m; row0 += 2 * MR) {
       const int64_t m = std::min<int64_t>(3 * MR - 1, s.m - row0);
       for (int precision = 0; precision < 2; ++precision) {
-        const std::string e = precision == 0 ? packed_rows_case<float>(s.m, row0, m, s.n, s.k)
-                                             : packed_rows_case<double>(s.m, row0, m, s.n, s.k);
-        ++cases;
-        if (!e.empty()) {
-          ++failures;
-          std::printf("cpu_gemm_check: %s: %s\n", precision == 0 ? "float" : "double", e.c_str());
+        for (bool a_cm : {false, true}) {
+          const std::string e = precision == 0
+                                    ? packed_rows_case<float>(s.m, row0, m, s.n, s.k, a_cm)
+                                    : packed_rows_case<double>(s.m, row0, m, s.n, s.k, a_cm);
+          ++cases;
+          if (!e.empty()) {
+            ++failures;
+            std::printf("cpu_gemm_check: %s: %s\n", precision == 0 ? "float" : "double", e.c_str());
+          }
         }
       }
     }

@@ -151,6 +151,13 @@ std::vector<PathCase> path_cases() {
       {"dgrad few columns, 100 columns, large weight",
        conv_case_from_shapes(2, {2, 192, 5, 10}, {192, 192, 4, 4}, true, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
+      // 60 columns on a cols of 80 x 16 = 1280 rows, 320 KiB in float32: past L2's share, so
+      // dgrad_few_columns runs the reduction in runs (512, 512, 256 rows in float32) over tasks
+      // of several row blocks, 200 input channels leaving the last block partial (8 of 12
+      // rows; 2 of 6 below AVX-512).
+      {"dgrad few columns, reduction in runs",
+       conv_case_from_shapes(2, {1, 200, 6, 10}, {200, 80, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
       // dgrad and wgrad on few rows (dgrad_few_rows, wgrad_few_rows) in 2 groups of 3 input
       // channels and 1 output channel (5 rows, partial tiles both ways): 1100 positions, wgrad's
       // in chunks of 512, 512 and 76, dgrad's last tile of positions partial.
