@@ -61,7 +61,7 @@ constexpr int64_t kForwardMinTaps = 9;
 // with a constant stride (stride_is_constant: W strides 1, 2 and 4; docs/performance.md, "CPU
 // backend against PyTorch"). The other strides (the x5 and x8 vocoder layers) keep the gather
 // there: im2col's copy at a stride read at run time cost more than the gather lost.
-constexpr bool kShortTile = kMaxPositions < 12;
+constexpr bool kShortTile = gemm::kVecRegisters < 32;
 constexpr int64_t kWgradMinOutChannels = 4;
 constexpr int64_t kWgradMinPositions = 512;
 

@@ -102,8 +102,8 @@ void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threa
 // memory overlaps the arithmetic of every row block.
 // AVX-512: 24 accumulators of 32 registers. Below it 8 of 16: 4 x 6 spilled there, and 2 x 4
 // measured fastest of the tiles that fit (docs/performance.md).
-constexpr int kFewRowsChannels = gemm::kRows >= 12 ? 4 : 2;
-constexpr int kFewRowsRows = gemm::kRows >= 12 ? 6 : 4;
+constexpr int kFewRowsChannels = gemm::kVecRegisters >= 32 ? 4 : 2;
+constexpr int kFewRowsRows = gemm::kVecRegisters >= 32 ? 6 : 4;
 constexpr int64_t kFewRowsChunk = 512;  // positions, a multiple of every level's lanes
 
 // acc[c][j] (vectors over positions, at acc_mem, zero when `first`) += x_c[p] cols_j[p] for p in

@@ -31,14 +31,19 @@ namespace tgrad::cpu::TGRAD_CPU_ISA_NS::gemm {
 // The register tile: kRows (MR) rows of C by kVecsPerRow vectors (NR = kVecsPerRow * lanes). A
 // panel with fewer rows or columns left (the last of a product) runs a smaller tile of the same
 // packed layout (micro_kernel's template arguments), so a 32-row product does not compute 36.
+// kVecRegisters: the level's vector registers, which every register tile of the CPU kernels is
+// sized by.
 #if defined(__AVX512F__)
 inline constexpr int kVecBytes = 64;
+inline constexpr int kVecRegisters = 32;
 inline constexpr int kRows = 12;  // 12 rows x 2 vectors = 24 accumulators of 32 registers
 #elif defined(__AVX__)
 inline constexpr int kVecBytes = 32;
+inline constexpr int kVecRegisters = 16;
 inline constexpr int kRows = 6;  // 12 accumulators of 16 registers
 #else
 inline constexpr int kVecBytes = 16;
+inline constexpr int kVecRegisters = 16;
 inline constexpr int kRows = 6;
 #endif
 inline constexpr int kVecsPerRow = 2;
