@@ -257,37 +257,46 @@ inline void pack_a(const View<T>& a, int64_t i0, int mr, int64_t k0, int64_t kc,
   pack_panel<T, kRows>(a.p + i0 * a.rs + k0 * a.cs, a.rs, a.cs, mr, kc, dst);
 }
 
-// Rows [i0, i0 + m) and reduction [k0, k0 + kc) of A as its MR-row panels, panel ir at
-// dst + ir * kc. Where A's rows are contiguous in memory (the forward's transposed weight, its
-// reduction rows thousands of elements apart) a few reduction rows are read at a time, each run
-// into every panel, as pack_b_block does: panel by panel would read every reduction row once a
-// panel, a page apart, and those lines, all in the same few cache sets, are gone by the next
-// panel (a fifth of a U-Net up-convolution's forward went to it).
-template <class T>
-inline void pack_a_block(const View<T>& a, int64_t i0, int64_t m, int64_t k0, int64_t kc, T* dst) {
-  constexpr int MR = kRows;
+// `count` lanes of kc reduction rows, row k at src + k * k_step with its lanes contiguous, as
+// W-lane panels, panel p (lanes [p * W, p * W + W)) at dst + p * W * kc, lanes past count zero.
+// Both operands come this way in the forward pass (A, the transposed weight, and B, a block of
+// x), their reduction rows thousands of elements apart. A few rows are read at a time, each run
+// of rows copied into every panel: panel by panel would read every reduction row once a panel,
+// a cache line each, a page apart, all in the same few cache sets, so the lines are gone by the
+// next panel and the prefetchers do not follow (costly where the product is short: a few-row
+// weight's, or a fifth of a U-Net up-convolution's forward); one row at a time would write kc * W
+// elements apart, a power of two that maps every panel's store to the same cache sets.
+template <class T, int W>
+inline void pack_contiguous_lanes(const T* src, int64_t k_step, int64_t count, int64_t kc, T* dst) {
   constexpr int64_t kRowsPerRun = 8;
-  if (a.rs != 1) {
-    for (int64_t ir = 0; ir < m; ir += MR)
-      pack_a(a, i0 + ir, static_cast<int>(std::min<int64_t>(MR, m - ir)), k0, kc, dst + ir * kc);
-    return;
-  }
-  const int64_t whole = m / MR * MR;
+  const int64_t whole = count / W * W;
   for (int64_t kr = 0; kr < kc; kr += kRowsPerRun) {
     const int64_t run = std::min(kRowsPerRun, kc - kr);
-    const T* rows = a.p + (k0 + kr) * a.cs + i0;
-    for (int64_t ir = 0; ir < whole; ir += MR)
+    const T* rows = src + kr * k_step;
+    for (int64_t p = 0; p < whole; p += W)
       for (int64_t k = 0; k < run; ++k)
-        std::memcpy(dst + ir * kc + (kr + k) * MR, rows + k * a.cs + ir, sizeof(T) * MR);
-    if (whole < m) {
-      const int64_t count = m - whole;
+        std::memcpy(dst + p * kc + (kr + k) * W, rows + k * k_step + p, sizeof(T) * W);
+    if (whole < count) {
+      const int64_t rest = count - whole;
       for (int64_t k = 0; k < run; ++k) {
-        T* last = dst + whole * kc + (kr + k) * MR;
-        std::memcpy(last, rows + k * a.cs + whole, sizeof(T) * static_cast<size_t>(count));
-        std::fill(last + count, last + MR, T(0));
+        T* last = dst + whole * kc + (kr + k) * W;
+        std::memcpy(last, rows + k * k_step + whole, sizeof(T) * static_cast<size_t>(rest));
+        std::fill(last + rest, last + W, T(0));
       }
     }
   }
+}
+
+// Rows [i0, i0 + m) and reduction [k0, k0 + kc) of A as its MR-row panels, panel ir at
+// dst + ir * kc.
+template <class T>
+inline void pack_a_block(const View<T>& a, int64_t i0, int64_t m, int64_t k0, int64_t kc, T* dst) {
+  if (a.rs == 1) {
+    pack_contiguous_lanes<T, kRows>(a.p + k0 * a.cs + i0, a.cs, m, kc, dst);
+    return;
+  }
+  for (int64_t ir = 0; ir < m; ir += kRows)
+    pack_a(a, i0 + ir, static_cast<int>(std::min<int64_t>(kRows, m - ir)), k0, kc, dst + ir * kc);
 }
 
 // Columns [j0, j0 + nr) and reduction [k0, k0 + kc) of B as one NR-column panel.
@@ -297,37 +306,16 @@ inline void pack_b(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int nr,
 }
 
 // Columns [j0, j0 + nc) and reduction [k0, k0 + kc) of B as its NR-column panels, panel jr at
-// dst + jr * kc. Rows of B contiguous in memory (a block of x in the forward pass, rows
-// thousands of elements apart) are read a few rows at a time, each run of rows into every panel:
-// panel by panel would read kc rows a cache line each, a page apart, which the prefetchers do
-// not follow (costly where the other operand is a few rows, whose product is short), and one row
-// at a time would write kc * NR elements apart, a power of two that maps every panel's store to
-// the same cache sets.
+// dst + jr * kc.
 template <class T>
 inline void pack_b_block(const View<T>& b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, T* dst) {
   constexpr int NR = kCols<T>;
-  constexpr int64_t kRowsPerRun = 8;
-  if (b.cs != 1) {
-    for (int64_t jr = 0; jr < nc; jr += NR)
-      pack_b(b, k0, kc, j0 + jr, static_cast<int>(std::min<int64_t>(NR, nc - jr)), dst + jr * kc);
+  if (b.cs == 1) {
+    pack_contiguous_lanes<T, NR>(b.p + k0 * b.rs + j0, b.rs, nc, kc, dst);
     return;
   }
-  const int64_t whole = nc / NR * NR;
-  for (int64_t kr = 0; kr < kc; kr += kRowsPerRun) {
-    const int64_t run = std::min(kRowsPerRun, kc - kr);
-    const T* rows = b.p + (k0 + kr) * b.rs + j0;
-    for (int64_t jr = 0; jr < whole; jr += NR)
-      for (int64_t k = 0; k < run; ++k)
-        std::memcpy(dst + jr * kc + (kr + k) * NR, rows + k * b.rs + jr, sizeof(T) * NR);
-    if (whole < nc) {
-      const int64_t count = nc - whole;
-      for (int64_t k = 0; k < run; ++k) {
-        T* last = dst + whole * kc + (kr + k) * NR;
-        std::memcpy(last, rows + k * b.rs + whole, sizeof(T) * static_cast<size_t>(count));
-        std::fill(last + count, last + NR, T(0));
-      }
-    }
-  }
+  for (int64_t jr = 0; jr < nc; jr += NR)
+    pack_b(b, k0, kc, j0 + jr, static_cast<int>(std::min<int64_t>(NR, nc - jr)), dst + jr * kc);
 }
 
 // The whole of A (m x k) packed once, for products that reuse it with several B: for each run of
