@@ -417,18 +417,18 @@ bool few_columns(const Plan& pl, int64_t elem_bytes) {
 }
 
 // The columns of cols are few but its rows can be many (a 512-channel 3x3 weight: 4608), and
-// past kColsInL2Bytes a row block alone would stream all of cols from L3 (and its weight rows,
-// longer than L1, from L2 once per tile of columns). Then a task takes up to kMaxTaskRowBlocks
-// row blocks and runs the reduction in runs of about kColsRunBytes of cols, every row block over
-// a run before the next: the run is read from L3 once a task and from L2 by its other row
-// blocks, each weight row's piece stays in L1 across the tiles of columns, and the sums are taken
-// up again from the task's output rows (few_columns_tile's `resume`), so the chains do not
-// change. More row blocks a task means fewer tasks, so the count follows the threads (the cut
-// changes no bit): kTasksPerThread tasks a thread where the row blocks allow. A cols that fits
-// runs whole, a row block a task.
-constexpr int64_t kColsInL2Bytes = int64_t{256} << 10;
+// past kColsInL2Bytes (half a thread's L2 budget: the weight rows stream through the rest) a row
+// block alone would stream all of cols from L3 (and its weight rows, longer than L1, from L2 once
+// per tile of columns). Then a task takes up to kMaxTaskRowBlocks row blocks and runs the
+// reduction in runs of about kColsRunBytes of cols, every row block over a run before the next:
+// the run is read from L3 once a task and from L2 by its other row blocks, each weight row's
+// piece stays in L1 across the tiles of columns, and the sums are taken up again from the task's
+// output rows (few_columns_tile's `resume`), so the chains do not change. More row blocks a task
+// means fewer tasks, so the count follows the threads (the cut changes no bit): kTasksPerThread
+// tasks a thread where the row blocks allow. A cols that fits runs whole, a row block a task.
+constexpr int64_t kColsInL2Bytes = kColsBudgetBytes / 2;
+constexpr int64_t kColsRunBytes = kColsBudgetBytes / 4;
 constexpr int64_t kMaxTaskRowBlocks = 8;
-constexpr int64_t kColsRunBytes = int64_t{128} << 10;
 constexpr int64_t kTasksPerThread = 4;
 
 template <class T>
@@ -473,16 +473,12 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
                                                  ld, kFewRows, false, k0 > 0);
               }
             }
-          }
-        }
-        for (int64_t blk = b0; blk < b1; ++blk) {
-          const int64_t r0 = blk * kFewRows;
-          const int rows = static_cast<int>(std::min<int64_t>(kFewRows, pl.cig - r0));
-          const T* o = out.data() + (blk - b0) * kFewRows * ld;
-          for (int r = 0; r < rows; ++r) {
-            for (int64_t n = 0; n < pl.batch; ++n) {
-              std::copy_n(o + r * ld + n * pl.in_hw, pl.in_hw,
-                          dx + (n * pl.in_channels + g * pl.cig + r0 + r) * pl.in_hw);
+            if (k0 + kc < pl.rows) continue;  // the block's sums are taken up by the next run
+            for (int r = 0; r < rows; ++r) {
+              for (int64_t n = 0; n < pl.batch; ++n) {
+                std::copy_n(o + r * ld + n * pl.in_hw, pl.in_hw,
+                            dx + (n * pl.in_channels + g * pl.cig + r0 + r) * pl.in_hw);
+              }
             }
           }
         }
