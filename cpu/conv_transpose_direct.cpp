@@ -64,6 +64,7 @@ constexpr int64_t kForwardMinTaps = 9;
 constexpr bool kShortTile = gemm::kVecRegisters < 32;
 constexpr int64_t kWgradMinOutChannels = 4;
 constexpr int64_t kWgradMinPositions = 512;
+constexpr int64_t kWgradGemmPositions = 1024;  // direct_wgrad_suits below AVX-512
 
 // dy of one (n, co) plane with every tap's reach zero-padded: element (r, c) is
 // dy[r - ph, c - pw], 0 outside dy. Row ih*sh + kh*dh, column iw*sw + kw*dw is tap (kh, kw) of
@@ -707,12 +708,30 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
 // shared by every task; on a 1-D call of one or a few long sequences its tasks then read a copy
 // another core had just written (HiFi-GAN V3's x4 upsampler: 0.63x the GEMM path at 2 threads).
 // Here the positions, (item, position) in order, are cut into slices by the shape; a task (slice,
-// group and channel block, run of tiles) walks its slice in segments of at most kChunkPositions
-// positions of one item, copies its channel block of x and the window of dy the segment's taps
-// read into buffers of its own, and runs its tiles over the segment. Every tile of a slice is
-// one chain over its positions in order; the slices' sums are added in slice order.
+// group and channel block, run of tiles) walks its slice in segments (segment_positions) of one
+// item, copies its channel block of x and the window of dy the segment's taps read into buffers
+// of its own, and runs its tiles over the segment. Every tile of a slice is one chain over its
+// positions in order (a segment's end stores its sums, the next reloads them, exactly); the
+// slices' sums are added in slice order.
 constexpr int64_t kSlicePositions1d = 1024;
 constexpr int64_t kMaxSlices1d = 64;
+
+// Positions per segment. A tile reads one row of the window a position (rows `stride` apart,
+// each in a cache line of its own for a wide window), and the tiles of one output-channel block
+// read, over their taps, every row of the window: segments short enough that those rows
+// (kSegmentRows lines) stay in L1 from one tap to the next, and the whole window of `width`
+// channels in a quarter of the L2 budget for the next block. Longer segments re-read each line
+// from L2 or L3 once per tap; shorter ones would repeat the halo's copy and the tiles' loads and
+// stores of their sums too often (kMinSegment).
+constexpr int64_t kSegmentRows = 256;
+constexpr int64_t kSegmentWindowBytes = kColsBudgetBytes / 4;
+constexpr int64_t kMinSegment = 16;
+
+int64_t segment_positions(int64_t stride, int64_t width, int64_t elem_bytes) {
+  const int64_t in_l1 = kSegmentRows / stride;
+  const int64_t in_l2 = kSegmentWindowBytes / std::max<int64_t>(1, stride * width * elem_bytes);
+  return std::clamp<int64_t>(std::min(in_l1, in_l2), kMinSegment, kChunkPositions);
+}
 
 template <class T>
 void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
@@ -742,6 +761,7 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
         const int64_t co_lo = k0 / pl.taps * kTileChannels;
         const int64_t co_hi = std::min(pl.cog, ((k1 - 1) / pl.taps + 1) * kTileChannels);
         const int64_t width = co_hi - co_lo;
+        const int64_t segment = segment_positions(pl.stride_w, width, sizeof(T));
         T* xs = ws.data();
         T* ds = ws.data() + kChunkPositions * B;
         T* tile_sums = sums.data() + slice * wt.part_elems + gb * wt.tiles * wt.tile_elems;
@@ -753,7 +773,7 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
         for (int64_t q = positions * slice / slices, q1 = positions * (slice + 1) / slices;
              q < q1;) {
           const int64_t n = q / pl.in_w, p0 = q % pl.in_w;
-          sw.len = std::min({kChunkPositions, pl.in_w - p0, q1 - q});
+          sw.len = std::min({segment, pl.in_w - p0, q1 - q});
           rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_w + p0, pl.in_w,
                         std::min(B, pl.cig - c0), sw.len, xs);
           // dy's window [o0, o0 + count), zero outside dy.
@@ -872,6 +892,15 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // more taps per phase, or a W stride above 2.
   const bool gain = pl.taps >= int128{4} * pl.stride_h * pl.stride_w || pl.stride_w > 2;
   if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse)) return false;
+  // Below AVX-512 a 1-D layer with at most 2 taps per stride phase (k <= 2s: the vocoders' and
+  // EnCodec's upsamplers) over a long reduction measured faster on im2col + the GEMM, on an
+  // Intel and an AMD machine; over a few hundred positions the two measured even
+  // (docs/performance.md, "CPU backend against PyTorch"). Grouped layers keep the kernel: with
+  // 8 groups of 16 channels it measured faster, each group's product being too small to pay for
+  // the GEMM's packing.
+  if (kShortTile && pl.in_h == 1 && pl.groups == 1 && pl.taps <= int128{2} * pl.stride_w &&
+      int128{pl.batch} * pl.in_w >= kWgradGemmPositions)
+    return false;
   if (pl.in_h == 1) {
     // The 1-D kernel's buffer of dy: the window a segment's taps read (in 128 bits: the geometry
     // accepts strides and dilations whose window would overflow).

@@ -120,9 +120,9 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(2, {1, 32, 128, 130}, {32, 4, 2, 2}, true, {1, 1}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
       // Direct wgrad of a 1-D call: 3 x 900 = 2700 positions in 2 slices (the first ends inside
-      // item 1), segments of 256; 2 groups of 32 input channels, 13 output channels (tiles of
-      // 12 and 1); stride 3, dilation 2 and a padding whose windows start before dy, an output
-      // padding after it.
+      // item 1), segments of 85 (256 window rows at stride 3); 2 groups of 32 input channels,
+      // 13 output channels (tiles of 12 and 1); stride 3, dilation 2 and a padding whose windows
+      // start before dy, an output padding after it.
       {"direct wgrad 1-D, slices across items",
        conv_case_from_shapes(1, {3, 64, 900}, {64, 13, 5}, true, {3}, {4}, {2}, {2}, 2)},
       // dgrad and wgrad on few columns (dgrad_few_columns, wgrad_few_columns): 2 items of 4 x 4
