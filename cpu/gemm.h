@@ -96,6 +96,12 @@ inline void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict 
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < V; ++j)
       acc[i][j] = Vec{};
+  // The tile of C is touched only after the kc steps, a row or two of cache lines apart from
+  // the next: fetched now, its misses overlap the arithmetic instead of stalling the stores.
+  for (int i = 0; i < mr; ++i) {
+    __builtin_prefetch(c + i * ldc, 1);
+    __builtin_prefetch(c + i * ldc + nr - 1, 1);
+  }
   for (int64_t k = 0; k < kc; ++k) {
     Vec bv[V];
     for (int j = 0; j < V; ++j)
