@@ -439,7 +439,8 @@ void direct_forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T*
 // count.
 
 constexpr int kTileChannels = gemm::kRows;  // output channels per tile: 24 accumulators
-constexpr int64_t kChunkPositions = 256;    // positions a task's tiles sweep in turn
+// Positions a task's tiles sweep in turn (the 1-D kernel's segments, segment_positions, at most).
+constexpr int64_t kChunkPositions = 256;
 // Positions of the sweeps that every task runs between two synchronisations.
 constexpr int64_t kRoundPositions = 4096;
 // Slices of the positions (below): about this many positions each, at most kMaxSlices of them
