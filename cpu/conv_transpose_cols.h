@@ -196,8 +196,14 @@ inline ColBlocks col_blocks(const Plan& pl, int64_t buffer_rows, int64_t elem_by
       for_tasks ? std::min<int128>(budget, std::max<int128>(kMinParallelCols, per_task)) : budget;
   ColBlocks cb{};
   if (pl.in_hw >= target) {
+    // As many chunks as the target asks for, of about equal length (a multiple of 16 positions,
+    // so that each chunk's rows of x start on a cache line where the image's do; at most the
+    // target, itself a multiple of 16). A target-long cut would leave a short last chunk: 625
+    // positions as 256 + 256 + 113, its tasks a third of the others' work while their threads
+    // wait (U-Net's 25 x 25 wgrad at 16 threads).
+    const int64_t pieces = ceil_div(pl.in_hw, target);
     cb.items_per_block = 1;
-    cb.chunk = target;
+    cb.chunk = std::min(target, gemm::round_up(ceil_div(pl.in_hw, pieces), int64_t{16}));
   } else {
     const int64_t most = std::max<int64_t>(1, pl.batch);
     cb.items_per_block = pl.in_hw == 0 ? most : std::clamp<int64_t>(target / pl.in_hw, 1, most);
@@ -878,15 +884,21 @@ int64_t few_rows_ld(const Plan& pl) {
 }
 
 // cols of every group (rows x few_rows_ld), the items side by side from item_ld apart and zero
-// past in_hw, built in parallel over (group, item, chunk of positions).
+// past in_hw, built in parallel over (group, item, chunk of positions). Chunks of at most 4096
+// positions, shorter where (group, item) pairs are fewer than the threads: a batch-1 call of a
+// 4000-step sequence (Conv-TasNet's decoder) was one task, its copy run on one core while the
+// rest waited for the product. A copy: the cut follows the threads without changing a bit.
 template <class T>
 void few_rows_cols(const Plan& pl, const T* dy, T* cols, int threads) {
-  constexpr int64_t kChunk = 4096;
+  constexpr int64_t kLongest = 4096, kShortest = 256;
   const int64_t item_ld = few_rows_item_ld<T>(pl), ld = few_rows_ld<T>(pl);
-  const int64_t chunks = ceil_div(pl.in_hw, kChunk);
+  const int64_t per_thread =
+      ceil_div(pl.groups * pl.batch * pl.in_hw, std::max<int64_t>(1, threads));
+  const int64_t chunk = std::clamp(gemm::round_up(per_thread, 16), kShortest, kLongest);
+  const int64_t chunks = ceil_div(pl.in_hw, chunk);
   parallel_for(threads, pl.groups * pl.batch * chunks, [&](int64_t t) {
     const int64_t g = t / (pl.batch * chunks), n = t / chunks % pl.batch;
-    const int64_t p0 = t % chunks * kChunk, len = std::min(kChunk, pl.in_hw - p0);
+    const int64_t p0 = t % chunks * chunk, len = std::min(chunk, pl.in_hw - p0);
     T* c = cols + g * pl.rows * ld + n * item_ld;
     im2col_block(pl, dy, g, ColBlock{n, 1, p0, len}, 0, pl.cog, c + p0, ld);
     if (p0 + len == pl.in_hw)

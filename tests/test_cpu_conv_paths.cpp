@@ -74,7 +74,8 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(1, {12, 40, 6}, {40, 96, 7}, true, {3}, {2}, {2}, {1}, 1)},
       // One long sequence with 16 rows (a decoder to one channel): dgrad and wgrad take the
       // few-rows products, wgrad's 16 rows in tiles of 6, 6 and 4 over chunks of positions,
-      // dgrad's 64 input channels in tiles of 12 (the last of 4) over 16 runs of positions.
+      // dgrad's 64 input channels in tiles of 12 (the last of 4) over 16 runs of positions;
+      // the column buffer is copied in chunks that follow the threads (1, 2, 5 or 16 of them).
       {"one long sequence, few rows",
        conv_case_from_shapes(1, {1, 64, 4000}, {64, 1, 16}, true, {8}, {0}, {0}, {1}, 1)},
       // Direct dgrad (conv_transpose_direct.cpp): 56 input channels fill 7/8 of two tile blocks
