@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "cpu/conv_transpose_cols.h"
+#include "cpu/eigen_product.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
@@ -337,9 +338,9 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
           const int64_t b_ld = cl ? rows : pl.rows;
           const ConstStridedMap<T> w_map(b_op, pl.cig, rows, Eigen::OuterStride<>(b_ld));
           if (thin && transposed) {
-            MutMap<T>(cols, ld, rows).noalias() = x_blk.transpose() * w_map;
+            eigen_product(MutMap<T>(cols, ld, rows), x_blk.transpose(), w_map, false);
           } else if (thin) {
-            MutMap<T>(cols, rows, ld).noalias() = w_map.transpose() * x_blk;
+            eigen_product(MutMap<T>(cols, rows, ld), w_map.transpose(), x_blk, false);
           } else if (transposed) {
             gemm::gemm<T>(ld, rows, pl.cig, {x_blk.data(), 1, x_ld}, {b_op, b_ld, 1}, cols, rows,
                           false, gemm_scratch);
@@ -382,18 +383,19 @@ void copy_out_items(const Plan& pl, const ColBlock& b, int64_t channels, const T
                   dx_first + (j * pl.in_channels + ci) * pl.in_hw);
 }
 
-// dx of input channels [ci0, ci1) of group g on a block's columns = `product`, a
-// ((ci1 - ci0) x cols) expression: written in place for a block of one item, else through tmp
+// dx of input channels [ci0, ci1) of group g on a block's columns = lhs * rhs, a
+// ((ci1 - ci0) x cols) product: written in place for a block of one item, else through tmp
 // (that many elements) and copied out item by item.
-template <class T, class Product>
+template <class T, class Lhs, class Rhs>
 void store_dx(const Plan& pl, int64_t g, const ColBlock& b, int64_t ci0, int64_t ci1,
-              const Product& product, T* tmp, T* dx) {
+              const Lhs& lhs, const Rhs& rhs, T* tmp, T* dx) {
   T* dx_first = dx + (b.n0 * pl.in_channels + g * pl.cig + ci0) * pl.in_hw + b.p0;
   if (b.items == 1) {
-    StridedMap<T>(dx_first, ci1 - ci0, b.len, Eigen::OuterStride<>(pl.in_hw)).noalias() = product;
+    eigen_product(StridedMap<T>(dx_first, ci1 - ci0, b.len, Eigen::OuterStride<>(pl.in_hw)), lhs,
+                  rhs, false);
     return;
   }
-  MutMap<T>(tmp, ci1 - ci0, b.cols()).noalias() = product;
+  eigen_product(MutMap<T>(tmp, ci1 - ci0, b.cols()), lhs, rhs, false);
   copy_out_items(pl, b, ci1 - ci0, tmp, dx_first);
 }
 
@@ -630,9 +632,8 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
         const int64_t n = blk.cols();
         if (n < 2 * gemm::kCols<T> || 4 * gemm::round_up(n, gemm::kCols<T>) > 5 * n) {
           const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
-          store_dx(pl, g, blk, ci0, ci1,
-                   w_g.block(ci0, co0 * pl.taps, ci1 - ci0, rows) * ConstMap<T>(cols, rows, n), tmp,
-                   out);
+          store_dx(pl, g, blk, ci0, ci1, w_g.block(ci0, co0 * pl.taps, ci1 - ci0, rows),
+                   ConstMap<T>(cols, rows, n), tmp, out);
           return;
         }
         // Otherwise the backend's GEMM: in place for a block of one item, else through tmp,

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "cpu/conv_transpose_cols.h"
+#include "cpu/eigen_product.h"
 #include "cpu/gemm.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
@@ -273,7 +274,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
           const ColBlock blk = cb.block(pl, r / cb.chunks_per_item, r % cb.chunks_per_item);
           im2col_block(pl, dy, g, blk, co0, co1, cols, blk.cols());
           const ConstMap<T> c(cols, rows, blk.cols());
-          acc.noalias() += x_block(pl, x, g, blk, x_buf, ci0, ci1) * c.transpose();
+          eigen_product(acc, x_block(pl, x, g, blk, x_buf, ci0, ci1), c.transpose(), true);
         }
         T* out = (slices > 1 ? partial.data() + s * w_numel : dw) + (g * pl.cig + ci0) * pl.rows;
         StridedMap<T>(out + co0 * pl.taps, ci1 - ci0, rows, Eigen::OuterStride<>(pl.rows)) = acc;

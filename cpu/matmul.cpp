@@ -3,6 +3,7 @@
 // one GEMM per block, so the result does not depend on the thread count.
 #include <Eigen/Core>
 
+#include "cpu/eigen_product.h"
 #include "cpu/kernels.h"
 #include "cpu/parallel.h"
 
@@ -41,9 +42,9 @@ void matmul_typed(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a,
       const int64_t start = t * kBlock;
       const int64_t len = std::min(kBlock, extent - start);
       if (by_rows) {
-        ym.middleRows(start, len).noalias() = op_a.middleRows(start, len) * op_b;
+        eigen_product(ym.middleRows(start, len), op_a.middleRows(start, len), op_b, false);
       } else {
-        ym.middleCols(start, len).noalias() = op_a * op_b.middleCols(start, len);
+        eigen_product(ym.middleCols(start, len), op_a, op_b.middleCols(start, len), false);
       }
     });
   };
