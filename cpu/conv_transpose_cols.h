@@ -196,14 +196,16 @@ inline ColBlocks col_blocks(const Plan& pl, int64_t buffer_rows, int64_t elem_by
       for_tasks ? std::min<int128>(budget, std::max<int128>(kMinParallelCols, per_task)) : budget;
   ColBlocks cb{};
   if (pl.in_hw >= target) {
-    // As many chunks as the target asks for, of about equal length (a multiple of 16 positions,
-    // so that each chunk's rows of x start on a cache line where the image's do; at most the
-    // target, itself a multiple of 16). A target-long cut would leave a short last chunk: 625
-    // positions as 256 + 256 + 113, its tasks a third of the others' work while their threads
-    // wait (U-Net's 25 x 25 wgrad at 16 threads).
+    // For tasks, as many chunks as the target asks for, of about equal length (a multiple of 16
+    // positions, so that each chunk's rows of x start on a cache line where the image's do; at
+    // most the target, itself a multiple of 16). A target-long cut would leave a short last
+    // chunk: 625 positions as 256 + 256 + 113, its tasks a third of the others' work while their
+    // threads wait (U-Net's 25 x 25 wgrad at 16 threads). The forward's tasks own whole items:
+    // its chunks stay the budget's length.
     const int64_t pieces = ceil_div(pl.in_hw, target);
     cb.items_per_block = 1;
-    cb.chunk = std::min(target, gemm::round_up(ceil_div(pl.in_hw, pieces), int64_t{16}));
+    cb.chunk = for_tasks ? std::min(target, gemm::round_up(ceil_div(pl.in_hw, pieces), int64_t{16}))
+                         : target;
   } else {
     const int64_t most = std::max<int64_t>(1, pl.batch);
     cb.items_per_block = pl.in_hw == 0 ? most : std::clamp<int64_t>(target / pl.in_hw, 1, most);
