@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "cpu/allocator.h"
+#include "cpu/gemm.h"
 #include "cpu/kernels.h"
 
 #ifndef TGRAD_CPU_ISA_NS
@@ -50,11 +51,6 @@ class BorrowedBlocking
   // The base's destructor frees its buffers: these are the workspace's.
   ~BorrowedBlocking() { lend(nullptr, nullptr); }
 };
-
-inline int64_t round_to_line(int64_t elems, int64_t elem_bytes) {
-  const int64_t per_line = std::max<int64_t>(1, 64 / elem_bytes);
-  return (elems + per_line - 1) / per_line * per_line;
-}
 
 }  // namespace eigen_detail
 
@@ -95,7 +91,8 @@ void eigen_product(Dst&& dst, const Lhs& lhs, const Rhs& rhs, bool accumulate) {
 
   eigen_detail::BorrowedBlocking<kDstOrder, T> blocking(rows, cols, depth);
   const int64_t elem = static_cast<int64_t>(sizeof(T));
-  const int64_t a_elems = eigen_detail::round_to_line(blocking.a_elems(), elem);
+  // B's buffer starts on a cache line after A's.
+  const int64_t a_elems = gemm::round_up(blocking.a_elems(), std::max<int64_t>(1, 64 / elem));
   const int64_t b_elems = blocking.b_elems();
   // Eigen puts buffers up to this size on the stack itself; the rest come from the allocator,
   // asked for at least its smallest cached size so that they are kept and reused.
