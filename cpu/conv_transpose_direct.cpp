@@ -65,6 +65,7 @@ constexpr bool kShortTile = gemm::kVecRegisters < 32;
 constexpr int64_t kWgradMinOutChannels = 4;
 constexpr int64_t kWgradMinPositions = 512;
 constexpr int64_t kWgradGemmPositions = 1024;  // direct_wgrad_suits below AVX-512
+constexpr int64_t kWgradGemmChannels = 256;    // the same
 
 // dy of one (n, co) plane with every tap's reach zero-padded: element (r, c) is
 // dy[r - ph, c - pw], 0 outside dy. Row ih*sh + kh*dh, column iw*sw + kw*dw is tap (kh, kw) of
@@ -895,12 +896,15 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse)) return false;
   // Below AVX-512 a 1-D layer with at most 2 taps per stride phase (k <= 2s: the vocoders' and
   // EnCodec's upsamplers) over a long reduction measured faster on im2col + the GEMM, on an
-  // Intel and an AMD machine; over a few hundred positions the two measured even
-  // (docs/performance.md, "CPU backend against PyTorch"). Grouped layers keep the kernel: with
-  // 8 groups of 16 channels it measured faster, each group's product being too small to pay for
-  // the GEMM's packing.
+  // Intel and an AMD machine (docs/performance.md, "CPU backend against PyTorch"). Over fewer
+  // positions the GEMM path still wins with 256 or more input channels, each element of the column
+  // buffer then serving that many multiply-adds: the kernel's window of dy is wide there (many
+  // output channels at a large stride), its segments short, and it reloads its sums often. With
+  // fewer channels at a stride im2col copies with a run-time step (3, 6), the copy cost more than
+  // the kernel did. Grouped layers keep the kernel: with 8 groups of 16 channels it measured
+  // faster, each group's product being too small to pay for the GEMM's packing.
   if (kShortTile && pl.in_h == 1 && pl.groups == 1 && pl.taps <= int128{2} * pl.stride_w &&
-      int128{pl.batch} * pl.in_w >= kWgradGemmPositions)
+      (int128{pl.batch} * pl.in_w >= kWgradGemmPositions || pl.cig >= kWgradGemmChannels))
     return false;
   if (pl.in_h == 1) {
     // The 1-D kernel's buffer of dy: the window a segment's taps read (in 128 bits: the geometry
