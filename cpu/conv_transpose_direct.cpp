@@ -449,13 +449,17 @@ constexpr int64_t kRoundPositions = 4096;
 constexpr int64_t kSlicePositions = 8192;
 constexpr int64_t kMaxSlices = 16;
 constexpr int64_t kMaxSliceBytes = int64_t{64} << 20;
+// Elements of x or dy a piece of the channels-last copies (below) holds, at least.
+constexpr int64_t kMinCopyPiece = 4096;
 
-// x of item n, group g, channels [c0, c0 + kBlock) as [position][channel], zero past cig.
+// Rows [h0, h1) of x of item n, group g, channels [c0, c0 + kBlock) as [position][channel],
+// zero past cig; `out` is the whole image's buffer.
 template <class T>
-void x_channels_last(const Plan& pl, const T* x, int64_t n, int64_t g, int64_t cb, T* out) {
-  const int64_t c0 = cb * kBlock<T>;
-  rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw, pl.in_hw,
-                std::min(kBlock<T>, pl.cig - c0), pl.in_hw, out);
+void x_channels_last(const Plan& pl, const T* x, int64_t n, int64_t g, int64_t cb, int64_t h0,
+                     int64_t h1, T* out) {
+  const int64_t c0 = cb * kBlock<T>, p0 = h0 * pl.in_w;
+  rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw + p0, pl.in_hw,
+                std::min(kBlock<T>, pl.cig - c0), (h1 - h0) * pl.in_w, out + p0 * kBlock<T>);
 }
 
 // out[i * channels + c] = src[c * ld + i] for i < count and c < channels: a run of `count`
@@ -477,16 +481,17 @@ void run_channels_last(const T* src, int64_t ld, int64_t channels, int64_t count
       out[i * channels + c0] = src[c0 * ld + i];
 }
 
-// dy of item n, group g as [row][column][co] over the padded extent: element (r, c, co) is
-// dy[co, r - ph, c - pw], 0 outside dy.
+// Rows [r0, r1) of dy of item n, group g as [row][column][co] over the padded extent: element
+// (r, c, co) is dy[co, r - ph, c - pw], 0 outside dy; `out` is the whole plane's buffer.
 template <class T>
-void dy_channels_last(const Plan& pl, const Padded& pd, const T* dy, int64_t n, int64_t g, T* out) {
-  std::fill_n(out, pd.plane() * pl.cog, T(0));
+void dy_channels_last(const Plan& pl, const Padded& pd, const T* dy, int64_t n, int64_t g,
+                      int64_t r0, int64_t r1, T* out) {
+  std::fill(out + r0 * pd.w * pl.cog, out + r1 * pd.w * pl.cog, T(0));
   const T* src = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
   // Rows and columns of dy past the padded extent (an output padding) are read by no tap.
-  const int64_t oh_end = std::min(pl.out_h, pd.h - pl.pad_h);
+  const int64_t oh_end = std::min({pl.out_h, pd.h - pl.pad_h, r1 - pl.pad_h});
   const int64_t ow_end = std::min(pl.out_w, pd.w - pl.pad_w);
-  for (int64_t oh = 0; oh < oh_end; ++oh) {
+  for (int64_t oh = std::max<int64_t>(0, r0 - pl.pad_h); oh < oh_end; ++oh) {
     run_channels_last(src + oh * pl.out_w, pl.out_hw, pl.cog, ow_end,
                       out + (oh + pl.pad_h) * pd.w * pl.cog + pl.pad_w * pl.cog);
   }
@@ -629,14 +634,26 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
   Workspace<T> sums(slices * wt.part_elems);
   for (int64_t first = 0; first < pl.batch; first += per_round) {
     const int64_t count = std::min(per_round, pl.batch - first);
-    parallel_for(threads, count * pl.groups * (wt.blocks + 1), [&](int64_t t) {
-      const int64_t i = t / (pl.groups * (wt.blocks + 1)), g = t / (wt.blocks + 1) % pl.groups;
-      const int64_t k = t % (wt.blocks + 1);
-      if (k < wt.blocks) {
-        x_channels_last(pl, x, first + i, g, k,
-                        xt.data() + i * x_item + (g * wt.blocks + k) * pl.in_hw * B);
+    // The round's copies, in pieces of rows of about equal size, some twice the threads of
+    // them: per (item, group) one piece of dy alone was most of the work of a batch-1 call
+    // (every output channel's padded plane), its threads waiting. A copy changes no bit however
+    // it is cut.
+    const int64_t copy_elems = count * pl.groups * (x_item / pl.groups + pd.plane() * pl.cog);
+    const int64_t piece = std::max(kMinCopyPiece, copy_elems / (2 * int64_t{threads}));
+    const int64_t x_rows = std::clamp<int64_t>(piece / (pl.in_w * B), 1, pl.in_h);
+    const int64_t d_rows = std::clamp<int64_t>(piece / (pd.w * pl.cog), 1, pd.h);
+    const int64_t x_pieces = ceil_div(pl.in_h, x_rows), d_pieces = ceil_div(pd.h, d_rows);
+    const int64_t per_image = wt.blocks * x_pieces + d_pieces;  // pieces per (item, group)
+    parallel_for(threads, count * pl.groups * per_image, [&](int64_t t) {
+      const int64_t i = t / (pl.groups * per_image), g = t / per_image % pl.groups;
+      const int64_t k = t % per_image;
+      if (k < wt.blocks * x_pieces) {
+        const int64_t cb = k / x_pieces, h0 = k % x_pieces * x_rows;
+        x_channels_last(pl, x, first + i, g, cb, h0, std::min(pl.in_h, h0 + x_rows),
+                        xt.data() + i * x_item + (g * wt.blocks + cb) * pl.in_hw * B);
       } else {
-        dy_channels_last(pl, pd, dy, first + i, g,
+        const int64_t r0 = (k - wt.blocks * x_pieces) * d_rows;
+        dy_channels_last(pl, pd, dy, first + i, g, r0, std::min(pd.h, r0 + d_rows),
                          dyt.data() + i * d_item + g * pd.plane() * pl.cog);
       }
     });
