@@ -150,13 +150,26 @@ void rows_to_lanes(const T* src, int64_t ld, int64_t channels, int64_t len, T* o
   }
 }
 
-// dgrad's weight for group g, channels [cb*kBlock, +kBlock) packed as [co][kh][kw][channel],
-// channels past cig zero.
+// Elements of a piece of a copy (the packed weights, wgrad's channels-last x and dy), at least.
+constexpr int64_t kMinCopyPiece = 4096;
+
+// Pieces to cut each of `units` copies of `elems` elements into: some twice the threads' tasks
+// in all, none under kMinCopyPiece elements. One task per weight block left most threads idle
+// while a large weight was packed (DCGAN's 256 -> 128 dgrad: 8 blocks of a 2 MiB weight, a third
+// of the pass's work). A copy changes no bit however it is cut.
+int64_t copy_pieces(int64_t units, int64_t elems, int threads) {
+  const int64_t wanted = ceil_div(2 * int64_t{threads}, std::max<int64_t>(1, units));
+  return std::clamp<int64_t>(elems / kMinCopyPiece, 1, wanted);
+}
+
+// Rows [r0, r1) of dgrad's weight for group g, channels [cb*kBlock, +kBlock) packed as
+// [co][kh][kw][channel] (a row: one (co, kh, kw)), channels past cig zero; `out` is the block's.
 template <class T>
-void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, T* out) {
+void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, int64_t r0, int64_t r1,
+                 T* out) {
   const int64_t c0 = cb * kBlock<T>;
-  rows_to_lanes(w + (g * pl.cig + c0) * pl.rows, pl.rows, std::min(kBlock<T>, pl.cig - c0), pl.rows,
-                out);
+  rows_to_lanes(w + (g * pl.cig + c0) * pl.rows + r0, pl.rows, std::min(kBlock<T>, pl.cig - c0),
+                r1 - r0, out + r0 * kBlock<T>);
 }
 
 // acc[v][p][lane] += sum over r in [0, channels), then a, b, of wp[r, a, b][v*lanes + lane]
@@ -367,8 +380,14 @@ void direct_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int thre
   const int64_t blocks = ceil_div(pl.cig, B);
   const int64_t packed_elems = pl.rows * B;
   Workspace<T> packed(pl.groups * blocks * packed_elems);
-  parallel_for(threads, pl.groups * blocks, [&](int64_t t) {
-    pack_weight(pl, w, t / blocks, t % blocks, packed.data() + t * packed_elems);
+  // Pieces of whole vectors of rows, so that each piece's transposes start where the block's do.
+  const int64_t pieces = copy_pieces(pl.groups * blocks, packed_elems, threads);
+  const int64_t piece_rows = gemm::round_up(ceil_div(pl.rows, pieces), int64_t{gemm::kLanes<T>});
+  const int64_t per_block = ceil_div(pl.rows, piece_rows);
+  parallel_for(threads, pl.groups * blocks * per_block, [&](int64_t t) {
+    const int64_t gb = t / per_block, r0 = t % per_block * piece_rows;
+    pack_weight(pl, w, gb / blocks, gb % blocks, r0, std::min(pl.rows, r0 + piece_rows),
+                packed.data() + gb * packed_elems);
   });
   run_gather(dgrad_gather(pl), dy, packed.data(), packed_elems, static_cast<const T*>(nullptr), dx,
              threads);
@@ -402,13 +421,15 @@ Gather forward_gather(const Plan& pl) {
           (pl.kernel_w - 1) * pl.dil_w - pl.pad_w};
 }
 
-// The forward's weight for group g, output channels [cb*kBlock, +kBlock) packed as
-// [ci][a][b][channel] with a, b the taps counted backwards, channels past cog zero.
+// Input channels [ci0, ci1) of the forward's weight for group g, output channels
+// [cb*kBlock, +kBlock) packed as [ci][a][b][channel] with a, b the taps counted backwards,
+// channels past cog zero; `out` is the block's.
 template <class T>
-void pack_forward_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, T* out) {
+void pack_forward_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, int64_t ci0,
+                         int64_t ci1, T* out) {
   constexpr int64_t B = kBlock<T>;
   const int64_t c0 = cb * B, channels = std::min(B, pl.cog - c0);
-  for (int64_t ci = 0; ci < pl.cig; ++ci) {
+  for (int64_t ci = ci0; ci < ci1; ++ci) {
     T* block = out + ci * pl.taps * B;
     rows_to_lanes(w + (g * pl.cig + ci) * pl.rows + c0 * pl.taps, pl.taps, channels, pl.taps,
                   block);
@@ -423,8 +444,13 @@ void direct_forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T*
   const int64_t blocks = ceil_div(pl.cog, B);
   const int64_t packed_elems = pl.cig * pl.taps * B;
   Workspace<T> packed(pl.groups * blocks * packed_elems);
-  parallel_for(threads, pl.groups * blocks, [&](int64_t t) {
-    pack_forward_weight(pl, w, t / blocks, t % blocks, packed.data() + t * packed_elems);
+  const int64_t pieces = copy_pieces(pl.groups * blocks, packed_elems, threads);
+  const int64_t piece_channels = ceil_div(pl.cig, pieces);
+  const int64_t per_block = ceil_div(pl.cig, piece_channels);
+  parallel_for(threads, pl.groups * blocks * per_block, [&](int64_t t) {
+    const int64_t gb = t / per_block, ci0 = t % per_block * piece_channels;
+    pack_forward_weight(pl, w, gb / blocks, gb % blocks, ci0,
+                        std::min(pl.cig, ci0 + piece_channels), packed.data() + gb * packed_elems);
   });
   run_gather(forward_gather(pl), x, packed.data(), packed_elems, b, y, threads);
 }
@@ -449,8 +475,6 @@ constexpr int64_t kRoundPositions = 4096;
 constexpr int64_t kSlicePositions = 8192;
 constexpr int64_t kMaxSlices = 16;
 constexpr int64_t kMaxSliceBytes = int64_t{64} << 20;
-// Elements of x or dy a piece of the channels-last copies (below) holds, at least.
-constexpr int64_t kMinCopyPiece = 4096;
 
 // Rows [h0, h1) of x of item n, group g, channels [c0, c0 + kBlock) as [position][channel],
 // zero past cig; `out` is the whole image's buffer.

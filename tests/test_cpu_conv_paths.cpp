@@ -105,6 +105,15 @@ std::vector<PathCase> path_cases() {
       {"direct dgrad 2-D stride 2, grouped",
        conv_case_from_shapes(2, {4, 64, 8, 8}, {64, 8, 4, 4}, true, {2, 2}, {1, 1}, {0, 0}, {1, 1},
                              2)},
+      // Weights large enough to be packed in pieces of rows (dgrad: 64 x 9 rows of each block of
+      // input channels) or of input channels (forward, 64 of them): stride 3 takes the direct
+      // dgrad at every level, the stride-1 forward only at AVX-512.
+      {"direct dgrad 2-D stride 3, weight packed in pieces",
+       conv_case_from_shapes(2, {2, 32, 12, 12}, {32, 64, 3, 3}, true, {3, 3}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
+      {"direct forward 2-D stride 1, weight packed in pieces",
+       conv_case_from_shapes(2, {2, 64, 12, 12}, {64, 32, 3, 3}, true, {1, 1}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
       // Direct wgrad (2-D calls with 512 or more positions): 13 output channels are a tile of
       // 12 and one of 1; 2 x 16 x 18 = 576 positions in sweeps of 14 rows and 2; dilated in H.
       {"direct wgrad 2-D stride 1, output channels 12 + 1",
