@@ -512,8 +512,9 @@ void dy_channels_last(const Plan& pl, const Padded& pd, const T* dy, int64_t n, 
                       int64_t r0, int64_t r1, T* out) {
   std::fill(out + r0 * pd.w * pl.cog, out + r1 * pd.w * pl.cog, T(0));
   const T* src = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
-  // Rows and columns of dy past the padded extent (an output padding) are read by no tap.
-  const int64_t oh_end = std::min({pl.out_h, pd.h - pl.pad_h, r1 - pl.pad_h});
+  // Rows and columns of dy past the padded extent (an output padding) are read by no tap: the
+  // columns end at ow_end, the rows at r1, which is at most pd.h.
+  const int64_t oh_end = std::min(pl.out_h, r1 - pl.pad_h);
   const int64_t ow_end = std::min(pl.out_w, pd.w - pl.pad_w);
   for (int64_t oh = std::max<int64_t>(0, r0 - pl.pad_h); oh < oh_end; ++oh) {
     run_channels_last(src + oh * pl.out_w, pl.out_hw, pl.cog, ow_end,
@@ -662,7 +663,7 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
     // them: per (item, group) one piece of dy alone was most of the work of a batch-1 call
     // (every output channel's padded plane), its threads waiting. A copy changes no bit however
     // it is cut.
-    const int64_t copy_elems = count * pl.groups * (x_item / pl.groups + pd.plane() * pl.cog);
+    const int64_t copy_elems = count * (x_item + d_item);
     const int64_t piece = std::max(kMinCopyPiece, copy_elems / (2 * int64_t{threads}));
     const int64_t x_rows = std::clamp<int64_t>(piece / (pl.in_w * B), 1, pl.in_h);
     const int64_t d_rows = std::clamp<int64_t>(piece / (pd.w * pl.cog), 1, pd.h);
