@@ -603,7 +603,7 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
       std::max<int64_t>(1, std::min({ceil_div(kMinTasks, std::max<int64_t>(1, col_tasks)),
                                      parts_by_size, parts_by_memory}));
   const ChannelCut cut = channel_cut(pl, col_tasks * parts, threads);
-  const int64_t ci_blocks = cut.blocks, ci_per = cut.per_block;
+  const int64_t ci_blocks = cut.blocks, ci_per = cut.largest();
   const int64_t blocks = col_tasks * ci_blocks;
   const int64_t co_per = ceil_div(pl.cog, parts);
   const Workspace<T> partial(parts > 1 ? parts * x_numel : 0);
@@ -614,8 +614,7 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
       threads, blocks * parts, [&] { return Workspace<T>(col_elems + tmp_elems + gemm_elems); },
       [&](Workspace<T>& ws, int64_t t) {
         const int64_t k = t / blocks, i = t % blocks / ci_blocks;
-        const int64_t ci0 = std::min(pl.cig, t % ci_blocks * ci_per);
-        const int64_t ci1 = std::min(pl.cig, ci0 + ci_per);
+        const int64_t ci0 = cut.begin(t % ci_blocks), ci1 = cut.begin(t % ci_blocks + 1);
         const int64_t ib = i / (pl.groups * cb.chunks_per_item);
         const int64_t g = (i / cb.chunks_per_item) % pl.groups;
         const ColBlock blk = cb.block(pl, ib, i % cb.chunks_per_item);

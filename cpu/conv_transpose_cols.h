@@ -234,39 +234,62 @@ inline ChannelBlocks channel_blocks(const Plan& pl, int64_t other_tasks) {
 // How dgrad and wgrad cut a group's input channels (rows of dx, rows of dw) when the cuts of
 // the shape leave `tasks` tasks, fewer than `threads` can keep busy (batch-1 calls on small
 // images). Unlike those cuts, this one follows the thread count, so it must not change a bit:
-// blocks are whole multiples of kChannelQuantum channels (the last takes the rest), a multiple
-// of every register panel the products use (Eigen's rows and columns per panel at each level
-// and type, the backend GEMM's kRows), so each channel lands in the same kind of panel, with the
-// same order of sums, as in the uncut product; the reduction is never cut.
-// The count is the one with the least estimated time: rounds of tasks over the threads, each a
-// share of the work, every extra block adding kChannelBlockCost / cig of the work (its own column
-// buffer and packing; measured on 256 channels, one thread: 1.2x-1.35x the work for 2 blocks,
-// 1.5x for 4).
+// every block starts on a multiple of kChannelQuantum channels, a multiple of every register
+// panel the products use (Eigen's rows and columns per panel at each level and type, the backend
+// GEMM's kRows), so each channel lands in the same kind of panel, with the same order of sums,
+// as in the uncut product; the reduction is never cut.
+// The quanta (the last one holding the rest of the channels) are dealt out as evenly as the
+// count allows, the larger blocks last, where the short quantum is: 128 channels in 2 blocks go
+// as 48 + 80, where blocks of a common size left 96 + 32 (CycleGAN 128 -> 64's wgrad at 16
+// threads: its tasks of 96 channels three times the others').
+// The count is the one with the least estimated time: rounds of tasks over the threads, each
+// the largest block's share of the work, every extra block adding kChannelBlockCost / cig of the
+// work (its own column buffer and packing; measured on 256 channels, one thread: 1.2x-1.35x the
+// work for 2 blocks, 1.5x for 4).
 inline constexpr int64_t kChannelQuantum = 48;
 inline constexpr double kChannelBlockCost = 64.0;
 
 struct ChannelCut {
-  int64_t blocks, per_block;  // per_block: a multiple of kChannelQuantum unless blocks == 1
+  int64_t blocks = 1;
+  int64_t channels = 0;  // the group's, cig
+  // Block b is channels [begin(b), begin(b + 1)): the first `blocks - extra` blocks hold
+  // `quanta` quanta each, the rest one more.
+  int64_t quanta = 0, extra = 0;
+  int64_t begin(int64_t b) const {
+    if (blocks == 1) return b == 0 ? 0 : channels;
+    return std::min(channels,
+                    kChannelQuantum * (b * quanta + std::max<int64_t>(0, b - (blocks - extra))));
+  }
+  int64_t largest() const {
+    int64_t most = 0;
+    for (int64_t b = 0; b < blocks; ++b)
+      most = std::max(most, begin(b + 1) - begin(b));
+    return most;
+  }
 };
 
+inline ChannelCut channel_cut_of(int64_t cig, int64_t blocks) {
+  const int64_t q = ceil_div(cig, kChannelQuantum);
+  if (blocks <= 1 || q <= 1) return {1, cig, q, 0};
+  blocks = std::min(blocks, q);
+  return {blocks, cig, q / blocks, q % blocks};
+}
+
 inline ChannelCut channel_cut(const Plan& pl, int64_t tasks, int threads) {
-  // Up to one block per kChannelQuantum channels, the last taking the rest: 128 channels may go
-  // as 48 + 48 + 32, where at most two blocks left 96 + 32 (one task three times another's).
   const int64_t most = ceil_div(pl.cig, kChannelQuantum);
-  int64_t best = 1;
+  ChannelCut best = channel_cut_of(pl.cig, 1);
   double best_time = 0;
   for (int64_t c = 1; c <= std::max<int64_t>(1, most); ++c) {
-    const int64_t per = gemm::round_up(ceil_div(pl.cig, c), kChannelQuantum);
-    if (c > 1 && ceil_div(pl.cig, per) != c) continue;  // this count has no block size of its own
+    const ChannelCut cut = channel_cut_of(pl.cig, c);
     const int64_t n = std::max<int64_t>(1, tasks) * c;
     const double rounds = static_cast<double>(ceil_div(n, std::max(1, threads)));
-    const double time =
-        rounds / static_cast<double>(n) *
-        (1.0 + static_cast<double>(c - 1) * kChannelBlockCost / static_cast<double>(pl.cig));
-    if (c == 1 || time < best_time) best = c, best_time = time;
+    const double time = rounds / static_cast<double>(std::max<int64_t>(1, tasks)) *
+                        (static_cast<double>(cut.largest()) +
+                         static_cast<double>(c - 1) * kChannelBlockCost / static_cast<double>(c)) /
+                        static_cast<double>(std::max<int64_t>(1, pl.cig));
+    if (c == 1 || time < best_time) best = cut, best_time = time;
   }
-  if (best == 1) return {1, pl.cig};
-  return {best, gemm::round_up(ceil_div(pl.cig, best), kChannelQuantum)};
+  return best;
 }
 
 // The W strides with_stride below passes as constants: its cases (keep the two lists alike).

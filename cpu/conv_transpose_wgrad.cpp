@@ -249,7 +249,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
       std::max<int64_t>(1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory,
                                      ceil_div(kMinTasks, pl.groups * chb.count)}));
   const ChannelCut cut = channel_cut(pl, slices * pl.groups * chb.count, threads);
-  const int64_t ci_blocks = cut.blocks, ci_per = cut.per_block;
+  const int64_t ci_blocks = cut.blocks, ci_per = cut.largest();
   const int64_t owners = pl.groups * chb.count * ci_blocks;
   const Workspace<T> partial(slices > 1 ? slices * w_numel : 0);
   parallel_for(
@@ -259,8 +259,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
         const int64_t s = t / owners, g = (t / (chb.count * ci_blocks)) % pl.groups;
         const int64_t co0 = (t / ci_blocks % chb.count) * chb.per_block;
         const int64_t co1 = std::min(pl.cog, co0 + chb.per_block);
-        const int64_t ci0 = std::min(pl.cig, t % ci_blocks * ci_per);
-        const int64_t ci1 = std::min(pl.cig, ci0 + ci_per);
+        const int64_t ci0 = cut.begin(t % ci_blocks), ci1 = cut.begin(t % ci_blocks + 1);
         if (ci0 == ci1) return;
         const int64_t rows = (co1 - co0) * pl.taps;
         // The sum runs in a buffer of its own: dw's rows are pl.rows apart, often a multiple of
