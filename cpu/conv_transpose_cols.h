@@ -242,12 +242,16 @@ inline ChannelBlocks channel_blocks(const Plan& pl, int64_t other_tasks) {
 // count allows, the larger blocks last, where the short quantum is: 128 channels in 2 blocks go
 // as 48 + 80, where blocks of a common size left 96 + 32 (CycleGAN 128 -> 64's wgrad at 16
 // threads: its tasks of 96 channels three times the others').
-// The count is the one with the least estimated time: rounds of tasks over the threads, each
-// the largest block's share of the work, every extra block adding kChannelBlockCost / cig of the
-// work (its own column buffer and packing; measured on 256 channels, one thread: 1.2x-1.35x the
-// work for 2 blocks, 1.5x for 4).
+// The count is the one with the least estimated time: the tasks claimed in order, each by the
+// first free thread (parallel_for's order: the blocks of a task of the shape one after another),
+// every extra block adding kChannelBlockCost channels' work (its own column buffer and packing;
+// measured on 256 channels, one thread: 1.2x-1.35x the work for 2 blocks, 1.5x for 4). Counts
+// that would make more than kMaxCutRounds rounds of tasks for the threads are not tried: a
+// round's worth of idle threads is then at most an eighth of the time, less than most extra
+// blocks cost, and the estimate's cost stays small beside the pass.
 inline constexpr int64_t kChannelQuantum = 48;
 inline constexpr double kChannelBlockCost = 64.0;
+inline constexpr int64_t kMaxCutRounds = 8;
 
 struct ChannelCut {
   int64_t blocks = 1;
@@ -260,10 +264,11 @@ struct ChannelCut {
     return std::min(channels,
                     kChannelQuantum * (b * quanta + std::max<int64_t>(0, b - (blocks - extra))));
   }
+  int64_t size(int64_t b) const { return begin(b + 1) - begin(b); }
   int64_t largest() const {
     int64_t most = 0;
     for (int64_t b = 0; b < blocks; ++b)
-      most = std::max(most, begin(b + 1) - begin(b));
+      most = std::max(most, size(b));
     return most;
   }
 };
@@ -275,19 +280,32 @@ inline ChannelCut channel_cut_of(int64_t cig, int64_t blocks) {
   return {blocks, cig, q / blocks, q % blocks};
 }
 
+// The estimated time of `tasks` x cut.blocks tasks on `threads` threads, in channels' work: each
+// task goes to the thread with the least work so far. `load`: scratch, reused across calls.
+inline double channel_cut_time(const ChannelCut& cut, int64_t tasks, int threads,
+                               std::vector<double>& load) {
+  const int64_t n = std::max<int64_t>(1, tasks) * cut.blocks;
+  load.assign(static_cast<size_t>(std::clamp<int64_t>(threads, 1, n)), 0.0);
+  const double overhead =
+      kChannelBlockCost * static_cast<double>(cut.blocks - 1) / static_cast<double>(cut.blocks);
+  for (int64_t t = 0; t < n; ++t)
+    *std::min_element(load.begin(), load.end()) +=
+        static_cast<double>(cut.size(t % cut.blocks)) + overhead;
+  return *std::max_element(load.begin(), load.end());
+}
+
 inline ChannelCut channel_cut(const Plan& pl, int64_t tasks, int threads) {
-  const int64_t most = ceil_div(pl.cig, kChannelQuantum);
+  const int64_t task_count = std::max<int64_t>(1, tasks);
+  const int64_t most = std::min(ceil_div(pl.cig, kChannelQuantum),
+                                kMaxCutRounds * std::max(1, threads) / task_count);
   ChannelCut best = channel_cut_of(pl.cig, 1);
-  double best_time = 0;
-  for (int64_t c = 1; c <= std::max<int64_t>(1, most); ++c) {
+  if (threads <= 1 || most <= 1) return best;
+  std::vector<double> load;
+  double best_time = channel_cut_time(best, tasks, threads, load);
+  for (int64_t c = 2; c <= most; ++c) {
     const ChannelCut cut = channel_cut_of(pl.cig, c);
-    const int64_t n = std::max<int64_t>(1, tasks) * c;
-    const double rounds = static_cast<double>(ceil_div(n, std::max(1, threads)));
-    const double time = rounds / static_cast<double>(std::max<int64_t>(1, tasks)) *
-                        (static_cast<double>(cut.largest()) +
-                         static_cast<double>(c - 1) * kChannelBlockCost / static_cast<double>(c)) /
-                        static_cast<double>(std::max<int64_t>(1, pl.cig));
-    if (c == 1 || time < best_time) best = cut, best_time = time;
+    const double time = channel_cut_time(cut, tasks, threads, load);
+    if (time < best_time) best = cut, best_time = time;
   }
   return best;
 }
