@@ -257,10 +257,10 @@ struct ChannelCut {
   int64_t blocks = 1;
   int64_t channels = 0;  // the group's, cig
   // Block b is channels [begin(b), begin(b + 1)): the first `blocks - extra` blocks hold
-  // `quanta` quanta each, the rest one more.
+  // `quanta` quanta each, the rest one more (one block: all the quanta, its end clipped to
+  // channels).
   int64_t quanta = 0, extra = 0;
   int64_t begin(int64_t b) const {
-    if (blocks == 1) return b == 0 ? 0 : channels;
     return std::min(channels,
                     kChannelQuantum * (b * quanta + std::max<int64_t>(0, b - (blocks - extra))));
   }

@@ -35,7 +35,7 @@ std::string blocks_of(const conv::ChannelCut& cut) {
 
 TEST(CpuChannelCut, BlocksStartOnQuantaAndCoverTheChannelsOnce) {
   for (int64_t cig = 1; cig <= 600; ++cig) {
-    const int64_t quanta = (cig + conv::kChannelQuantum - 1) / conv::kChannelQuantum;
+    const int64_t quanta = conv::ceil_div(cig, conv::kChannelQuantum);
     for (int64_t c = 1; c <= quanta + 2; ++c) {
       const conv::ChannelCut cut = conv::channel_cut_of(cig, c);
       SCOPED_TRACE(std::to_string(cig) + " channels in " + std::to_string(c) + ": " +
@@ -88,7 +88,7 @@ TEST(CpuChannelCut, ChosenCountIsTheFastestEstimated) {
         const conv::ChannelCut chosen = conv::channel_cut(plan_with_channels(cig), tasks, threads);
         std::vector<double> load;
         const double chosen_time = conv::channel_cut_time(chosen, tasks, threads, load);
-        const int64_t quanta = (cig + conv::kChannelQuantum - 1) / conv::kChannelQuantum;
+        const int64_t quanta = conv::ceil_div(cig, conv::kChannelQuantum);
         for (int64_t c = 1; c <= quanta && tasks * c <= conv::kMaxCutRounds * threads; ++c) {
           EXPECT_LE(
               chosen_time,
