@@ -22,6 +22,7 @@
 // "Determinism").
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "cpu/conv_transpose_cols.h"
@@ -63,6 +64,12 @@ constexpr int64_t kForwardMinTaps = 9;
 // there: im2col's copy at a stride read at run time cost more than the gather lost.
 constexpr bool kShortTile = gemm::kVecRegisters < 32;
 constexpr int64_t kWgradMinOutChannels = 4;
+// Taps per reached stride phase (phases_reached) from which the direct wgrad beats im2col + GEMM.
+// At AVX-512 from 2: the k3 layers at strides 1 and 2 and the vocoders' k4 s2 measured faster
+// on the kernel, on an Intel and an AMD machine, at one thread and at all cores; with one tap per
+// phase (U-Net's k2 s2) the GEMM path kept up or won. Below it, with 6 positions to a tile, from
+// 4 (docs/performance.md, "CPU backend against PyTorch").
+constexpr int64_t kWgradMinPhaseTaps = kShortTile ? 4 : 2;
 constexpr int64_t kWgradMinPositions = 512;
 constexpr int64_t kWgradGemmPositions = 1024;  // direct_wgrad_suits below AVX-512
 constexpr int64_t kWgradGemmChannels = 256;    // the same
@@ -842,6 +849,13 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
   store_tile_sums(pl, sums.data(), slices, dw, threads);
 }
 
+// The stride phases of one dimension that its taps reach: a dilation sharing a factor with the
+// stride puts the taps on fewer of them (k3 s2 d2: all three on one), each then read by more
+// taps.
+int64_t phases_reached(int64_t kernel, int64_t stride, int64_t dil) {
+  return std::min(kernel, stride / std::gcd(stride, dil));
+}
+
 // Whether `channels` fill the tiles' lanes: lanes past them compute zeros, and at most a quarter
 // of the tile may.
 bool fills_lanes(int64_t channels, int64_t elem_bytes) {
@@ -870,12 +884,14 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // A tile's sums go through memory once (the transposed store into dx): the tile needs enough
   // steps of (co, kh, kw) to amortize that.
   const bool steps = pl.rows >= kDirectMinSteps;
-  // Where im2col + GEMM measured as fast or faster: W stride 2, undilated, with at most 2 taps
-  // per stride phase (k = 2s and below: U-Net's k2 s2, the vocoders' k4 s2). There the column
-  // buffer is at most two copies of dy, and im2col has a loop of its own for that stride.
+  // Where im2col + GEMM measured as fast or faster: 1-D calls with W stride 2, undilated, with
+  // at most 2 taps per stride phase (k = 2s and below: the vocoders' k4 s2). There the column
+  // buffer is at most two copies of dy, and im2col has a loop of its own for that stride. 2-D
+  // layers of that kind (U-Net's k2 s2) take the kernel: about as fast on one core, and on many
+  // its runs of tiles cut a small image into more tasks than the GEMM path's column blocks.
   // (In 128 bits: the geometry accepts strides whose product overflows.)
-  const bool im2col_cheap =
-      pl.stride_w == 2 && pl.dil_w == 1 && pl.taps <= int128{2} * pl.stride_h * pl.stride_w;
+  const bool im2col_cheap = pl.in_h == 1 && pl.stride_w == 2 && pl.dil_w == 1 &&
+                            pl.taps <= int128{2} * pl.stride_h * pl.stride_w;
   if (!(channels_fill(pl, elem_bytes) && row && reuse && steps && !im2col_cheap)) return false;
   if (kShortTile && stride_is_constant(pl.stride_w)) return false;
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
@@ -931,10 +947,12 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // Every element of dw goes through memory a few times (its tile's sums between sweeps, the
   // final store): it needs enough positions to amortize that.
   const bool reuse = int128{pl.batch} * pl.in_hw >= kWgradMinPositions;
-  // With fewer taps per stride phase the column buffer is a copy or two of dy, cheap, and
-  // im2col has loops of its own for W strides 1 and 2: the kernel measured faster with 4 or
-  // more taps per phase, or a W stride above 2.
-  const bool gain = pl.taps >= int128{4} * pl.stride_h * pl.stride_w || pl.stride_w > 2;
+  // With few taps per stride phase the column buffer is a copy or two of dy, cheap, and im2col
+  // has loops of its own for W strides 1 and 2. The kernel measured faster from
+  // kWgradMinPhaseTaps taps per phase the taps reach, or with a W stride above 2.
+  const int128 phases = int128{phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h)} *
+                        phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w);
+  const bool gain = pl.taps >= kWgradMinPhaseTaps * phases || pl.stride_w > 2;
   if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse)) return false;
   // Below AVX-512 a 1-D layer with at most 2 taps per stride phase (k <= 2s: the vocoders' and
   // EnCodec's upsamplers) over a long reduction measured faster on im2col + the GEMM, on an

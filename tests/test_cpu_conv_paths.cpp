@@ -135,6 +135,17 @@ std::vector<PathCase> path_cases() {
       // start before dy, an output padding after it.
       {"direct wgrad 1-D, slices across items",
        conv_case_from_shapes(1, {3, 64, 900}, {64, 13, 5}, true, {3}, {4}, {2}, {2}, 2)},
+      // Direct dgrad on one tap per stride phase in 2-D (U-Net's k2 s2; 1-D calls of that kind
+      // keep im2col): rows of 20 positions in two tiles of 10, an output padding no tap reads.
+      {"direct dgrad 2-D k2 s2", conv_case_from_shapes(2, {1, 64, 16, 20}, {64, 32, 2, 2}, true,
+                                                       {2, 2}, {0, 0}, {1, 1}, {1, 1}, 1)},
+      // Direct wgrad from 2 taps per reached stride phase: k3 s2 d2 puts all three taps on one
+      // phase (im2col + GEMM below AVX-512); k3 s2 in 2-D, 9 taps on 4 phases, 6 output
+      // channels in one tile.
+      {"direct wgrad 1-D k3 s2 d2",
+       conv_case_from_shapes(1, {2, 32, 300}, {32, 8, 3}, false, {2}, {1}, {1}, {2}, 1)},
+      {"direct wgrad 2-D k3 s2", conv_case_from_shapes(2, {1, 32, 24, 24}, {32, 6, 3, 3}, true,
+                                                       {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1)},
       // dgrad and wgrad on few columns (dgrad_few_columns, wgrad_few_columns): 2 items of 4 x 4
       // = 32 columns, two vectors of them; 192 input channels, 16 row blocks; 144 rows, wgrad's
       // last panel partial.
