@@ -1,6 +1,7 @@
 // ConvTranspose weight and bias gradients on the CPU (conv_transpose.cpp has the other passes;
 // conv_transpose_direct.cpp the direct wgrad that the shapes it suits take instead of this;
-// few columns and few rows take the products below, wgrad_few_columns and wgrad_few_rows):
+// few columns and few rows take the products below, wgrad_few_columns and wgrad_few_rows, and
+// few output channels at AVX-512 the one by stride phases, phase_wgrad):
 //   wgrad: dw_g[ci, r] = sum over the (n, p) columns of x_g[ci, (n, p)] cols[r, (n, p)], with
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
 // Tasks own blocks of dw (a group, a block of output channels, a block of input channels) and run
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "cpu/conv_transpose_cols.h"
 #include "cpu/eigen_product.h"
@@ -210,6 +212,320 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
       });
 }
 
+// wgrad by stride phases, for few output channels: the layers the direct kernel declines (fewer
+// than kWgradMinOutChannels output channels: RGB and mono outputs) whose column buffer is too
+// large for few rows to keep in cache (DCGAN's RGB layer: 48 rows of 8192 positions, 1.5 MiB).
+//   dw_g[ci, (co, kh, kw)] = sum over n, ih, iw of x[n, ci, ih, iw] dy[n, co, ih*sh + a, iw*sw + b]
+// with a = kh*dh - ph, b = kw*dw - pw. Writing a = qa*sh + ra (0 <= ra < sh), row ih*sh + a of dy
+// is row ih + qa of its phase ra (the rows ra, ra + sh, ...): every tap reads one phase plane at a
+// fixed shift, the same for every position. The planes of the phases the taps reach, zero-padded
+// to the shifts' range, hold each element of dy once where im2col copies it once per tap that
+// reaches it (4 times for k4 s2): they stay in L2 while the tiles read them. Register tile: as few
+// rows' (kFewRowsChannels input channels by kFewRowsRows columns of dw, sums vectors over iw),
+// over every (n, ih) of its slice in order, then reduced across lanes in lane order: each element
+// of dw is one chain whatever the task.
+
+// One axis of the phase planes: per tap, the plane (among the phases reached) and its shift, and
+// the planes' extent.
+struct PhaseAxis {
+  std::vector<int64_t> plane, shift;  // per tap; shift - lo >= 0
+  std::vector<int64_t> residue;       // per plane: the stride residue ra it holds
+  int64_t lo = 0, extent = 0;         // extent: input positions plus the shifts' range
+};
+
+PhaseAxis phase_axis(int64_t in, int64_t kernel, int64_t stride, int64_t dil, int64_t pad) {
+  PhaseAxis ax;
+  int64_t hi = 0;
+  for (int64_t k = 0; k < kernel; ++k) {
+    const int64_t a = k * dil - pad;
+    const int64_t q = a >= 0 ? a / stride : -ceil_div(-a, stride);  // floor(a / stride)
+    const int64_t r = a - q * stride;
+    const auto found = std::find(ax.residue.begin(), ax.residue.end(), r);
+    ax.plane.push_back(found - ax.residue.begin());
+    if (found == ax.residue.end()) ax.residue.push_back(r);
+    ax.shift.push_back(q);
+    ax.lo = k == 0 ? q : std::min(ax.lo, q);
+    hi = k == 0 ? q : std::max(hi, q);
+  }
+  ax.extent = in + hi - ax.lo;
+  return ax;
+}
+
+struct PhasePlanes {
+  PhaseAxis h, w;
+  int64_t plane() const { return h.extent * w.extent; }
+  int64_t per_channel() const {
+    return static_cast<int64_t>(h.residue.size() * w.residue.size()) * plane();
+  }
+};
+
+PhasePlanes phase_planes(const Plan& pl) {
+  return {phase_axis(pl.in_h, pl.kernel_h, pl.stride_h, pl.dil_h, pl.pad_h),
+          phase_axis(pl.in_w, pl.kernel_w, pl.stride_w, pl.dil_w, pl.pad_w)};
+}
+
+// The planes take at most this many bytes, and at most this many columns of dw (beyond them the
+// GEMM path's packed operands are the better reuse).
+constexpr int64_t kPhaseWgradBytes = int64_t{16} << 20;
+constexpr int64_t kPhaseWgradMaxRows = 64;
+constexpr int64_t kPhaseWgradMaxOutChannels = 3;
+// A bound on the taps' reach and on the planes' elements, far past any layer whose planes fit.
+constexpr int64_t kPhaseBound = int64_t{1} << 40;
+
+bool phase_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
+  if (pl.cog > kPhaseWgradMaxOutChannels || pl.rows > kPhaseWgradMaxRows) return false;
+  // Below AVX-512 the tile (as few rows', 2 x 4 sums in 16 registers) measured slower than the
+  // GEMM path (0.6x-0.8x on the RGB layers).
+  if (gemm::kVecRegisters < 32) return false;
+  // Rows of at least two vectors, so that the partial vector at a row's end (a scalar copy) is at
+  // most a third of the work; enough input channels for the tile's rows.
+  if (pl.in_w < 2 * gemm::kLanes<float> || pl.cig < kFewRowsChannels) return false;
+  // The taps' reach and the planes' size bounded first, in 128 bits (the geometry accepts
+  // dilations whose reach would overflow), so that phase_planes computes in range: a plane's
+  // extent is at most the input's plus the reach over the stride, plus 2.
+  const int128 reach_h = int128{pl.kernel_h - 1} * pl.dil_h;
+  const int128 reach_w = int128{pl.kernel_w - 1} * pl.dil_w;
+  if (reach_h > kPhaseBound || reach_w > kPhaseBound) return false;
+  if (int128{pl.batch} * pl.out_channels * pl.taps * (pl.in_h + reach_h / pl.stride_h + 2) *
+          (pl.in_w + reach_w / pl.stride_w + 2) >
+      kPhaseBound)
+    return false;
+  const PhasePlanes pp = phase_planes(pl);
+  return int128{pl.batch} * pl.out_channels * pp.per_channel() * elem_bytes <= kPhaseWgradBytes;
+}
+
+// A piece of the positions: rows (n, ih) [u0, u1) (u = n * in_h + ih), columns [w0, w1) of each,
+// w0 a multiple of the lanes.
+struct PhasePiece {
+  int64_t u0, u1, w0, w1;
+};
+
+// The phase planes and x as the tiles read them: row ih of item n of input channel c of the
+// task's block at x + n * x_item + c * x_ld + ih * in_w; of column j of the task's group at e +
+// n * e_item + off[j] + ih * pitch.
+template <class T>
+struct PhaseOperands {
+  const T* x;
+  int64_t x_ld, x_item;
+  const T* e;
+  int64_t e_item, pitch;
+};
+
+// acc[c][j] (vectors over iw, at acc_mem, zero when `first`) += x_c[ih, iw] plane_j[ih, iw] over
+// the piece, for C input channels and J columns (off: theirs).
+template <class T, int C, int J>
+void phase_wgrad_tile(const Plan& pl, const PhaseOperands<T>& op, const int64_t* off,
+                      const PhasePiece& pc, bool first, T* acc_mem) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  Vec acc[C][J];
+  load_sums(acc, acc_mem, first);
+  // Every row's whole vectors, then every row's partial vector at its end (through zeroed
+  // copies): one order, fixed by the shape. With both in one loop the compiler kept the sums in
+  // memory between rows.
+  const int64_t whole = (pc.w1 - pc.w0) / L * L, rest = pc.w1 - pc.w0 - whole;
+  for (int64_t u = pc.u0; u < pc.u1;) {
+    // The rows of one item: each row's pointers one row past the last's.
+    const int64_t n = u / pl.in_h, ih0 = u % pl.in_h, rows = std::min(pc.u1 - u, pl.in_h - ih0);
+    const T* xp[C];
+    const T* ep[J];
+    for (int c = 0; c < C; ++c)
+      xp[c] = op.x + n * op.x_item + c * op.x_ld + ih0 * pl.in_w + pc.w0;
+    for (int j = 0; j < J; ++j)
+      ep[j] = op.e + n * op.e_item + off[j] + ih0 * op.pitch + pc.w0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t iw = 0; iw < whole; iw += L) {
+        Vec xv[C];
+        for (int c = 0; c < C; ++c)
+          std::memcpy(&xv[c], xp[c] + iw, sizeof(Vec));
+        for (int j = 0; j < J; ++j) {
+          Vec ev;
+          std::memcpy(&ev, ep[j] + iw, sizeof(Vec));
+          for (int c = 0; c < C; ++c)
+            acc[c][j] += xv[c] * ev;
+        }
+      }
+      for (int c = 0; c < C; ++c)
+        xp[c] += pl.in_w;
+      for (int j = 0; j < J; ++j)
+        ep[j] += op.pitch;
+    }
+    u += rows;
+  }
+  for (int64_t u = pc.u0; rest > 0 && u < pc.u1; ++u) {
+    const int64_t n = u / pl.in_h, ih = u % pl.in_h, w = pc.w0 + whole;
+    T xt[C][L] = {}, et[J][L] = {};
+    for (int c = 0; c < C; ++c)
+      std::copy_n(op.x + n * op.x_item + c * op.x_ld + ih * pl.in_w + w, rest, xt[c]);
+    for (int j = 0; j < J; ++j)
+      std::copy_n(op.e + n * op.e_item + off[j] + ih * op.pitch + w, rest, et[j]);
+    Vec xv[C];
+    std::memcpy(xv, xt, sizeof(xv));
+    for (int j = 0; j < J; ++j) {
+      Vec ev;
+      std::memcpy(&ev, et[j], sizeof(Vec));
+      for (int c = 0; c < C; ++c)
+        acc[c][j] += xv[c] * ev;
+    }
+  }
+  store_sums(acc, acc_mem);
+}
+
+// Positions per piece: a task runs every column block of dw over a piece before the next, so
+// that the piece's x stays in L1 while they read it (over all positions at once, a block of x
+// was read from memory once per column block: 0.8x the GEMM path on 16 items of 64 x 64).
+constexpr int64_t kPhasePiece = 1024;
+// Bytes of planes a slice of the pieces reads, about (see phase_wgrad).
+constexpr int64_t kPhaseSliceBytes = int64_t{256} << 10;
+// Elements of the planes' copy per run of rows, at least.
+constexpr int64_t kMinCopyElems = 4096;
+
+template <class T>
+void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
+  constexpr int64_t C = kFewRowsChannels, J = kFewRowsRows;
+  constexpr int L = gemm::kLanes<T>;
+  const PhasePlanes pp = phase_planes(pl);
+  const int64_t phases_w = static_cast<int64_t>(pp.w.residue.size());
+  const int64_t per_channel = pp.per_channel(), pitch = pp.w.extent;
+  // The planes of every (n, co): plane (p, q) holds dy rows (i + lo_h) * sh + residue_h[p] and
+  // columns (j + lo_w) * sw + residue_w[q], zero outside dy. A copy, cut into runs of rows for
+  // the threads (it cannot change a bit): by (n, co) it ran on three threads for an RGB layer at
+  // batch 1 while the others waited.
+  const int64_t phases_h = static_cast<int64_t>(pp.h.residue.size());
+  const int64_t plane_rows = pl.batch * pl.out_channels * phases_h * phases_w * pp.h.extent;
+  const int64_t runs = std::clamp<int64_t>(plane_rows * pitch / kMinCopyElems, 1,
+                                           std::min<int64_t>(plane_rows, 4 * int64_t{threads}));
+  const Workspace<T> planes(plane_rows * pitch);
+  parallel_for(threads, runs, [&](int64_t run) {
+    for (int64_t r = plane_rows * run / runs; r < plane_rows * (run + 1) / runs; ++r) {
+      const int64_t i = r % pp.h.extent, plane = r / pp.h.extent;
+      const int64_t q = plane % phases_w, p = plane / phases_w % phases_h;
+      const int64_t nc = plane / (phases_w * phases_h);  // n * out_channels + co
+      T* row = planes.data() + r * pitch;
+      const int64_t oh = (i + pp.h.lo) * pl.stride_h + pp.h.residue[static_cast<size_t>(p)];
+      // Column j is dy column base + j * sw: those inside dy are [j0, j1).
+      const int64_t base = pp.w.lo * pl.stride_w + pp.w.residue[static_cast<size_t>(q)];
+      const int64_t j0 =
+          std::clamp<int64_t>(base >= 0 ? 0 : ceil_div(-base, pl.stride_w), 0, pitch);
+      const int64_t j1 =
+          oh < 0 || oh >= pl.out_h || base >= pl.out_w
+              ? j0
+              : std::clamp<int64_t>(ceil_div(pl.out_w - base, pl.stride_w), j0, pitch);
+      std::fill_n(row, j0, T(0));
+      if (j1 > j0) {
+        const T* src = dy + (nc * pl.out_h + oh) * pl.out_w;
+        for (int64_t j = j0; j < j1; ++j)
+          row[j] = src[base + j * pl.stride_w];
+      }
+      std::fill(row + j1, row + pitch, T(0));
+    }
+  });
+  // Column j of dw (co, kh, kw): its plane's offset within an item's planes, at row ih = 0.
+  std::vector<int64_t> off(static_cast<size_t>(pl.rows));
+  for (int64_t j = 0; j < pl.rows; ++j) {
+    const int64_t co = j / pl.taps, kh = j % pl.taps / pl.kernel_w, kw = j % pl.kernel_w;
+    const int64_t plane =
+        pp.h.plane[static_cast<size_t>(kh)] * phases_w + pp.w.plane[static_cast<size_t>(kw)];
+    off[static_cast<size_t>(j)] = co * per_channel + plane * pp.plane() +
+                                  (pp.h.shift[static_cast<size_t>(kh)] - pp.h.lo) * pitch +
+                                  pp.w.shift[static_cast<size_t>(kw)] - pp.w.lo;
+  }
+  // The pieces, in order: whole rows, as many as make up kPhasePiece positions; or a long row in
+  // parts of kPhasePiece columns.
+  const int64_t units = pl.batch * pl.in_h;
+  const int64_t row_parts = ceil_div(pl.in_w, kPhasePiece);
+  const int64_t piece_rows = row_parts > 1 ? 1 : std::max<int64_t>(1, kPhasePiece / pl.in_w);
+  const int64_t pieces = ceil_div(units, piece_rows) * row_parts;
+  const auto piece = [&](int64_t k) {
+    const int64_t u0 = k / row_parts * piece_rows, part = k % row_parts;
+    return PhasePiece{u0, std::min(units, u0 + piece_rows), part * kPhasePiece,
+                      std::min(pl.in_w, (part + 1) * kPhasePiece)};
+  };
+  static_assert(kPhasePiece % 16 == 0, "a piece's columns start on a vector");
+  // The pieces are cut into slices, each summing its own tiles' vectors, added in slice order
+  // before the lanes are: about kPhaseSliceBytes of planes a slice, and enough slices for
+  // kMinTasks tasks; a cut that follows the shape only. A task runs a range of the input-channel
+  // blocks of a group over one slice, a piece at a time, so that the piece's planes stay in L2
+  // while the blocks read them, and each task reads only its slice's planes (over all positions,
+  // 32 tasks each read 2 MiB of planes on 16 threads: 0.6x the GEMM path). The ranges follow the
+  // threads; they cannot change a bit, every element being one chain over its slice's pieces.
+  const int64_t channel_blocks = ceil_div(pl.cig, C), column_blocks = ceil_div(pl.rows, J);
+  const int64_t tile_elems = C * J * L, tiles = pl.groups * channel_blocks * column_blocks;
+  const int64_t slices = std::clamp<int64_t>(
+      std::max(ceil_div(plane_rows * pitch * static_cast<int64_t>(sizeof(T)), kPhaseSliceBytes),
+               ceil_div(kMinTasks, pl.groups * channel_blocks)),
+      1,
+      std::min({pieces, kMaxWgradSlices,
+                std::max<int64_t>(1, kMaxWgradPartialBytes /
+                                         (tiles * tile_elems * static_cast<int64_t>(sizeof(T))))}));
+  const int64_t ranges =
+      std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, pl.groups * slices), 1, channel_blocks);
+  // The sums of tile (g, cb, jb) of slice s.
+  const Workspace<T> sums(slices * tiles * tile_elems);
+  const auto acc_of = [&](int64_t s, int64_t g, int64_t cb, int64_t jb) {
+    return sums.data() +
+           (((s * pl.groups + g) * channel_blocks + cb) * column_blocks + jb) * tile_elems;
+  };
+  parallel_for(threads, slices * pl.groups * ranges, [&](int64_t t) {
+    const int64_t s = t / (pl.groups * ranges), g = t / ranges % pl.groups, r = t % ranges;
+    const int64_t b0 = channel_blocks * r / ranges, b1 = channel_blocks * (r + 1) / ranges;
+    const int64_t k0 = pieces * s / slices, k1 = pieces * (s + 1) / slices;
+    for (int64_t k = k0; k < k1; ++k) {
+      const PhasePiece pc = piece(k);
+      for (int64_t cb = b0; cb < b1; ++cb) {
+        const int channels = static_cast<int>(std::min(C, pl.cig - cb * C));
+        const PhaseOperands<T> op{x + (g * pl.cig + cb * C) * pl.in_hw,
+                                  pl.in_hw,
+                                  pl.in_channels * pl.in_hw,
+                                  planes.data() + g * pl.cog * per_channel,
+                                  pl.out_channels * per_channel,
+                                  pitch};
+        for (int64_t jb = 0; jb < column_blocks; ++jb) {
+          const int cols = static_cast<int>(std::min(J, pl.rows - jb * J));
+          // The tile for (channels, cols), each its own instance (a register array).
+          [&]<int... CI, int... JI>(std::integer_sequence<int, CI...>,
+                                    std::integer_sequence<int, JI...>) {
+            const auto with_channels = [&]<int CC>() {
+              ((cols == JI + 1 ? phase_wgrad_tile<T, CC, JI + 1>(pl, op, off.data() + jb * J, pc,
+                                                                 k == k0, acc_of(s, g, cb, jb))
+                               : void()),
+               ...);
+            };
+            ((channels == CI + 1 ? with_channels.template operator()<CI + 1>() : void()), ...);
+          }
+          (std::make_integer_sequence<int, C>{}, std::make_integer_sequence<int, J>{});
+        }
+      }
+    }
+  });
+  // dw[cb * C + c, jb * J + j] = tile (cb, jb)'s sum (c, j) added over the slices in order, then
+  // its lanes in lane order; a tile of `cols` columns keeps sum (c, j) (c * cols + j) vectors
+  // from its start.
+  parallel_for(threads, tiles, [&](int64_t tile) {
+    typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+    const int64_t g = tile / (channel_blocks * column_blocks);
+    const int64_t cb = tile / column_blocks % channel_blocks, jb = tile % column_blocks;
+    const int64_t channels = std::min(C, pl.cig - cb * C), cols = std::min(J, pl.rows - jb * J);
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t at = (c * cols + j) * L;
+        Vec v, part;
+        std::memcpy(&v, acc_of(0, g, cb, jb) + at, sizeof(Vec));
+        for (int64_t s = 1; s < slices; ++s) {
+          std::memcpy(&part, acc_of(s, g, cb, jb) + at, sizeof(Vec));
+          v += part;
+        }
+        T lanes[L];
+        std::memcpy(lanes, &v, sizeof(Vec));
+        T sum = lanes[0];
+        for (int l = 1; l < L; ++l)
+          sum += lanes[l];
+        dw[(g * pl.cig + cb * C + c) * pl.rows + jb * J + j] = sum;
+      }
+    }
+  });
+}
+
 // Tasks own blocks of dw: (g, block of output channels, block of input channels), each summing
 // its reduction in one fixed order. When the output-channel blocks are too few for kMinTasks
 // tasks, the reduction over column blocks r (item block-major, conv_transpose_cols.h) is cut
@@ -237,6 +553,10 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   }
   if (wgrad_few_rows_suits(pl, sizeof(T))) {
     wgrad_few_rows(pl, x, dy, dw, threads);
+    return;
+  }
+  if (phase_wgrad_suits(pl, sizeof(T))) {
+    phase_wgrad(pl, x, dy, dw, threads);
     return;
   }
   const ChannelBlocks chb = channel_blocks(pl, pl.groups);
