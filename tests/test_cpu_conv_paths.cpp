@@ -150,14 +150,17 @@ std::vector<PathCase> path_cases() {
       // takes): an RGB k4 s2 layer with output padding, rows of 37 (2 whole vectors and a
       // partial one in float32), 8 input channels in 2 tiles, 48 columns in 8; a 2-D layer with
       // W stride 3 and padding past it (three W phases, shifts -2 to 0), H dilation 2 (its 3 taps
-      // on one phase), 30 columns, 120 rows of 40 in 5 pieces of 25 rows, one slice each; a 1-D
-      // k16 s8 decoder to 2 channels (32 columns, 8 phases of 2 taps) on rows of 3000 in pieces
-      // of 1024, 1024 and 952 columns (the last ending in a partial vector), 6 slices.
+      // on one phase), 30 columns, 120 rows of 40 in 5 pieces of 25 rows, one slice each; 2
+      // groups of 6 input channels (a tile of 4 and one of 2) and 2 output channels; a 1-D k16 s8
+      // decoder to 2 channels (32 columns, 8 phases of 2 taps) on rows of 3000 in pieces of 1024,
+      // 1024 and 952 columns (the last ending in a partial vector), 6 slices.
       {"wgrad by phases, RGB k4 s2", conv_case_from_shapes(2, {2, 8, 20, 37}, {8, 3, 4, 4}, true,
                                                            {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1)},
       {"wgrad by phases, W stride 3, slices",
        conv_case_from_shapes(2, {3, 4, 40, 40}, {4, 2, 3, 5}, false, {2, 3}, {1, 4}, {1, 2}, {2, 1},
                              1)},
+      {"wgrad by phases, grouped", conv_case_from_shapes(2, {2, 12, 9, 33}, {12, 2, 4, 4}, false,
+                                                         {2, 2}, {1, 1}, {0, 0}, {1, 1}, 2)},
       {"wgrad by phases, 1-D k16 s8, long rows",
        conv_case_from_shapes(1, {2, 8, 3000}, {8, 2, 16}, true, {8}, {4}, {0}, {1}, 1)},
       // dgrad and wgrad on few columns (dgrad_few_columns, wgrad_few_columns): 2 items of 4 x 4
