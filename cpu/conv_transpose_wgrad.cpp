@@ -212,9 +212,9 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
       });
 }
 
-// wgrad by stride phases, for few output channels: the layers the direct kernel declines (fewer
-// than kWgradMinOutChannels output channels: RGB and mono outputs) whose column buffer is too
-// large for few rows to keep in cache (DCGAN's RGB layer: 48 rows of 8192 positions, 1.5 MiB).
+// wgrad by stride phases, for few output channels: layers the direct kernel declines (it needs 4
+// output channels; RGB and mono outputs have 3 or 1) whose column buffer is too large for few rows
+// to keep in cache (DCGAN's RGB layer: 48 rows of 8192 positions, 1.5 MiB).
 //   dw_g[ci, (co, kh, kw)] = sum over n, ih, iw of x[n, ci, ih, iw] dy[n, co, ih*sh + a, iw*sw + b]
 // with a = kh*dh - ph, b = kw*dw - pw. Writing a = qa*sh + ra (0 <= ra < sh), row ih*sh + a of dy
 // is row ih + qa of its phase ra (the rows ra, ra + sh, ...): every tap reads one phase plane at a
@@ -222,8 +222,9 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
 // to the shifts' range, hold each element of dy once where im2col copies it once per tap that
 // reaches it (4 times for k4 s2): they stay in L2 while the tiles read them. Register tile: as few
 // rows' (kFewRowsChannels input channels by kFewRowsRows columns of dw, sums vectors over iw),
-// over every (n, ih) of its slice in order, then reduced across lanes in lane order: each element
-// of dw is one chain whatever the task.
+// over the positions of a slice in order, a piece at a time (phase_wgrad); the slices' vectors
+// added in slice order, then reduced across lanes in lane order: each element of dw is one chain
+// whatever the task.
 
 // One axis of the phase planes: per tap, the plane (among the phases reached) and its shift, and
 // the planes' extent.
