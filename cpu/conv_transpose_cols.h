@@ -74,6 +74,12 @@ inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a % b != 0 && a > 0) ? q + 1 : q;
 }
 
+// Floor of a / b for b > 0, exact for every int64 a and b, as ceil_div.
+inline int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
 // Whether count elements of `elem_bytes` bytes times `per` fit in `cap` bytes, without overflow.
 inline bool fits(int64_t count, int64_t per, int64_t elem_bytes, int64_t cap) {
   return int128{count} * per * elem_bytes <= cap;

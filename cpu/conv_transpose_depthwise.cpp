@@ -117,8 +117,7 @@ void for_each_tap_row(const Plan& pl, const Phases& f, Fn&& fn) {
       const int64_t iw0 = pl.w.lo[kw], iw1 = pl.w.hi[kw];
       if (iw0 >= iw1) continue;
       const int64_t off_w = kw * pl.dil_w - pl.pad_w;
-      int64_t q = off_w / f.sw;
-      if (off_w % f.sw != 0 && off_w < 0) --q;  // floor
+      const int64_t q = floor_div(off_w, f.sw);
       const int64_t r = off_w - q * f.sw;
       for (int64_t ih = pl.h.lo[kh]; ih < pl.h.hi[kh]; ++ih) {
         const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;

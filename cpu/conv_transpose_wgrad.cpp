@@ -30,6 +30,28 @@ using namespace conv;  // NOLINT(google-build-using-namespace): the column machi
 constexpr int64_t kMaxWgradSlices = 32;  // the reduction is cut into at most this many parts
 constexpr int64_t kMaxWgradPartialBytes = int64_t{64} << 20;
 
+// Calls f.template operator()<CC, JJ>() with CC = channels (1 to C) and JJ = cols (1 to J): the
+// products' register tiles, each size its own instance (a register array).
+template <int C, int J, class F>
+void with_tile(int channels, int cols, F&& f) {
+  [&]<int... CI, int... JI>(std::integer_sequence<int, CI...>, std::integer_sequence<int, JI...>) {
+    const auto with_channels = [&]<int CC>() {
+      ((cols == JI + 1 ? f.template operator()<CC, JI + 1>() : void()), ...);
+    };
+    ((channels == CI + 1 ? with_channels.template operator()<CI + 1>() : void()), ...);
+  }
+  (std::make_integer_sequence<int, C>{}, std::make_integer_sequence<int, J>{});
+}
+
+// The L lanes of a vector of sums, added in lane order.
+template <int L, class T>
+T lane_sum(const T* lanes) {
+  T sum = lanes[0];
+  for (int l = 1; l < L; ++l)
+    sum += lanes[l];
+  return sum;
+}
+
 // wgrad for few columns (conv_transpose_cols.h, kFewColumns): dw_g (cig x rows) = x_g (cig x C)
 // cols^T (C x rows), C = batch x in_hw. dw is the large operand here (a vocoder's first
 // upsampler: 2M elements from 32 columns) and the product is bound by writing it: the GEMM path
@@ -179,18 +201,9 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
               const T* xp = x_n + p0;
               const T* cp = cols_n + rb * J * ld + p0;
               T* acc = sums.data() + rb * C * J * L;
-              // The tile for (channels, rows), each its own instance (a register array).
-              [&]<int... CI, int... RI>(std::integer_sequence<int, CI...>,
-                                        std::integer_sequence<int, RI...>) {
-                const auto with_channels = [&]<int CC>() {
-                  ((rows == RI + 1
-                        ? few_rows_wgrad_run<T, CC, RI + 1>(xp, pl.in_hw, cp, ld, len, first, acc)
-                        : void()),
-                   ...);
-                };
-                ((channels == CI + 1 ? with_channels.template operator()<CI + 1>() : void()), ...);
-              }
-              (std::make_integer_sequence<int, C>{}, std::make_integer_sequence<int, J>{});
+              with_tile<C, J>(channels, rows, [&]<int CC, int RR>() {
+                few_rows_wgrad_run<T, CC, RR>(xp, pl.in_hw, cp, ld, len, first, acc);
+              });
             }
           }
         }
@@ -201,11 +214,8 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
           const T* acc = sums.data() + rb * C * J * L;
           for (int c = 0; c < channels; ++c) {
             for (int64_t j = 0; j < rows; ++j) {
-              const T* lanes = acc + (c * rows + j) * L;
-              T sum = lanes[0];
-              for (int l = 1; l < L; ++l)
-                sum += lanes[l];
-              dw[(g * pl.cig + c0 + c) * pl.rows + rb * J + j] = sum;
+              dw[(g * pl.cig + c0 + c) * pl.rows + rb * J + j] =
+                  lane_sum<L>(acc + (c * rows + j) * L);
             }
           }
         }
@@ -239,7 +249,7 @@ PhaseAxis phase_axis(int64_t in, int64_t kernel, int64_t stride, int64_t dil, in
   int64_t hi = 0;
   for (int64_t k = 0; k < kernel; ++k) {
     const int64_t a = k * dil - pad;
-    const int64_t q = a >= 0 ? a / stride : -ceil_div(-a, stride);  // floor(a / stride)
+    const int64_t q = floor_div(a, stride);
     const int64_t r = a - q * stride;
     const auto found = std::find(ax.residue.begin(), ax.residue.end(), r);
     ax.plane.push_back(found - ax.residue.begin());
@@ -483,18 +493,10 @@ void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
                                   pitch};
         for (int64_t jb = 0; jb < column_blocks; ++jb) {
           const int cols = static_cast<int>(std::min(J, pl.rows - jb * J));
-          // The tile for (channels, cols), each its own instance (a register array).
-          [&]<int... CI, int... JI>(std::integer_sequence<int, CI...>,
-                                    std::integer_sequence<int, JI...>) {
-            const auto with_channels = [&]<int CC>() {
-              ((cols == JI + 1 ? phase_wgrad_tile<T, CC, JI + 1>(pl, op, off.data() + jb * J, pc,
-                                                                 k == k0, acc_of(s, g, cb, jb))
-                               : void()),
-               ...);
-            };
-            ((channels == CI + 1 ? with_channels.template operator()<CI + 1>() : void()), ...);
-          }
-          (std::make_integer_sequence<int, C>{}, std::make_integer_sequence<int, J>{});
+          with_tile<C, J>(channels, cols, [&]<int CC, int JJ>() {
+            phase_wgrad_tile<T, CC, JJ>(pl, op, off.data() + jb * J, pc, k == k0,
+                                        acc_of(s, g, cb, jb));
+          });
         }
       }
     }
@@ -518,10 +520,7 @@ void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
         }
         T lanes[L];
         std::memcpy(lanes, &v, sizeof(Vec));
-        T sum = lanes[0];
-        for (int l = 1; l < L; ++l)
-          sum += lanes[l];
-        dw[(g * pl.cig + cb * C + c) * pl.rows + jb * J + j] = sum;
+        dw[(g * pl.cig + cb * C + c) * pl.rows + jb * J + j] = lane_sum<L>(lanes);
       }
     }
   });
