@@ -12,6 +12,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/conv_transpose_cols.h"
 #include "cpu/eigen_product.h"
@@ -267,6 +268,12 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   if (depthwise(pl)) {
     depthwise_forward(pl, x, w, b, y, threads);
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (winograd_suits(pl, sizeof(T))) {
+      winograd_forward(pl, x, w, b, y, threads);
+      return;
+    }
   }
   if (direct_forward_suits(pl, sizeof(T))) {
     direct_forward(pl, x, w, b, y, threads);
@@ -612,6 +619,12 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
   if (depthwise(pl)) {
     depthwise_dgrad(pl, dy, w, dx, threads);
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (winograd_suits(pl, sizeof(T))) {
+      winograd_dgrad(pl, dy, w, dx, threads);
+      return;
+    }
   }
   if (direct_dgrad_suits(pl, sizeof(T))) {
     direct_dgrad(pl, dy, w, dx, threads);

@@ -161,6 +161,12 @@ void direct_forward(const Plan& pl, const float* x, const float* w, const float*
                     int threads);
 void direct_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
                     int threads);
+// conv_transpose_winograd.cpp: forward and dgrad of 3x3 stride-1 undilated layers in float32 by
+// Winograd's F(2x2, 3x3), for the shapes winograd_suits (enough channels on both sides).
+bool winograd_suits(const Plan& pl, int64_t elem_bytes);
+void winograd_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                      int threads);
+void winograd_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
 // The same file's wgrad, for the shapes direct_wgrad_suits.
 bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes);
 void direct_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);

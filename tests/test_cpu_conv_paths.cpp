@@ -235,6 +235,21 @@ std::vector<PathCase> path_cases() {
       {"forward channels-last, items batched",
        conv_case_from_shapes(2, {8, 24, 6, 7}, {24, 40, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
+      // Forward and dgrad of 3x3 stride-1 layers in float32 by Winograd's F(2x2, 3x3), at every
+      // level (conv_transpose_winograd.cpp): 2 x 2 output tiles, partial in both directions on
+      // 11 x 13 planes, 18 output channels (register tiles of 12 and 8 channels); then 2 groups
+      // of 16 -> 17 channels with paddings 0 and 2 (the forward's window offsets 2 and 0) on
+      // rows of 20 tiles, runs of tiles that start mid-row; then runs of tiles over several
+      // tasks per item.
+      {"Winograd F(2x2, 3x3), partial tiles",
+       conv_case_from_shapes(2, {2, 20, 11, 13}, {20, 18, 3, 3}, true, {1, 1}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
+      {"Winograd F(2x2, 3x3), grouped, paddings 0 and 2",
+       conv_case_from_shapes(2, {1, 32, 9, 40}, {32, 17, 3, 3}, true, {1, 1}, {0, 2}, {0, 0},
+                             {1, 1}, 2)},
+      {"Winograd F(2x2, 3x3), several runs of tiles",
+       conv_case_from_shapes(2, {3, 24, 30, 30}, {24, 40, 3, 3}, false, {1, 1}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
