@@ -161,8 +161,9 @@ void direct_forward(const Plan& pl, const float* x, const float* w, const float*
                     int threads);
 void direct_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
                     int threads);
-// conv_transpose_winograd.cpp: forward and dgrad of 3x3 stride-1 undilated layers in float32 by
-// Winograd's F(2x2, 3x3), for the shapes winograd_suits (enough channels on both sides).
+// conv_transpose_winograd.cpp: forward and dgrad of stride-1 undilated 2-D layers in float32 by
+// Winograd's F(2x2, 3x3), the kernel in 3 x 3 blocks, for the shapes winograd_suits (kernels with
+// enough taps per block, enough channels on both sides).
 bool winograd_suits(const Plan& pl, int64_t elem_bytes);
 void winograd_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
                       int threads);

@@ -1,22 +1,25 @@
-// Winograd's F(2x2, 3x3) for the forward and dgrad of 3x3 stride-1 undilated layers in float32
-// (DeconvNet's and many decoders' refinement layers), the shapes winograd_suits takes. Both passes
-// are then the same correlation:
-//   out[o, h, w] = bias[o] + sum over i, a, b < 3 of f(o, i, a, b) in[i, h - ph + a, w - pw + b]
-// with reads outside `in` zero: dgrad reads dy through w as it lies (o an input channel, i an
-// output channel), the forward reads x through w flipped in both taps with padding 2 - p.
-// Each 2 x 2 block of outputs (a tile) comes from the 4 x 4 window of `in` above it:
+// Winograd's F(2x2, 3x3) for the forward and dgrad of stride-1 undilated layers in float32: 3x3
+// kernels (DeconvNet's and many decoders' refinement layers) and larger ones cut into 3 x 3
+// blocks (S5's 3 x 7), the shapes winograd_suits takes. Both passes are then the same
+// correlation:
+//   out[o, h, w] = bias[o] + sum over i, a, b of f(o, i, a, b) in[i, h - ph + a, w - pw + b]
+// (a < kh, b < kw) with reads outside `in` zero: dgrad reads dy through w as it lies (o an input
+// channel, i an output channel), the forward reads x through w flipped in both taps with padding k
+// - 1 - p. Each 2 x 2 block of outputs (a tile) comes from the 4 x 4 window of `in` above it:
 //   out tile = A^T [ sum over i of (G f G^T) (.) (B^T d_i B) ] A
 // (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks"), so the 36 multiplies of
 // a tile per (o, i) become the 16 of the elementwise product. Those are 16 GEMMs, one per point
 // of the 4 x 4 transform: M_xi (o x tiles) = U_xi (o x i) V_xi (i x tiles), with the filters'
 // transforms U packed once per call and the windows' transforms V computed by each task for its
 // run of tiles, vectors over tiles (stride-2 columns of the window: even and odd lanes of two
-// loads). A task owns a run of tiles of one (item, group), every channel of both sides.
-// Float64 keeps the direct kernel: it is the reference the other paths are checked against.
+// loads). A larger kernel's 3 x 3 blocks each read the window at their own offset, and their
+// products share the GEMMs' reduction. A task owns a run of tiles of one (item, group), every
+// channel of both sides. Float64 keeps the other paths: it is the reference they are checked
+// against.
 //
 // Each output is one fixed sequence of operations: its tile's window transforms, the reduction
-// over i in order for each point, then the output transform and the bias; how the tiles are cut
-// into tasks cannot change a bit, so the results do not depend on the thread count.
+// over (block, i) in order for each point, then the output transform and the bias; how the tiles
+// are cut into tasks cannot change a bit, so the results do not depend on the thread count.
 #include <algorithm>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -41,22 +44,40 @@ typedef float Vec __attribute__((vector_size(gemm::kVecBytes)));
 
 // The correlation above, per (item, group): ic input and oc output channels of the group, the
 // tensors' channel counts, and the planes' sizes.
+// The filter, kh x kw, is cut into blocks of 3 x 3 taps (zero past its edges), each a correlation
+// of its own over `in` shifted by the block's offset; their products share the GEMMs' reduction,
+// which runs over (block, input channel): k = block * ic + i.
 struct Corr {
   int64_t batch, groups, ic, oc, in_channels, out_channels;
-  int64_t in_h, in_w, out_h, out_w, ph, pw;
+  int64_t in_h, in_w, out_h, out_w, ph, pw, kh, kw;
   int64_t tiles_w() const { return ceil_div(out_w, 2); }
   int64_t tiles() const { return ceil_div(out_h, 2) * tiles_w(); }
+  int64_t blocks_h() const { return ceil_div(kh, 3); }
+  int64_t blocks_w() const { return ceil_div(kw, 3); }
+  int64_t reduce() const { return blocks_h() * blocks_w() * ic; }
 };
 
 Corr dgrad_corr(const Plan& pl) {
-  return {pl.batch, pl.groups, pl.cog,  pl.cig,  pl.out_channels, pl.in_channels,
-          pl.out_h, pl.out_w,  pl.in_h, pl.in_w, pl.pad_h,        pl.pad_w};
+  return {pl.batch, pl.groups, pl.cog,  pl.cig,   pl.out_channels, pl.in_channels, pl.out_h,
+          pl.out_w, pl.in_h,   pl.in_w, pl.pad_h, pl.pad_w,        pl.kernel_h,    pl.kernel_w};
 }
 
-// y[co, oh] takes x[ci, ih] at oh = ih - p + k: ih = oh - (2 - p) + (2 - k).
+// y[co, oh] takes x[ci, ih] at oh = ih - p + k: ih = oh - (K - 1 - p) + (K - 1 - k).
 Corr forward_corr(const Plan& pl) {
-  return {pl.batch, pl.groups, pl.cig,   pl.cog,   pl.in_channels, pl.out_channels,
-          pl.in_h,  pl.in_w,   pl.out_h, pl.out_w, 2 - pl.pad_h,   2 - pl.pad_w};
+  return {pl.batch,
+          pl.groups,
+          pl.cig,
+          pl.cog,
+          pl.in_channels,
+          pl.out_channels,
+          pl.in_h,
+          pl.in_w,
+          pl.out_h,
+          pl.out_w,
+          pl.kernel_h - 1 - pl.pad_h,
+          pl.kernel_w - 1 - pl.pad_w,
+          pl.kernel_h,
+          pl.kernel_w};
 }
 
 // Tiles per task at most, and the bytes of a task's transforms (V and M) it aims for: about a
@@ -69,25 +90,29 @@ constexpr int64_t kTaskBytes = int64_t{768} << 10;
 constexpr int64_t kWinogradMinChannels = 16;
 constexpr int64_t kWinogradMaxFilterBytes = int64_t{4} << 20;
 constexpr int64_t kWinogradMaxWidth = 16384;
+constexpr int64_t kWinogradMinTapsPerBlock = 7;
 
 // The filters' transforms of every group, G f G^T with G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2;
-// 0 0 1], as the GEMMs' A operand: for group g and point xi, the output channels in panels of MR
-// (zero past oc), panel p's element (i, l) at
-// u + ((g * kPoints + xi) * oc_pad + p * MR) * ic + i * MR + l. Computed in double, a panel's
-// lanes side by side (they vectorise), and rounded once. `filter(g, o, i, a, b)` is tap (a, b) of
-// the filter of (o, i).
+// 0 0 1], of each 3 x 3 block, as the GEMMs' A operand: for group g and point xi, the output
+// channels in panels of MR (zero past oc), panel p's element (k, l) at
+// u + ((g * kPoints + xi) * oc_pad + p * MR) * reduce + k * MR + l, k = block * ic + i.
+// Computed in double, a panel's lanes side by side (they vectorise), and rounded once.
+// `filter(g, o, i, a, b)` is tap (a, b) of the filter of (o, i).
 template <class Filter>
 void pack_filters(const Corr& c, const Filter& filter, float* u, int threads) {
   const int64_t panels = ceil_div(c.oc, MR), oc_pad = panels * MR;
   parallel_for(threads, c.groups * panels, [&](int64_t t) {
     const int64_t g = t / panels, p = t % panels;
     const int lanes = static_cast<int>(std::min<int64_t>(MR, c.oc - p * MR));
-    for (int64_t i = 0; i < c.ic; ++i) {
+    const int64_t reduce = c.reduce();
+    for (int64_t k = 0; k < reduce; ++k) {
+      const int64_t block = k / c.ic, i = k % c.ic;
+      const int64_t a0 = 3 * (block / c.blocks_w()), b0 = 3 * (block % c.blocks_w());
       double f[3][3][MR] = {}, s[4][3][MR], pt[4][4][MR];
       for (int l = 0; l < lanes; ++l)
-        for (int a = 0; a < 3; ++a)
-          for (int b = 0; b < 3; ++b)
-            f[a][b][l] = filter(g, p * MR + l, i, a, b);
+        for (int a = 0; a < 3 && a0 + a < c.kh; ++a)
+          for (int b = 0; b < 3 && b0 + b < c.kw; ++b)
+            f[a][b][l] = filter(g, p * MR + l, i, a0 + a, b0 + b);
       for (int b = 0; b < 3; ++b) {
         for (int l = 0; l < MR; ++l) {
           s[0][b][l] = f[0][b][l];
@@ -105,7 +130,7 @@ void pack_filters(const Corr& c, const Filter& filter, float* u, int threads) {
         }
       }
       for (int xi = 0; xi < kPoints; ++xi) {
-        float* dst = u + ((g * kPoints + xi) * oc_pad + p * MR) * c.ic + i * MR;
+        float* dst = u + ((g * kPoints + xi) * oc_pad + p * MR) * reduce + k * MR;
         for (int l = 0; l < MR; ++l)
           dst[l] = static_cast<float>(pt[xi / 4][xi % 4][l]);
       }
@@ -175,7 +200,8 @@ void for_segments(int64_t t0, int64_t t1, int64_t tiles_w, F&& f) {
   }
 }
 
-// A task's window of `in`: rows [2 ty0 - ph, 2 ty1 - ph + 4) of every column, element (r, j) at
+// A task's window of `in`: rows [2 ty0 - ph, 2 ty1 - ph + 4), and 3 more per further block row, of
+// every column, element (r, j) at
 // win[r * width + j] being in[2 ty0 - ph + r, j - pw], zero outside the plane. The zeros do not
 // depend on the channel: set once per task (clear_window), then each channel's rows copied in.
 struct Window {
@@ -184,7 +210,7 @@ struct Window {
 
 Window window_of(const Corr& c, int64_t ty0, int64_t ty1, int64_t width) {
   const int64_t j0 = std::clamp<int64_t>(c.pw, 0, width);
-  return {2 * ty0 - c.ph, 2 * (ty1 - ty0) + 4, width, j0,
+  return {2 * ty0 - c.ph, 2 * (ty1 - ty0) + 4 + 3 * (c.blocks_h() - 1), width, j0,
           std::clamp<int64_t>(c.in_w + c.pw, j0, width)};
 }
 
@@ -305,12 +331,13 @@ template <class Filter>
 void winograd(const Corr& c, const float* in, const Filter& filter, const float* bias, float* out,
               int threads) {
   const int64_t panels = ceil_div(c.oc, MR), oc_pad = panels * MR;
-  const Workspace<float> u(c.groups * kPoints * oc_pad * c.ic);
+  const int64_t reduce = c.reduce();
+  const Workspace<float> u(c.groups * kPoints * oc_pad * reduce);
   pack_filters(c, filter, u.data(), threads);
   const int64_t tiles = c.tiles(), tiles_w = c.tiles_w();
   // Tiles per task: what keeps V and M near kTaskBytes, in whole register tiles, fewer while that
   // leaves threads idle (no bit depends on it).
-  const int64_t per_tile_bytes = kPoints * (c.ic + oc_pad) * int64_t{sizeof(float)};
+  const int64_t per_tile_bytes = kPoints * (reduce + oc_pad) * int64_t{sizeof(float)};
   int64_t run = std::clamp<int64_t>(kTaskBytes / per_tile_bytes / NR * NR, NR, kMaxTaskTiles);
   run = std::min(run, gemm::round_up(tiles, NR));
   const int64_t outer = c.batch * c.groups;
@@ -320,10 +347,11 @@ void winograd(const Corr& c, const float* in, const Filter& filter, const float*
   // Rows of V and M: a run's tiles, the last vector's overhang past them, and a vector more, so
   // that a row's length is never a large power of two (the rows would then share cache sets).
   const int64_t ld = gemm::round_up(run, L) + 2 * L;
-  // The window's columns: every tile's 4, and the overhang of its last vectors' loads.
-  const int64_t win_width = 2 * gemm::round_up(tiles_w, L) + 2 + 2 * L;
-  const int64_t win_elems = (2 * ceil_div(run, tiles_w) + 6) * win_width;
-  const int64_t v_elems = kPoints * c.ic * ld, m_elems = kPoints * oc_pad * ld;
+  // The window's columns: every tile's 4, the further blocks' 3 each, and the overhang of the last
+  // vectors' loads.
+  const int64_t win_width = 2 * gemm::round_up(tiles_w, L) + 2 + 2 * L + 3 * (c.blocks_w() - 1);
+  const int64_t win_elems = (2 * ceil_div(run, tiles_w) + 6 + 3 * (c.blocks_h() - 1)) * win_width;
+  const int64_t v_elems = kPoints * reduce * ld, m_elems = kPoints * oc_pad * ld;
   parallel_for(
       threads, outer * runs, [&] { return Workspace<float>(v_elems + m_elems + win_elems); },
       [&](Workspace<float>& ws, int64_t t) {
@@ -332,28 +360,33 @@ void winograd(const Corr& c, const float* in, const Filter& filter, const float*
         float* v = ws.data();
         float* m = v + v_elems;
         float* win = m + m_elems;
-        // V: point xi of input channel i at v + (xi * ic + i) * ld, tiles along the row.
+        // V: point xi of block b's input channel i at v + (xi * reduce + b * ic + i) * ld, tiles
+        // along the row; block (bh, bw) reads the window 3 bh rows and 3 bw columns further.
         const Window wd = window_of(c, t0 / tiles_w, (t1 - 1) / tiles_w, win_width);
         std::fill_n(win, wd.rows * wd.width, 0.0f);
         for (int64_t i = 0; i < c.ic; ++i) {
           fill_window(c, wd, in + (n * c.in_channels + g * c.ic + i) * c.in_h * c.in_w, win);
-          for_segments(t0, t1, tiles_w, [&](const Segment& s) {
-            transform_windows(win + 2 * (s.ty - t0 / tiles_w) * win_width + 2 * s.tx0, win_width,
-                              s.tx1 - s.tx0, v + i * ld + s.local, c.ic * ld);
-          });
+          for (int64_t b = 0; b < c.blocks_h() * c.blocks_w(); ++b) {
+            const int64_t shift = 3 * (b / c.blocks_w()) * win_width + 3 * (b % c.blocks_w());
+            for_segments(t0, t1, tiles_w, [&](const Segment& s) {
+              transform_windows(win + 2 * (s.ty - t0 / tiles_w) * win_width + 2 * s.tx0 + shift,
+                                win_width, s.tx1 - s.tx0, v + (b * c.ic + i) * ld + s.local,
+                                reduce * ld);
+            });
+          }
         }
         // The last register tile's columns past the run: zeros, not a previous task's values
         // (which could be denormals, slow in the products, though no output reads them).
         const int64_t tail = gemm::round_up(count, NR);
-        for (int64_t r = 0; r < kPoints * c.ic; ++r)
+        for (int64_t r = 0; r < kPoints * reduce; ++r)
           std::fill(v + r * ld + count, v + r * ld + tail, 0.0f);
         // M_xi = U_xi V_xi: point xi of output channel o at m + (xi * oc_pad + o) * ld.
-        const float* ug = u.data() + g * kPoints * oc_pad * c.ic;
+        const float* ug = u.data() + g * kPoints * oc_pad * reduce;
         for (int xi = 0; xi < kPoints; ++xi) {
-          const float* vx = v + xi * c.ic * ld;
+          const float* vx = v + xi * reduce * ld;
           for (int64_t j = 0; j < count; j += NR) {
             for (int64_t p = 0; p < panels; ++p) {
-              run_point_tile(c.ic, ug + (xi * oc_pad + p * MR) * c.ic, vx + j, ld,
+              run_point_tile(reduce, ug + (xi * oc_pad + p * MR) * reduce, vx + j, ld,
                              m + (xi * oc_pad + p * MR) * ld + j, ld,
                              std::min<int64_t>(MR, c.oc - p * MR),
                              std::min<int64_t>(NR, count - j));
@@ -375,8 +408,13 @@ void winograd(const Corr& c, const float* in, const Filter& filter, const float*
 
 bool winograd_suits(const Plan& pl, int64_t elem_bytes) {
   if (elem_bytes != 4) return false;
-  if (pl.kernel_h != 3 || pl.kernel_w != 3 || pl.stride_h != 1 || pl.stride_w != 1 ||
-      pl.dil_h != 1 || pl.dil_w != 1)
+  if (pl.stride_h != 1 || pl.stride_w != 1 || pl.dil_h != 1 || pl.dil_w != 1) return false;
+  // Each 3 x 3 block of the filter costs 4 multiplies an output, where the direct kernel spends one
+  // per tap: from 7 taps a block (3 x 3, 3 x 5: 1.1x-1.2x the direct kernel, 3 x 7) the transforms
+  // paid for themselves; with fewer (5 x 5: 0.87x, 7 x 7, 4 x 4, 2 x 2: 0.55x-0.7x) they did not.
+  // Past 9 taps a side the window's rows grow and no layer was measured.
+  const int64_t blocks = ceil_div(pl.kernel_h, 3) * ceil_div(pl.kernel_w, 3);
+  if (pl.taps < kWinogradMinTapsPerBlock * blocks || pl.kernel_h > 9 || pl.kernel_w > 9)
     return false;
   // The transforms cost per channel and tile what the products cost per pair of channels: with
   // few channels on either side they are most of the time.
@@ -386,17 +424,18 @@ bool winograd_suits(const Plan& pl, int64_t elem_bytes) {
   // A task's window holds whole rows: their width is bounded.
   const int64_t narrow = std::min(pl.in_w, pl.out_w), wide = std::max(pl.in_w, pl.out_w);
   if (8 * ceil_div(narrow, 2) < 3 * L || wide > kWinogradMaxWidth) return false;
-  // Every task reads all of its group's filter transforms (16 values per pair of channels): past
+  // Every task reads all of its group's filter transforms (16 values per pair of channels and
+  // block): past
   // kWinogradMaxFilterBytes (512 x 256 channels and up) they came from memory and the products
   // ran no faster than the direct kernel.
-  return fits(pl.cig * pl.cog, kPoints, 4, kWinogradMaxFilterBytes);
+  return fits(pl.cig * pl.cog, kPoints * blocks, 4, kWinogradMaxFilterBytes);
 }
 
 void winograd_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
   const Corr c = dgrad_corr(pl);
   // dx[ci] reads dy[co] through w[ci, co, a, b] as it lies.
-  const auto filter = [&](int64_t g, int64_t o, int64_t i, int a, int b) -> double {
-    return w[((g * pl.cig + o) * pl.cog + i) * 9 + a * 3 + b];
+  const auto filter = [&](int64_t g, int64_t o, int64_t i, int64_t a, int64_t b) -> double {
+    return w[((g * pl.cig + o) * pl.cog + i) * pl.taps + a * pl.kernel_w + b];
   };
   winograd(c, dy, filter, nullptr, dx, threads);
 }
@@ -405,8 +444,9 @@ void winograd_forward(const Plan& pl, const float* x, const float* w, const floa
                       int threads) {
   const Corr c = forward_corr(pl);
   // y[co] reads x[ci] through w[ci, co] flipped in both taps.
-  const auto filter = [&](int64_t g, int64_t o, int64_t i, int a, int b) -> double {
-    return w[((g * pl.cig + i) * pl.cog + o) * 9 + (2 - a) * 3 + (2 - b)];
+  const auto filter = [&](int64_t g, int64_t o, int64_t i, int64_t a, int64_t b) -> double {
+    return w[((g * pl.cig + i) * pl.cog + o) * pl.taps + (pl.kernel_h - 1 - a) * pl.kernel_w +
+             (pl.kernel_w - 1 - b)];
   };
   winograd(c, x, filter, bias, y, threads);
 }

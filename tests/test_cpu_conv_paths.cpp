@@ -250,6 +250,15 @@ std::vector<PathCase> path_cases() {
       {"Winograd F(2x2, 3x3), several runs of tiles",
        conv_case_from_shapes(2, {3, 24, 30, 30}, {24, 40, 3, 3}, false, {1, 1}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
+      // Larger stride-1 kernels in 3 x 3 blocks on the same transforms, their products summed
+      // in one reduction: a 3 x 7 kernel (S5's) in 3 blocks, a partial last one; a 6 x 6 kernel
+      // in 4 blocks with W padding 5 (the forward's window offset 0, its output 15 wide).
+      {"Winograd in 3 x 3 blocks, 3 x 7 kernel",
+       conv_case_from_shapes(2, {2, 16, 9, 21}, {16, 20, 3, 7}, true, {1, 1}, {1, 3}, {0, 0},
+                             {1, 1}, 1)},
+      {"Winograd in 3 x 3 blocks, 6 x 6 kernel, wide padding",
+       conv_case_from_shapes(2, {1, 16, 13, 20}, {16, 16, 6, 6}, false, {1, 1}, {2, 5}, {0, 0},
+                             {1, 1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
