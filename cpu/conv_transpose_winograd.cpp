@@ -4,8 +4,9 @@
 // correlation:
 //   out[o, h, w] = bias[o] + sum over i, a, b of f(o, i, a, b) in[i, h - ph + a, w - pw + b]
 // (a < kh, b < kw) with reads outside `in` zero: dgrad reads dy through w as it lies (o an input
-// channel, i an output channel), the forward reads x through w flipped in both taps with padding k
-// - 1 - p. Each 2 x 2 block of outputs (a tile) comes from the 4 x 4 window of `in` above it:
+// channel, i an output channel), the forward reads x through w flipped in both taps, with the
+// padding kernel - 1 - p. Each 2 x 2 block of outputs (a tile) comes from the 4 x 4 window of
+// `in` above it:
 //   out tile = A^T [ sum over i of (G f G^T) (.) (B^T d_i B) ] A
 // (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks"), so the 36 multiplies of
 // a tile per (o, i) become the 16 of the elementwise product. Those are 16 GEMMs, one per point
@@ -425,9 +426,8 @@ bool winograd_suits(const Plan& pl, int64_t elem_bytes) {
   const int64_t narrow = std::min(pl.in_w, pl.out_w), wide = std::max(pl.in_w, pl.out_w);
   if (8 * ceil_div(narrow, 2) < 3 * L || wide > kWinogradMaxWidth) return false;
   // Every task reads all of its group's filter transforms (16 values per pair of channels and
-  // block): past
-  // kWinogradMaxFilterBytes (512 x 256 channels and up) they came from memory and the products
-  // ran no faster than the direct kernel.
+  // block): past kWinogradMaxFilterBytes (3 x 3, 512 x 256 channels and up) they came from memory
+  // and the products ran no faster than the direct kernel.
   return fits(pl.cig * pl.cog, kPoints * blocks, 4, kWinogradMaxFilterBytes);
 }
 
