@@ -201,10 +201,10 @@ void for_segments(int64_t t0, int64_t t1, int64_t tiles_w, F&& f) {
   }
 }
 
-// A task's window of `in`: rows [2 ty0 - ph, 2 ty1 - ph + 4), and 3 more per further block row, of
-// every column, element (r, j) at
-// win[r * width + j] being in[2 ty0 - ph + r, j - pw], zero outside the plane. The zeros do not
-// depend on the channel: set once per task (clear_window), then each channel's rows copied in.
+// A task's window of `in`: rows [2 ty0 - ph, 2 ty1 - ph + 4), and 3 more per further row of
+// blocks, of every column; element (r, j) at win[r * width + j] is in[2 ty0 - ph + r, j - pw],
+// zero outside the plane. The zeros do not depend on the channel: a task sets the window to zero
+// once, then copies each channel's rows in (fill_window).
 struct Window {
   int64_t y0, rows, width, j0, j1;  // plane row of window row 0; the columns inside the plane
 };
@@ -326,8 +326,8 @@ void transform_outputs(const Corr& c, const float* m, int64_t m_point, const Seg
   }
 }
 
-// The pass: `filter` gives the 3 x 3 filter of (g, o, i) in correlation order, `bias` is null or
-// oc x groups values.
+// The pass: `filter(g, o, i, a, b)` gives tap (a, b) of the kh x kw filter of (o, i) in
+// correlation order, `bias` is null or oc x groups values.
 template <class Filter>
 void winograd(const Corr& c, const float* in, const Filter& filter, const float* bias, float* out,
               int threads) {
