@@ -39,8 +39,8 @@ namespace {
 
 constexpr int kPoints = 16;  // the 4 x 4 points of the transform
 constexpr int L = gemm::kLanes<float>;
-constexpr int MR = gemm::kRows;  // output channels per register tile
-constexpr int NR = 2 * L;        // tiles per register tile
+constexpr int MR = gemm::kRows;         // output channels per register tile
+constexpr int NR = gemm::kCols<float>;  // tiles per register tile
 typedef float Vec __attribute__((vector_size(gemm::kVecBytes)));
 
 // The correlation above, per (item, group): ic input and oc output channels of the group, the
@@ -251,45 +251,6 @@ void transform_windows(const float* window, int64_t width, int64_t count, float*
   }
 }
 
-// c[r * ldc + j] = sum over k < kc of a[k * MR + r] b[k * ldb + j] for r < R, j < NV * L (whole
-// vectors: the callers' buffers are padded for them). One chain over k per element.
-template <int R, int NV>
-void point_tile(int64_t kc, const float* __restrict a, const float* __restrict b, int64_t ldb,
-                float* __restrict c, int64_t ldc) {
-  Vec acc[R][NV];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < NV; ++j)
-      acc[r][j] = Vec{};
-  for (int64_t k = 0; k < kc; ++k) {
-    Vec bv[NV];
-    for (int j = 0; j < NV; ++j)
-      bv[j] = load(b + k * ldb + j * L);
-    for (int r = 0; r < R; ++r) {
-      const float ar = a[k * MR + r];
-      for (int j = 0; j < NV; ++j)
-        acc[r][j] += ar * bv[j];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < NV; ++j)
-      store(c + r * ldc + j * L, acc[r][j]);
-}
-
-// point_tile for `rows` <= MR output channels and `cols` <= NR tiles: the smallest of MR/3,
-// 2MR/3 or MR rows (as gemm::run_tile) and of one or two vectors that covers them.
-void run_point_tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc,
-                    int64_t rows, int64_t cols) {
-  constexpr int R1 = MR % 3 == 0 ? MR / 3 : MR, R2 = MR % 3 == 0 ? 2 * MR / 3 : MR;
-  const bool one = cols <= L;
-  if (rows <= R1) {
-    one ? point_tile<R1, 1>(kc, a, b, ldb, c, ldc) : point_tile<R1, 2>(kc, a, b, ldb, c, ldc);
-  } else if (rows <= R2) {
-    one ? point_tile<R2, 1>(kc, a, b, ldb, c, ldc) : point_tile<R2, 2>(kc, a, b, ldb, c, ldc);
-  } else {
-    one ? point_tile<MR, 1>(kc, a, b, ldb, c, ldc) : point_tile<MR, 2>(kc, a, b, ldb, c, ldc);
-  }
-}
-
 // One output channel's tiles of a segment from M (point xi of local tile t at
 // m[xi * m_point + t]): A^T M A, A^T = [1 1 1 0; 0 1 -1 -1], plus the bias, into the plane.
 void transform_outputs(const Corr& c, const float* m, int64_t m_point, const Segment& s, float bias,
@@ -381,16 +342,18 @@ void winograd(const Corr& c, const float* in, const Filter& filter, const float*
         const int64_t tail = gemm::round_up(count, NR);
         for (int64_t r = 0; r < kPoints * reduce; ++r)
           std::fill(v + r * ld + count, v + r * ld + tail, 0.0f);
-        // M_xi = U_xi V_xi: point xi of output channel o at m + (xi * oc_pad + o) * ld.
+        // M_xi = U_xi V_xi: point xi of output channel o at m + (xi * oc_pad + o) * ld, the run's
+        // tiles only (the output transform's vectors read past them, into lanes it never stores).
         const float* ug = u.data() + g * kPoints * oc_pad * reduce;
         for (int xi = 0; xi < kPoints; ++xi) {
           const float* vx = v + xi * reduce * ld;
           for (int64_t j = 0; j < count; j += NR) {
             for (int64_t p = 0; p < panels; ++p) {
-              run_point_tile(reduce, ug + (xi * oc_pad + p * MR) * reduce, vx + j, ld,
-                             m + (xi * oc_pad + p * MR) * ld + j, ld,
-                             std::min<int64_t>(MR, c.oc - p * MR),
-                             std::min<int64_t>(NR, count - j));
+              // The backend GEMM's register tile, B's rows (V's) read in place, ld apart.
+              gemm::run_tile(reduce, ug + (xi * oc_pad + p * MR) * reduce, vx + j,
+                             m + (xi * oc_pad + p * MR) * ld + j, ld, false,
+                             static_cast<int>(std::min<int64_t>(MR, c.oc - p * MR)),
+                             static_cast<int>(std::min<int64_t>(NR, count - j)), ld);
             }
           }
         }

@@ -85,13 +85,14 @@ int64_t scratch_elems(int64_t m, int64_t n, int64_t k) {
   return packed_a_elems<T>(m, k) + std::min(kKc, k) * std::min(kNc, round_up(n, kCols<T>));
 }
 
-// c[i*ldc + j] (+)= sum over k of the packed panels (MR and NR apart per k), for the mr x nr
-// corner of an R x V-vector tile (R <= MR, V <= kVecsPerRow).
+// c[i*ldc + j] (+)= sum over k of the packed panels (MR and ldb apart per k: ldb is NR for a
+// packed B, more for rows of a wider matrix read in place), for the mr x nr corner of an R x
+// V-vector tile (R <= MR, V <= kVecsPerRow).
 template <class T, int R, int V>
 inline void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict b, T* c,
-                         int64_t ldc, bool accumulate, int mr, int nr) {
+                         int64_t ldc, bool accumulate, int mr, int nr, int64_t ldb) {
   typedef T Vec __attribute__((vector_size(kVecBytes)));
-  constexpr int L = kLanes<T>, MR = kRows, NR = kCols<T>;
+  constexpr int L = kLanes<T>, MR = kRows;
   Vec acc[R][V];
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < V; ++j)
@@ -112,7 +113,7 @@ inline void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict 
         acc[i][j] += ai * bv[j];
     }
     a += MR;
-    b += NR;
+    b += ldb;
   }
   if (mr == R && nr == V * L) {
     for (int i = 0; i < R; ++i) {
@@ -142,23 +143,23 @@ inline void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict 
 }
 
 // The tile for an mr x nr corner: the smallest of MR/3, 2MR/3 (when MR divides by 3), MR rows and
-// 1 or 2 vectors that covers it.
+// 1 or 2 vectors that covers it. B's rows are ldb apart: a packed panel's by default.
 template <class T>
 inline void run_tile(int64_t kc, const T* a, const T* b, T* c, int64_t ldc, bool accumulate, int mr,
-                     int nr) {
+                     int nr, int64_t ldb = kCols<T>) {
   constexpr int MR = kRows, L = kLanes<T>;
   constexpr int R1 = MR % 3 == 0 ? MR / 3 : MR, R2 = MR % 3 == 0 ? 2 * MR / 3 : MR;
   static_assert(kVecsPerRow == 2, "run_tile picks 1 or 2 vectors");
   const bool one = nr <= L;
   if (mr <= R1) {
-    one ? micro_kernel<T, R1, 1>(kc, a, b, c, ldc, accumulate, mr, nr)
-        : micro_kernel<T, R1, 2>(kc, a, b, c, ldc, accumulate, mr, nr);
+    one ? micro_kernel<T, R1, 1>(kc, a, b, c, ldc, accumulate, mr, nr, ldb)
+        : micro_kernel<T, R1, 2>(kc, a, b, c, ldc, accumulate, mr, nr, ldb);
   } else if (mr <= R2) {
-    one ? micro_kernel<T, R2, 1>(kc, a, b, c, ldc, accumulate, mr, nr)
-        : micro_kernel<T, R2, 2>(kc, a, b, c, ldc, accumulate, mr, nr);
+    one ? micro_kernel<T, R2, 1>(kc, a, b, c, ldc, accumulate, mr, nr, ldb)
+        : micro_kernel<T, R2, 2>(kc, a, b, c, ldc, accumulate, mr, nr, ldb);
   } else {
-    one ? micro_kernel<T, MR, 1>(kc, a, b, c, ldc, accumulate, mr, nr)
-        : micro_kernel<T, MR, 2>(kc, a, b, c, ldc, accumulate, mr, nr);
+    one ? micro_kernel<T, MR, 1>(kc, a, b, c, ldc, accumulate, mr, nr, ldb)
+        : micro_kernel<T, MR, 2>(kc, a, b, c, ldc, accumulate, mr, nr, ldb);
   }
 }
 
