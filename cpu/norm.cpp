@@ -48,6 +48,7 @@ struct Lanes {
     for (int64_t i = whole; i < n; ++i)
       v[i - whole] += f(i);
   }
+  static_assert(kLanes == 8, "total() adds eight lanes");
   double total() const { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 };
 
