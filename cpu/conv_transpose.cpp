@@ -195,21 +195,22 @@ ChannelBlocks forward_channel_blocks(const Plan& pl, const ColBlocks& cb, int64_
 // Forward of short rows at a W stride above 1 where several taps land on each output (DCGAN's
 // k4 s2 layers on 4 x 4 to 8 x 8 images): col2im_add would add each tap's row into y a scalar at
 // a time, every s-th element, 4 adds an output (a fifth of DCGAN 128 -> 64's forward). Here a
-// task's outputs gather channels-last: the GEMM writes the buffer (columns x (tap, channel)), from
-// a copy of the task's block of the weight in that order, and each position adds every tap's run
-// of channels into ycl[item][oh][ow][channel] as vectors; the block is transposed into y at the
-// end. The sums of an output go in (column block, position, tap) order, whatever the block of
-// channels. Measured against col2im_add at 1 / 2 threads: DCGAN 128 -> 64 1.18x / 1.23x, the
-// grouped x2 layer 1.24x / 1.16x; with fewer taps an output (CycleGAN's k3 s2: 0.91x / 0.83x,
-// U-Net's k2 s2: 0.93x / 1.03x) or fewer than kChannelsLastMinColumns columns per task (U-Net
-// 1024 -> 512 at 7 x 7: 0.65x, the weight's copy) it lost.
+// task's outputs gather channels-last: the GEMM's buffer holds each column's rows in (tap,
+// channel) order (see forward_typed for how), and each position adds every tap's run of channels
+// into ycl[item][oh][ow][channel] as vectors; the block is transposed into y at the end. The sums
+// of an output go in (column block, position, tap) order, whatever the block of channels.
+// Measured against col2im_add at 1 / 2 threads: DCGAN 128 -> 64 1.18x / 1.23x, the grouped x2
+// layer 1.24x / 1.16x, DCGAN 256 -> 128 at 4 x 4 (128 columns a task) 1.19x / 1.26x; with fewer
+// taps an output (CycleGAN's k3 s2: 0.91x / 0.83x, U-Net's k2 s2: 0.93x / 1.03x) it lost, and
+// below kChannelsLastMinColumns columns a task (9 columns of 16 channels: 0.8x) the block's
+// transposes cost more than the scalar adds.
 // The task's block of y is held whole, so it is bounded (a tall image of short rows would need
 // one as large as its output): `per_block` is the shape's channels per block, at least any the
 // threads' cut gives.
 bool forward_channels_last(const Plan& pl, const ColBlocks& cb, int64_t per_block,
                            int64_t elem_bytes) {
   constexpr int64_t kMaxRowLanes = 2;  // col2im_add's vector loops take rows past 2 vectors
-  constexpr int64_t kChannelsLastMinColumns = 256;
+  constexpr int64_t kChannelsLastMinColumns = 16;
   constexpr int64_t kMinTapsPerOutput = 3;
   constexpr int64_t kMaxBlockBytes = int64_t{4} << 20;
   const int64_t lanes = gemm::kVecBytes / elem_bytes;
@@ -218,32 +219,6 @@ bool forward_channels_last(const Plan& pl, const ColBlocks& cb, int64_t per_bloc
          int128{pl.taps} >= int128{kMinTapsPerOutput} * pl.stride_h * pl.stride_w &&
          items * pl.in_hw >= kChannelsLastMinColumns &&
          fits(items * per_block, pl.out_hw, elem_bytes, kMaxBlockBytes);
-}
-
-// ycl (items x out_hw x nco) += the transposed buffer cols_t (a block's columns x (tap, channel)).
-template <class T>
-void col2im_channels_last(const Plan& pl, const ColBlock& blk, const T* cols_t, int64_t nco,
-                          T* ycl) {
-  const int64_t rows = pl.taps * nco;
-  for (int64_t j = 0; j < blk.items; ++j) {
-    T* ycl_j = ycl + j * pl.out_hw * nco;
-    for (int64_t p = blk.p0; p < blk.p0 + blk.len; ++p) {
-      const int64_t ih = p / pl.in_w, iw = p % pl.in_w;
-      const T* src = cols_t + (j * blk.len + p - blk.p0) * rows;
-      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
-        const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-        if (oh < 0 || oh >= pl.out_h) continue;
-        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
-          const int64_t ow = iw * pl.stride_w - pl.pad_w + kw * pl.dil_w;
-          if (ow < 0 || ow >= pl.out_w) continue;
-          T* dst = ycl_j + (oh * pl.out_w + ow) * nco;
-          const T* tap = src + (kh * pl.kernel_w + kw) * nco;
-          for (int64_t c = 0; c < nco; ++c)
-            dst[c] += tap[c];
-        }
-      }
-    }
-  }
 }
 
 // out (a x b) = in (b x a) transposed, ld's given: whole L x L blocks in registers, the edges a
@@ -258,6 +233,38 @@ void transpose_matrix(const T* in, int64_t in_ld, int64_t a, int64_t b, T* out, 
   for (int64_t t = 0; t < a; ++t)
     for (int64_t i = t < a_whole ? b_whole : 0; i < b; ++i)
       out[t * out_ld + i] = in[i * in_ld + t];
+}
+
+// ycl (items x out_hw x nco) += the transposed buffer cols_t (a block's columns x rows): each
+// column's rows in (tap, channel) order, or with `tap_major` false in the weight's (channel, tap)
+// order, then transposed a column at a time through `tmp` (taps x nco).
+template <class T>
+void col2im_channels_last(const Plan& pl, const ColBlock& blk, const T* cols_t, int64_t nco,
+                          bool tap_major, T* tmp, T* ycl) {
+  const int64_t rows = pl.taps * nco;
+  for (int64_t j = 0; j < blk.items; ++j) {
+    T* ycl_j = ycl + j * pl.out_hw * nco;
+    for (int64_t p = blk.p0; p < blk.p0 + blk.len; ++p) {
+      const int64_t ih = p / pl.in_w, iw = p % pl.in_w;
+      const T* src = cols_t + (j * blk.len + p - blk.p0) * rows;
+      if (!tap_major) {
+        transpose_matrix(src, pl.taps, pl.taps, nco, tmp, nco);
+        src = tmp;
+      }
+      for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+        const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+        if (oh < 0 || oh >= pl.out_h) continue;
+        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+          const int64_t ow = iw * pl.stride_w - pl.pad_w + kw * pl.dil_w;
+          if (ow < 0 || ow >= pl.out_w) continue;
+          T* dst = ycl_j + (oh * pl.out_w + ow) * nco;
+          const T* tap = src + (kh * pl.kernel_w + kw) * nco;
+          for (int64_t c = 0; c < nco; ++c)
+            dst[c] += tap[c];
+        }
+      }
+    }
+  }
 }
 
 // Tasks (item block, g, block of output channels); each writes only its own channels of its
@@ -292,11 +299,14 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   const int64_t scratch = (max_rows + pl.cig) * cb.max_cols();
   const int64_t gemm_elems = std::max(gemm::scratch_elems<T>(max_rows, cb.max_cols(), pl.cig),
                                       gemm::scratch_elems<T>(cb.max_cols(), max_rows, pl.cig));
-  // The channels-last outputs of a task's items and its block of the weight in (tap, channel)
-  // order, when forward_channels_last.
+  // The channels-last outputs of a task's items and, when forward_channels_last, the rows of the
+  // GEMM's output in (tap, channel) order: from a copy of the task's block of the weight in that
+  // order, or where the task has fewer columns than the weight has rows (cig), from each column's
+  // (channel, tap) rows transposed in turn, whichever moves fewer elements (DCGAN 512 -> 256 at
+  // 2 x 2, 32 columns: the weight's copy took as long as the product).
   const bool cl = forward_channels_last(pl, cb, channel_blocks(pl, outer).per_block, sizeof(T));
   const int64_t ycl_elems = cb.items_per_block * pl.out_hw * chb.per_block;
-  const int64_t cl_elems = cl ? ycl_elems + pl.cig * max_rows : 0;
+  const int64_t cl_elems = cl ? ycl_elems + std::max(pl.cig, int64_t{1}) * max_rows : 0;
   parallel_for(
       threads, outer * chb.count, [&] { return Workspace<T>(scratch + gemm_elems + cl_elems); },
       [&](Workspace<T>& ws, int64_t t) {
@@ -312,13 +322,14 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
         T* x_buf = ws.data() + max_rows * cb.max_cols();
         T* gemm_scratch = ws.data() + scratch;
         T* ycl = gemm_scratch + gemm_elems;  // items x out_hw x nco
-        T* w_cl = ycl + ycl_elems;           // cig x (tap, channel)
+        T* w_cl = ycl + ycl_elems;           // cig x (tap, channel), or a column's taps x nco
+        const bool tap_major = cl && items.items * pl.in_hw >= pl.cig;
         if (cl) {
           for (int64_t j = 0; j < items.items; ++j)
             for (int64_t p = 0; p < pl.out_hw; ++p)
               for (int64_t c = 0; c < nco; ++c)
                 ycl[(j * pl.out_hw + p) * nco + c] = b != nullptr ? b[g * pl.cog + co0 + c] : T(0);
-          for (int64_t ci = 0; ci < pl.cig; ++ci)  // (channel, tap) -> (tap, channel)
+          for (int64_t ci = 0; tap_major && ci < pl.cig; ++ci)  // (channel, tap) -> (tap, channel)
             transpose_matrix(w_block + ci * pl.rows, pl.taps, pl.taps, nco, w_cl + ci * rows, nco);
         } else {
           for (int64_t n = items.n0; n < items.n0 + items.items; ++n) {
@@ -341,8 +352,8 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
           // 1-channel output) leave its tiles mostly empty: Eigen's, 4 wide on that side, wastes
           // less there.
           const bool thin = (transposed ? ld : rows) < 2 * gemm::kRows;
-          const T* b_op = cl ? w_cl : w_block;  // the weight block, (cig x rows)
-          const int64_t b_ld = cl ? rows : pl.rows;
+          const T* b_op = tap_major ? w_cl : w_block;  // the weight block, (cig x rows)
+          const int64_t b_ld = tap_major ? rows : pl.rows;
           const ConstStridedMap<T> w_map(b_op, pl.cig, rows, Eigen::OuterStride<>(b_ld));
           if (thin && transposed) {
             eigen_product(MutMap<T>(cols, ld, rows), x_blk.transpose(), w_map, false);
@@ -356,7 +367,8 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
                           ld, false, gemm_scratch);
           }
           if (cl) {
-            col2im_channels_last(pl, blk, cols, nco, ycl + (blk.n0 - items.n0) * pl.out_hw * nco);
+            col2im_channels_last(pl, blk, cols, nco, tap_major, w_cl,
+                                 ycl + (blk.n0 - items.n0) * pl.out_hw * nco);
             continue;
           }
           for (int64_t j = 0; j < blk.items; ++j) {

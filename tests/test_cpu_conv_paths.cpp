@@ -235,6 +235,12 @@ std::vector<PathCase> path_cases() {
       {"forward channels-last, items batched",
        conv_case_from_shapes(2, {8, 24, 6, 7}, {24, 40, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
+      // Forward channels-last with fewer columns (2 items of 3 x 4) than input channels (72):
+      // the weight stays in (channel, tap) order and each column's 16 x 40 rows are transposed
+      // (partial vectors on both sides), output padding on H.
+      {"forward channels-last, columns transposed",
+       conv_case_from_shapes(2, {2, 72, 3, 4}, {72, 40, 4, 4}, true, {2, 2}, {1, 1}, {1, 0}, {1, 1},
+                             1)},
       // Forward and dgrad of 3x3 stride-1 layers in float32 by Winograd's F(2x2, 3x3), at every
       // level (conv_transpose_winograd.cpp): 2 x 2 output tiles, partial in both directions on
       // 11 x 13 planes, 18 output channels (register tiles of 12 and 8 channels); then 2 groups
