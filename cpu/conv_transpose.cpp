@@ -267,13 +267,6 @@ void col2im_channels_last(const Plan& pl, const ColBlock& blk, const T* cols_t, 
   }
 }
 
-// Whether the transposed products (at most kMaxTransposedCols columns, so the weight, their B,
-// is read by a few register tiles of rows) read the weight in place rather than packed. At
-// AVX-512 (12-row tiles: up to 11 of them) packing cost more than it saved: 1.12x-1.19x on
-// HiFi-GAN's and DCGAN's few-column forwards. At AVX2 (6-row tiles, twice as many reading each
-// row of the weight, a row of which is 4 KiB-strided from the next) it lost: 0.80x-0.88x.
-constexpr bool kWeightInPlace = gemm::kVecBytes >= 64;
-
 // Tasks (item block, g, block of output channels); each writes only its own channels of its
 // items of y, looping over the column blocks of its items. The choice between this,
 // forward_by_positions and the depthwise loops depends on the shape only.
@@ -366,9 +359,6 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
             eigen_product(MutMap<T>(cols, ld, rows), x_blk.transpose(), w_map, false);
           } else if (thin) {
             eigen_product(MutMap<T>(cols, rows, ld), w_map.transpose(), x_blk, false);
-          } else if (transposed && kWeightInPlace) {
-            gemm::gemm_b_in_place<T>(ld, rows, pl.cig, {x_blk.data(), 1, x_ld}, b_op, b_ld, cols,
-                                     rows, false, gemm_scratch);
           } else if (transposed) {
             gemm::gemm<T>(ld, rows, pl.cig, {x_blk.data(), 1, x_ld}, {b_op, b_ld, 1}, cols, rows,
                           false, gemm_scratch);

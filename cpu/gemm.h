@@ -410,43 +410,4 @@ void gemm_packed_a(int64_t m, int64_t n, int64_t k, const T* whole_a, int64_t wh
                scratch);
 }
 
-// C (m x n) = A B, or C += A B when `accumulate`, with B's rows (k of them, n contiguous
-// elements each, ldb apart) read in place instead of packed: for a short product (m of a few
-// register tiles) whose B is large, the weight of a forward pass with few columns, where packing
-// B cost a fifth of the product (HiFi-GAN's x8 forward on 32 positions: 2048 x 256 values packed
-// for 32 columns). Only the last, partial panel of B is packed (the kernel reads whole vectors).
-// Each element of C sums its products in the order gemm() does: the same bits.
-// `scratch` holds scratch_elems<T>(m, n, k) elements.
-template <class T>
-void gemm_b_in_place(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* b, int64_t ldb,
-                     T* c, int64_t ldc, bool accumulate, T* scratch) {
-  constexpr int MR = kRows, NR = kCols<T>;
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    gemm(m, n, k, a, View<T>{b, ldb, 1}, c, ldc, accumulate, scratch);
-    return;
-  }
-  T* packed_a = scratch;
-  T* packed_b = scratch + packed_a_elems<T>(m, k);
-  const int64_t whole = n / NR * NR;
-  for (int64_t pc = 0; pc < k; pc += kKc) {
-    const int64_t kc = std::min(kKc, k - pc);
-    const bool acc = accumulate || pc > 0;
-    if (whole < n) pack_b(View<T>{b, ldb, 1}, pc, kc, whole, static_cast<int>(n - whole), packed_b);
-    for (int64_t ic = 0; ic < m; ic += kMc) {
-      const int64_t mc = std::min(kMc, m - ic);
-      pack_a_block(a, ic, mc, pc, kc, packed_a);
-      for (int64_t jr = 0; jr < n; jr += NR) {
-        const bool in_place = jr < whole;
-        const T* panel = in_place ? b + pc * ldb + jr : packed_b;
-        for (int64_t ir = 0; ir < mc; ir += MR) {
-          run_tile(kc, packed_a + ir * kc, panel, c + (ic + ir) * ldc + jr, ldc, acc,
-                   static_cast<int>(std::min<int64_t>(MR, mc - ir)),
-                   static_cast<int>(std::min<int64_t>(NR, n - jr)), in_place ? ldb : NR);
-        }
-      }
-    }
-  }
-}
-
 }  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::gemm

@@ -120,36 +120,6 @@ std::string packed_rows_case(int64_t whole_m, int64_t row0, int64_t m, int64_t n
   return "";
 }
 
-// gemm_b_in_place, B's rows read where they lie (ldb = n + 5 apart: past the last whole panel the
-// padding must not enter C), gives the same bits as gemm() on the same B, with and without
-// accumulation. Returns "" or what went wrong.
-template <class T>
-std::string b_in_place_case(int64_t m, int64_t n, int64_t k, bool accumulate) {
-  const int64_t ldb = n + 5;
-  std::vector<T> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * ldb));
-  for (size_t i = 0; i < a.size(); ++i)
-    a[i] = static_cast<T>(gemm_value(6, i));
-  for (size_t i = 0; i < b.size(); ++i)
-    b[i] = static_cast<T>(gemm_value(7, i));
-  // A column-major, as the forward's transposed x block.
-  const g::View<T> av{a.data(), 1, m};
-  std::vector<T> scratch(static_cast<size_t>(g::scratch_elems<T>(m, n, k)));
-  std::vector<T> want(static_cast<size_t>(m * n)), got(static_cast<size_t>(m * n));
-  for (size_t i = 0; i < want.size(); ++i)
-    want[i] = got[i] = static_cast<T>(gemm_value(8, i));
-  g::gemm<T>(m, n, k, av, {b.data(), ldb, 1}, want.data(), n, accumulate, scratch.data());
-  g::gemm_b_in_place<T>(m, n, k, av, b.data(), ldb, got.data(), n, accumulate, scratch.data());
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::memcmp(&want[i], &got[i], sizeof(T)) != 0) {
-      std::ostringstream err;
-      err << "B in place, m=" << m << " n=" << n << " k=" << k << (accumulate ? ", +=" : "")
-          << ": element " << i << " is " << got[i] << ", gemm() gives " << want[i];
-      return err.str();
-    }
-  }
-  return "";
-}
-
 // Every case at both precisions: sizes below, at and past one register tile, one cache block of
 // each dimension (kMc, kNc, kKc) and a reduction of zero; each with both layouts of A and B, and
 // with and without accumulation. Then row blocks of an A packed whole.
@@ -200,24 +170,6 @@ int run_checks() {
             ++failures;
             std::printf("cpu_gemm_check: %s: %s\n", precision == 0 ? "float" : "double", e.c_str());
           }
-        }
-      }
-    }
-  }
-  // B read in place: whole panels only, a partial last one, m past kMc, k past kKc.
-  const Size in_place[] = {{32, 2 * g::kCols<float>, 40},
-                           {7, 3 * g::kCols<float> + 5, 9},
-                           {g::kMc + MR + 1, 70, g::kKc + 3},
-                           {1, 5, 2}};
-  for (const Size& s : in_place) {
-    for (bool accumulate : {false, true}) {
-      for (int precision = 0; precision < 2; ++precision) {
-        const std::string e = precision == 0 ? b_in_place_case<float>(s.m, s.n, s.k, accumulate)
-                                             : b_in_place_case<double>(s.m, s.n, s.k, accumulate);
-        ++cases;
-        if (!e.empty()) {
-          ++failures;
-          std::printf("cpu_gemm_check: %s: %s\n", precision == 0 ? "float" : "double", e.c_str());
         }
       }
     }
