@@ -289,7 +289,12 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   const ChannelBlocks by_size = channel_blocks(pl, kMinTasks);
   const ColBlocks cb = col_blocks(pl, by_size.per_block * pl.taps, sizeof(T), /*for_tasks=*/false);
   const int64_t outer = cb.item_blocks * pl.groups;
-  if (outer * by_size.count < kMinTasks && cb.chunks_per_item > 1 &&
+  // By positions: images longer than one column block, or a call that would be one task (a
+  // batch-1 sequence whose one block holds every position: Conv-TasNet's 1-channel decoder over
+  // 4000 frames ran on one thread at any thread count; by positions 0.83x at 1 thread, 2x at 2).
+  constexpr int64_t kOneTaskMinPositions = 1024;  // 16 threads' chunks of 64 columns
+  const bool one_task = outer * by_size.count == 1 && pl.in_hw >= kOneTaskMinPositions;
+  if (outer * by_size.count < kMinTasks && (cb.chunks_per_item > 1 || one_task) &&
       fits(pl.rows, pl.in_hw, sizeof(T), kMaxWholeColsBytes)) {
     forward_by_positions(pl, x, w, b, y, threads);
     return;

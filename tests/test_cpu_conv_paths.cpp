@@ -44,6 +44,11 @@ std::vector<PathCase> path_cases() {
       {"batch 1, large image, forward by positions",
        conv_case_from_shapes(2, {1, 8, 70, 70}, {8, 4, 3, 3}, true, {1, 1}, {1, 1}, {0, 0}, {1, 1},
                              1)},
+      // Batch 1 of a 1100-long sequence to 1 channel, k16 s8 (Conv-TasNet's decoder): one task
+      // by the shape, so the forward goes by positions though one column block holds them all;
+      // its chunks follow the threads, the bits must not.
+      {"batch 1, one output channel, forward by positions",
+       conv_case_from_shapes(1, {1, 40, 1100}, {40, 1, 16}, true, {8}, {4}, {0}, {1}, 1)},
       // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
       // group (and, in float64, 2 slices of its reduction).
       {"two items per block, grouped", conv_case_from_shapes(2, {8, 32, 8, 8}, {32, 64, 4, 4}, true,
