@@ -625,12 +625,38 @@ void dgrad_few_rows(const Plan& pl, const T* dy, const T* w, T* dx, int threads)
   });
 }
 
-// Tasks (column block, g, part of the reduction, block of input channels); each writes only its
-// own block of dx, or of its part's partial dx. The reduction over the (co, kh, kw) rows is cut
-// into parts of whole channels only when there are too few column blocks for kMinTasks tasks
-// (small batches of small images, where dx is small and the weight large); the partials are then
-// added in part order. Both cuts follow the shape; the input channels are cut last, for the
-// threads (channel_cut: no bit changes).
+// dgrad's GEMM path takes Eigen's product for a block of n columns that would leave the backend
+// GEMM's tiles mostly empty (below).
+template <class T>
+bool dgrad_on_eigen(int64_t n) {
+  return n < 2 * gemm::kCols<T> || 4 * gemm::round_up(n, gemm::kCols<T>) > 5 * n;
+}
+
+// Parts the columns of each one-item block are cut into for the threads, of whole register tiles
+// and at least kMinPartColumns columns (two tiles at AVX-512): on the backend's GEMM an element's
+// sums do not depend on the cut, and a part builds only its own columns, so it costs little more
+// than packing its weight block again. With about as many tasks as threads (DCGAN's RGB dgrad: 16
+// column blocks on 16 threads) the pass waits for its slowest thread, and on the 16-core host
+// threads joined a call up to 35 us apart, as long as such a task; with kPartsPerThread tasks a
+// thread the early ones take the late ones' share (1.06x-1.75x at 16 threads there on 5 of the
+// suite's layers).
+template <class T>
+int64_t dgrad_column_parts(const ColBlocks& cb, int64_t tasks, int threads) {
+  constexpr int64_t kPartsPerThread = 2;
+  constexpr int64_t kMinPartColumns = 64;
+  if (cb.items_per_block != 1 || threads <= 1) return 1;
+  const int64_t most = cb.chunk / std::max<int64_t>(kMinPartColumns, 2 * gemm::kCols<T>);
+  const int64_t wanted = ceil_div(kPartsPerThread * threads, std::max<int64_t>(1, tasks));
+  return std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, most));
+}
+
+// Tasks (column block, g, part of the reduction, block of input channels, part of the block's
+// columns); each writes only its own block of dx, or of its part's partial dx. The reduction over
+// the (co, kh, kw) rows is cut into parts of whole channels only when there are too few column
+// blocks for kMinTasks tasks (small batches of small images, where dx is small and the weight
+// large); the partials are then added in part order. Both cuts follow the shape; the input
+// channels and the columns are cut last, for the threads (channel_cut and dgrad_column_parts: no
+// bit changes).
 template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel, int threads) {
   if (depthwise(pl)) {
@@ -666,7 +692,8 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
                                      parts_by_size, parts_by_memory}));
   const ChannelCut cut = channel_cut(pl, col_tasks * parts, threads);
   const int64_t ci_blocks = cut.blocks, ci_per = cut.largest();
-  const int64_t blocks = col_tasks * ci_blocks;
+  const int64_t col_parts = dgrad_column_parts<T>(cb, col_tasks * parts * ci_blocks, threads);
+  const int64_t blocks = col_tasks * ci_blocks * col_parts;
   const int64_t co_per = ceil_div(pl.cog, parts);
   const Workspace<T> partial(parts > 1 ? parts * x_numel : 0);
   const int64_t col_elems = co_per * pl.taps * cb.max_cols();
@@ -675,23 +702,38 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
   parallel_for(
       threads, blocks * parts, [&] { return Workspace<T>(col_elems + tmp_elems + gemm_elems); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t k = t / blocks, i = t % blocks / ci_blocks;
-        const int64_t ci0 = cut.begin(t % ci_blocks), ci1 = cut.begin(t % ci_blocks + 1);
+        const int64_t k = t / blocks, i = t % blocks / (ci_blocks * col_parts);
+        const int64_t cb_index = t / col_parts % ci_blocks, part = t % col_parts;
+        const int64_t ci0 = cut.begin(cb_index), ci1 = cut.begin(cb_index + 1);
         const int64_t ib = i / (pl.groups * cb.chunks_per_item);
         const int64_t g = (i / cb.chunks_per_item) % pl.groups;
-        const ColBlock blk = cb.block(pl, ib, i % cb.chunks_per_item);
+        ColBlock blk = cb.block(pl, ib, i % cb.chunks_per_item);
         const int64_t co0 = std::min(pl.cog, k * co_per), co1 = std::min(pl.cog, co0 + co_per);
         const int64_t rows = (co1 - co0) * pl.taps;
         if (ci0 == ci1) return;
+        // dx_g block (channels x columns) = W_g's rows of channels [co0, co1) times cols. On few
+        // columns, or a count that leaves the backend GEMM's last register tile mostly empty
+        // (37 columns: 2 tiles of 32), Eigen's GEMM, 4 columns wide, wastes less. The choice
+        // follows the whole block; a column part of it (dgrad_column_parts) takes whole tiles.
+        const bool eigen = dgrad_on_eigen<T>(blk.cols());
+        if (col_parts > 1) {
+          if (eigen || blk.items > 1) {
+            if (part > 0) return;  // the block is its first part's
+          } else {
+            const int64_t tiles = ceil_div(blk.len, int64_t{gemm::kCols<T>});
+            const int64_t p0 = tiles * part / col_parts * gemm::kCols<T>;
+            const int64_t p1 = std::min(blk.len, tiles * (part + 1) / col_parts * gemm::kCols<T>);
+            if (p0 >= p1) return;
+            blk.p0 += p0;
+            blk.len = p1 - p0;
+          }
+        }
         T* cols = ws.data();
         T* tmp = ws.data() + col_elems;
         im2col_block(pl, dy, g, blk, co0, co1, cols, blk.cols());
         T* out = parts > 1 ? partial.data() + k * x_numel : dx;
-        // dx_g block (channels x columns) = W_g's rows of channels [co0, co1) times cols. On few
-        // columns, or a count that leaves the backend GEMM's last register tile mostly empty
-        // (37 columns: 2 tiles of 32), Eigen's GEMM, 4 columns wide, wastes less.
         const int64_t n = blk.cols();
-        if (n < 2 * gemm::kCols<T> || 4 * gemm::round_up(n, gemm::kCols<T>) > 5 * n) {
+        if (eigen) {
           const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
           store_dx(pl, g, blk, ci0, ci1, w_g.block(ci0, co0 * pl.taps, ci1 - ci0, rows),
                    ConstMap<T>(cols, rows, n), tmp, out);

@@ -8,9 +8,11 @@
 // Why not Eigen's product: Eigen 3.4's kernel keeps a 48 x 4 block of C (12 of AVX-512's 32
 // registers) and packs the weight again for every GEMM; this one keeps 12 x 32 (24 registers)
 // and lets a pass pack its weight once per call where many tasks share it (pack_whole_a,
-// gemm_packed_a). The forward pass uses it (its GEMMs are a weight times wide blocks of x);
-// dgrad and wgrad, whose transposed operands it must repack on every call, measured no faster
-// on it and stay on Eigen's (docs/performance.md, "CPU backend against PyTorch").
+// gemm_packed_a). The forward pass uses it (its GEMMs are a weight times wide blocks of x), and
+// so does dgrad's GEMM path where its blocks fill the tiles: since its sums do not depend on how
+// a product is cut, those passes may cut their products for the threads. wgrad's GEMM path,
+// both operands transposed, stays on Eigen's (docs/performance.md, "CPU backend against PyTorch"
+// and the nineteenth session).
 //
 // Included by each per-level copy of the kernels inside its namespace TGRAD_CPU_ISA_NS, like
 // conv_transpose_cols.h: the vector width follows the level's compiler flags (__AVX512F__,
@@ -193,7 +195,11 @@ inline void transpose_square(Vec* v) {
 // arithmetic of a skinny product. A whole-width tile stores a vector at a time: a store of a
 // width known only at run time compiles to a string copy (a fifth of the channels-last
 // forward's time when its transposes went through it).
-template <class T>
+// Width: the width when the caller knows it (a panel narrower than a vector: A's 12 rows of 16
+// lanes at AVX-512), whose stores are then fixed-size copies as well: as run-time sized copies
+// they were library calls, and dgrad, which packs its weight rows this way, ran 1.02x-1.19x
+// faster without them at one thread on the 16-core host; 0 where the caller does not know it.
+template <class T, int Width = 0>
 inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int64_t dst_ld,
                            int width) {
   typedef T Vec __attribute__((vector_size(kVecBytes)));
@@ -207,6 +213,11 @@ inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int6
     }
   }
   transpose_square<Vec, L>(v);
+  if constexpr (Width > 0) {
+    for (int t = 0; t < L; ++t)
+      std::memcpy(dst + t * dst_ld, &v[t], sizeof(T) * Width);
+    return;
+  }
   if (width == L) {
     for (int t = 0; t < L; ++t)
       std::memcpy(dst + t * dst_ld, &v[t], sizeof(Vec));
@@ -243,8 +254,14 @@ inline void pack_panel(const T* src, int64_t lane_step, int64_t k_step, int coun
     for (; k + L <= kc; k += L) {
       for (int g = 0; g < W; g += L) {
         const int width = std::min(L, W - g);
-        transpose_tile(src + g * lane_step + k, lane_step, std::clamp(count - g, 0, width),
-                       dst + k * W + g, W, width);
+        const T* from = src + g * lane_step + k;
+        const int rows = std::clamp(count - g, 0, width);
+        // A panel's last piece narrower than a vector (W % L lanes) has a width known here.
+        if (width == L) {
+          transpose_tile<T, L>(from, lane_step, rows, dst + k * W + g, W, width);
+        } else {
+          transpose_tile<T, W % L>(from, lane_step, rows, dst + k * W + g, W, width);
+        }
       }
     }
   }

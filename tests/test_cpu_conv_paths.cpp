@@ -224,6 +224,14 @@ std::vector<PathCase> path_cases() {
       {"input channels cut for the threads, items batched",
        conv_case_from_shapes(2, {3, 144, 5, 5}, {144, 24, 3, 3}, false, {2, 2}, {1, 1}, {1, 1},
                              {1, 1}, 1)},
+      // dgrad's GEMM path on the backend's GEMM (48 rows: too few for the direct kernel, too
+      // many for few rows), DCGAN's RGB layer in small: one 23 x 25 image in 3 column blocks of
+      // 192, 192 and 191 positions, 3 tasks by the shape, each block cut for the threads into
+      // parts of whole register tiles (dgrad_column_parts: 2 parts at 2 threads, 3 at 5 and
+      // 16), the last part's last tile partial.
+      {"dgrad columns cut for the threads",
+       conv_case_from_shapes(2, {1, 48, 23, 25}, {48, 3, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
       // Batch 1 on a 6 x 7 image, 96 output channels x 4 taps: one forward task by the shape,
       // cut for the threads (forward_channel_blocks) into blocks of 48, 20 (the last 16) and 6
       // channels at 2, 5 and 16 threads.
