@@ -11,8 +11,10 @@
 // are bit-identical for any thread count.
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "cpu/conv_transpose_cols.h"
@@ -526,12 +528,48 @@ void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   });
 }
 
-// Tasks own blocks of dw: (g, block of output channels, block of input channels), each summing
-// its reduction in one fixed order. When the output-channel blocks are too few for kMinTasks
-// tasks, the reduction over column blocks r (item block-major, conv_transpose_cols.h) is cut
-// into `slices` contiguous ranges, each summed into its block of its own partial dw, and the
+// The output channels of each block cut for the threads into `parts`, each of whole channels
+// whose rows of dw (channels x taps) are a multiple of kChannelQuantum. Eigen computes the
+// row-major product as its transpose, so these rows are its product's rows, and every part then
+// starts on a multiple of each level's row panel: each row keeps the kernel it has in the uncut
+// product, and its order of sums (the input-channel cut, channel_cut, is the same rule on the
+// other side). A part builds only its own columns; it packs its x block again. U-Net 256 -> 128
+// at 25 x 25 has 6 tasks by the shape, 12 after the input-channel cut, leaving 4 of 16 threads
+// idle. As many parts as give the fewest rounds of tasks per share of the work, each part beyond
+// the first charged kPartCost of a part's work (the repacked x), ties keeping fewer.
+constexpr double kPartCost = 0.03;
+
+// Channels per part and the number of parts for blocks of per_block channels.
+struct ChannelParts {
+  int64_t per_part, count;
+};
+
+inline ChannelParts output_channel_parts(const Plan& pl, int64_t per_block, int64_t tasks,
+                                         int threads) {
+  const int64_t quantum = kChannelQuantum / std::gcd(pl.taps, kChannelQuantum);  // channels
+  const int64_t most = per_block / quantum;
+  const double workers = static_cast<double>(std::max(1, threads));
+  ChannelParts best{per_block, 1};
+  double best_time = std::ceil(static_cast<double>(tasks) / workers);
+  for (int64_t c = 2; c <= most; ++c) {
+    const int64_t per_part = gemm::round_up(ceil_div(per_block, c), quantum);
+    const int64_t count = ceil_div(per_block, per_part);
+    if (count <= best.count) continue;
+    const double rounds = std::ceil(static_cast<double>(tasks * count) / workers);
+    const double time =
+        rounds / static_cast<double>(count) * (1.0 + kPartCost * static_cast<double>(count - 1));
+    if (time < best_time) best = {per_part, count}, best_time = time;
+  }
+  return best;
+}
+
+// Tasks own blocks of dw: (g, block of output channels, part of it, block of input channels),
+// each summing its reduction in one fixed order. When the output-channel blocks are too few for
+// kMinTasks tasks, the reduction over column blocks r (item block-major, conv_transpose_cols.h) is
+// cut into `slices` contiguous ranges, each summed into its block of its own partial dw, and the
 // partials are added in slice order; with one slice the tasks write dw directly. Both cuts follow
-// the shape; the input channels are cut last, for the threads (channel_cut: no bit changes).
+// the shape; the parts and the input channels are cut last, for the threads
+// (output_channel_parts and channel_cut: no bit changes).
 template <class T>
 void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel, int threads) {
   if (depthwise(pl)) {
@@ -568,19 +606,24 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   const int64_t slices =
       std::max<int64_t>(1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory,
                                      ceil_div(kMinTasks, pl.groups * chb.count)}));
-  const ChannelCut cut = channel_cut(pl, slices * pl.groups * chb.count, threads);
+  const int64_t shape_tasks = slices * pl.groups * chb.count;
+  const ChannelParts cp = output_channel_parts(pl, chb.per_block, shape_tasks, threads);
+  const ChannelCut cut = channel_cut(pl, shape_tasks * cp.count, threads);
   const int64_t ci_blocks = cut.blocks, ci_per = cut.largest();
-  const int64_t owners = pl.groups * chb.count * ci_blocks;
+  const int64_t owners = pl.groups * chb.count * cp.count * ci_blocks;
   const Workspace<T> partial(slices > 1 ? slices * w_numel : 0);
   parallel_for(
       threads, slices * owners,
       [&] { return Workspace<T>(ci_per * max_rows + (max_rows + ci_per) * cb.max_cols()); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t s = t / owners, g = (t / (chb.count * ci_blocks)) % pl.groups;
-        const int64_t co0 = (t / ci_blocks % chb.count) * chb.per_block;
-        const int64_t co1 = std::min(pl.cog, co0 + chb.per_block);
+        const int64_t s = t / owners, g = t / (chb.count * cp.count * ci_blocks) % pl.groups;
+        const int64_t block = t / (cp.count * ci_blocks) % chb.count;
+        const int64_t part = t / ci_blocks % cp.count;
+        const int64_t block_end = std::min(pl.cog, (block + 1) * chb.per_block);
+        const int64_t co0 = std::min(block_end, block * chb.per_block + part * cp.per_part);
+        const int64_t co1 = std::min(block_end, co0 + cp.per_part);
         const int64_t ci0 = cut.begin(t % ci_blocks), ci1 = cut.begin(t % ci_blocks + 1);
-        if (ci0 == ci1) return;
+        if (ci0 == ci1 || co0 == co1) return;
         const int64_t rows = (co1 - co0) * pl.taps;
         // The sum runs in a buffer of its own: dw's rows are pl.rows apart, often a multiple of
         // 4 KiB, and a block of them would all fall in the same few cache sets.

@@ -224,6 +224,19 @@ std::vector<PathCase> path_cases() {
       {"input channels cut for the threads, items batched",
        conv_case_from_shapes(2, {3, 144, 5, 5}, {144, 24, 3, 3}, false, {2, 2}, {1, 1}, {1, 1},
                              {1, 1}, 1)},
+      // wgrad's GEMM path (k2 s2: one tap per stride phase, so not the direct kernel), one task
+      // by the shape, its 30 output channels cut for the threads (output_channel_parts) into
+      // parts of 24 and 6 (whole multiples of 12 channels, 48 rows of dw: Eigen's row panels) at
+      // 2 threads and more; 40 input channels; 2 items of 14 x 9 in one block, x through its
+      // buffer.
+      {"wgrad output channels cut for the threads, items batched",
+       conv_case_from_shapes(2, {2, 40, 14, 9}, {40, 30, 2, 2}, true, {2, 2}, {0, 0}, {0, 0},
+                             {1, 1}, 1)},
+      // The same cut over a reduction in slices and with 16 taps (3 channels a part, 48 rows):
+      // one 24 x 24 image in 3 column blocks, each its own slice of partial dw, 22 output
+      // channels, the last part of 1 channel.
+      {"wgrad output channels cut for the threads, reduction in slices",
+       conv_case_from_shapes(1, {1, 48, 400}, {48, 62, 16}, false, {8}, {4}, {0}, {1}, 1)},
       // dgrad's GEMM path on the backend's GEMM (48 rows: too few for the direct kernel, too
       // many for few rows), DCGAN's RGB layer in small: one 23 x 25 image in 3 column blocks of
       // 192, 192 and 191 positions, 3 tasks by the shape, each block cut for the threads into
