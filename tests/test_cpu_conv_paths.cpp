@@ -232,9 +232,11 @@ std::vector<PathCase> path_cases() {
       {"wgrad output channels cut for the threads, items batched",
        conv_case_from_shapes(2, {2, 40, 14, 9}, {40, 30, 2, 2}, true, {2, 2}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
-      // The same cut over a reduction in slices and with 16 taps (3 channels a part, 48 rows):
-      // one 24 x 24 image in 3 column blocks, each its own slice of partial dw, 22 output
-      // channels, the last part of 1 channel.
+      // The same cut over a reduction in slices and with 16 taps (parts of whole multiples of 3
+      // channels, 48 rows): one sequence of 400 positions whose column blocks are slices of
+      // partial dw, 62 output channels in 3 blocks of 21, 21 and 20 by the shape, cut into 7
+      // parts of 3 at 16 threads (fewer, of 6 or 12, at 2 and 5), the last block's last part
+      // of 2.
       {"wgrad output channels cut for the threads, reduction in slices",
        conv_case_from_shapes(1, {1, 48, 400}, {48, 62, 16}, false, {8}, {4}, {0}, {1}, 1)},
       // dgrad's GEMM path on the backend's GEMM (48 rows: too few for the direct kernel, too
