@@ -468,11 +468,9 @@ inline constexpr double kColumnPartCost = 0.05;
 
 inline int64_t few_columns_parts(int64_t tasks, int64_t pairs, int threads) {
   int64_t best = 1;
-  double best_time = static_cast<double>(ceil_div(tasks, int64_t{std::max(1, threads)}));
+  double best_time = parts_time(tasks, 1, threads, kColumnPartCost);
   for (int64_t c = 2; c <= pairs; ++c) {
-    const double rounds = static_cast<double>(ceil_div(tasks * c, int64_t{std::max(1, threads)}));
-    const double time =
-        rounds / static_cast<double>(c) * (1.0 + kColumnPartCost * static_cast<double>(c - 1));
+    const double time = parts_time(tasks, c, threads, kColumnPartCost);
     if (time < best_time) best = c, best_time = time;
   }
   return best;

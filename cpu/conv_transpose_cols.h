@@ -323,6 +323,15 @@ inline ChannelCut channel_cut(const Plan& pl, int64_t tasks, int threads) {
   return best;
 }
 
+// The estimated time of `tasks` tasks, each cut into `parts` parts, on `threads` threads, in uncut
+// tasks: the rounds of parts times a part's share, each part beyond the first charged
+// `part_cost` of a part's work for what it does again. The cuts for the threads that choose a
+// count of parts this way (few_columns_parts, wgrad's output_channel_parts) take the lowest.
+inline double parts_time(int64_t tasks, int64_t parts, int threads, double part_cost) {
+  const double rounds = static_cast<double>(ceil_div(tasks * parts, int64_t{std::max(1, threads)}));
+  return rounds / static_cast<double>(parts) * (1.0 + part_cost * static_cast<double>(parts - 1));
+}
+
 // The W strides with_stride below passes as constants: its cases (keep the two lists alike).
 inline bool stride_is_constant(int64_t stride) {
   return stride == 1 || stride == 2 || stride == 4;

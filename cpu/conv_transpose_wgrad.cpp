@@ -11,7 +11,6 @@
 // are bit-identical for any thread count.
 #include <Eigen/Core>
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -549,16 +548,13 @@ inline ChannelParts output_channel_parts(const Plan& pl, int64_t per_block, int6
                                          int threads) {
   const int64_t quantum = kChannelQuantum / std::gcd(pl.taps, kChannelQuantum);  // channels
   const int64_t most = per_block / quantum;
-  const double workers = static_cast<double>(std::max(1, threads));
   ChannelParts best{per_block, 1};
-  double best_time = std::ceil(static_cast<double>(tasks) / workers);
+  double best_time = parts_time(tasks, 1, threads, kPartCost);
   for (int64_t c = 2; c <= most; ++c) {
     const int64_t per_part = gemm::round_up(ceil_div(per_block, c), quantum);
     const int64_t count = ceil_div(per_block, per_part);
     if (count <= best.count) continue;
-    const double rounds = std::ceil(static_cast<double>(tasks * count) / workers);
-    const double time =
-        rounds / static_cast<double>(count) * (1.0 + kPartCost * static_cast<double>(count - 1));
+    const double time = parts_time(tasks, count, threads, kPartCost);
     if (time < best_time) best = {per_part, count}, best_time = time;
   }
   return best;
