@@ -713,9 +713,10 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
         // columns, or a count that leaves the backend GEMM's last register tile mostly empty
         // (37 columns: 2 tiles of 32), Eigen's GEMM, 4 columns wide, wastes less. The choice
         // follows the whole block; a column part of it (dgrad_column_parts) takes whole tiles.
+        // (Column parts come only with one-item blocks: dgrad_column_parts.)
         const bool eigen = dgrad_on_eigen<T>(blk.cols());
         if (col_parts > 1) {
-          if (eigen || blk.items > 1) {
+          if (eigen) {
             if (part > 0) return;  // the block is its first part's
           } else {
             const int64_t tiles = ceil_div(blk.len, int64_t{gemm::kCols<T>});
