@@ -192,13 +192,13 @@ inline void transpose_square(Vec* v) {
 // dst[t * dst_ld + i] = src[i * src_ld + t] for t < L and i < width, from `count` <= width <= L
 // source rows of L contiguous elements; columns count..width-1 of dst get zeros. The transposed
 // packing of both operands goes through this: a strided scalar copy costs as much as the
-// arithmetic of a skinny product. A whole-width tile stores a vector at a time: a store of a
-// width known only at run time compiles to a string copy (a fifth of the channels-last
-// forward's time when its transposes went through it).
-// Width: the width when the caller knows it (a panel narrower than a vector: A's 12 rows of 16
-// lanes at AVX-512), whose stores are then fixed-size copies as well: as run-time sized copies
-// they were library calls, and dgrad, which packs its weight rows this way, ran 1.02x-1.19x
-// faster without them at one thread on the 16-core host; 0 where the caller does not know it.
+// arithmetic of a skinny product. Every store has a size known at compile time: a store of a size
+// known only at run time is a call to the C library's copy (a fifth of the channels-last
+// forward's time when its transposes went through one; dgrad packed its weight rows 1.02x-1.19x
+// faster at one thread without them, on the 16-core host, and the direct dgrad's tiles of 12
+// positions stored 13% of its time through them). A width known only at run time picks its
+// fixed-size stores through one switch; Width: the width when the caller knows it (a panel
+// narrower than a vector: A's 12 rows of 16 lanes at AVX-512), 0 where it does not.
 template <class T, int Width = 0>
 inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int64_t dst_ld,
                            int width) {
@@ -213,18 +213,18 @@ inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int6
     }
   }
   transpose_square<Vec, L>(v);
+  const auto store = [&]<int W>() {
+    for (int t = 0; t < L; ++t)
+      std::memcpy(dst + t * dst_ld, &v[t], sizeof(T) * W);
+  };
   if constexpr (Width > 0) {
-    for (int t = 0; t < L; ++t)
-      std::memcpy(dst + t * dst_ld, &v[t], sizeof(T) * Width);
-    return;
+    store.template operator()<Width>();
+  } else {
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      ((width == I + 1 ? store.template operator()<I + 1>() : void()), ...);
+    }
+    (std::make_integer_sequence<int, L>{});
   }
-  if (width == L) {
-    for (int t = 0; t < L; ++t)
-      std::memcpy(dst + t * dst_ld, &v[t], sizeof(Vec));
-    return;
-  }
-  for (int t = 0; t < L; ++t)
-    std::memcpy(dst + t * dst_ld, &v[t], sizeof(T) * static_cast<size_t>(width));
 }
 
 // One panel of W lanes (W = MR rows of A, or NR columns of B) over kc steps of the reduction:
