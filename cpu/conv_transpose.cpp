@@ -403,8 +403,8 @@ void copy_out_items(const Plan& pl, const ColBlock& b, int64_t channels, const T
                     T* dx_first) {
   for (int64_t ci = 0; ci < channels; ++ci)
     for (int64_t j = 0; j < b.items; ++j)
-      std::copy_n(tmp + ci * b.cols() + j * b.len, b.len,
-                  dx_first + (j * pl.in_channels + ci) * pl.in_hw);
+      gemm::copy_run(tmp + ci * b.cols() + j * b.len, b.len,
+                     dx_first + (j * pl.in_channels + ci) * pl.in_hw);
 }
 
 // dx of input channels [ci0, ci1) of group g on a block's columns = lhs * rhs, a

@@ -829,7 +829,8 @@ ConstStridedMap<T> x_block(const Plan& pl, const T* x, int64_t g, const ColBlock
   const int64_t ld = b.cols();
   for (int64_t ci = 0; ci < c1 - c0; ++ci) {
     for (int64_t j = 0; j < b.items; ++j) {
-      std::copy_n(x_n0g + (j * pl.in_channels + ci) * pl.in_hw, b.len, buf + ci * ld + j * b.len);
+      gemm::copy_run(x_n0g + (j * pl.in_channels + ci) * pl.in_hw, b.len,
+                     buf + ci * ld + j * b.len);
     }
   }
   return ConstStridedMap<T>(buf, c1 - c0, ld, Eigen::OuterStride<>(ld));

@@ -129,12 +129,12 @@ void pad_window(const Gather& q, const T* src_ng, int64_t r0, int64_t r1, int64_
       T* row = out + ((r - r0) * h + y) * w;
       const int64_t sy = y0 + y - q.ph;
       if (sy < 0 || sy >= q.src_h) {
-        std::fill_n(row, w, T(0));
+        gemm::zero_run(row, w);
         continue;
       }
-      std::fill_n(row, x_begin, T(0));
-      std::copy_n(plane + sy * q.src_w + (x0 + x_begin - q.pw), x_end - x_begin, row + x_begin);
-      std::fill(row + x_end, row + w, T(0));
+      gemm::zero_run(row, x_begin);
+      gemm::copy_run(plane + sy * q.src_w + (x0 + x_begin - q.pw), x_end - x_begin, row + x_begin);
+      gemm::zero_run(row + x_end, w - x_end);
     }
   }
 }
