@@ -229,7 +229,7 @@ void transpose_matrix(const T* in, int64_t in_ld, int64_t a, int64_t b, T* out, 
   const int64_t a_whole = a / L * L, b_whole = b / L * L;
   for (int64_t i0 = 0; i0 < b_whole; i0 += L)
     for (int64_t t0 = 0; t0 < a_whole; t0 += L)
-      gemm::transpose_tile(in + i0 * in_ld + t0, in_ld, L, out + t0 * out_ld + i0, out_ld, L);
+      gemm::transpose_tile<T, L>(in + i0 * in_ld + t0, in_ld, L, out + t0 * out_ld + i0, out_ld, L);
   for (int64_t t = 0; t < a; ++t)
     for (int64_t i = t < a_whole ? b_whole : 0; i < b; ++i)
       out[t * out_ld + i] = in[i * in_ld + t];

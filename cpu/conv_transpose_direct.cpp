@@ -150,7 +150,7 @@ void rows_to_lanes(const T* src, int64_t ld, int64_t channels, int64_t len, T* o
     const int count = static_cast<int>(std::clamp<int64_t>(channels - v * L, 0, L));
     int64_t i = 0;
     for (; i + L <= len; i += L)
-      gemm::transpose_tile(src + v * L * ld + i, ld, count, out + i * B + v * L, B, L);
+      gemm::transpose_tile<T, L>(src + v * L * ld + i, ld, count, out + i * B + v * L, B, L);
     for (; i < len; ++i)
       for (int l = 0; l < L; ++l)
         out[i * B + v * L + l] = l < count ? src[(v * L + l) * ld + i] : T(0);
@@ -502,7 +502,7 @@ void run_channels_last(const T* src, int64_t ld, int64_t channels, int64_t count
   for (; c0 + L <= channels; c0 += L) {
     int64_t i = 0;
     for (; i + L <= count; i += L)
-      gemm::transpose_tile(src + c0 * ld + i, ld, L, out + i * channels + c0, channels, L);
+      gemm::transpose_tile<T, L>(src + c0 * ld + i, ld, L, out + i * channels + c0, channels, L);
     for (; i < count; ++i)
       for (int l = 0; l < L; ++l)
         out[i * channels + c0 + l] = src[(c0 + l) * ld + i];

@@ -197,8 +197,8 @@ inline void transpose_square(Vec* v) {
 // forward's time when its transposes went through one; dgrad packed its weight rows 1.02x-1.19x
 // faster at one thread without them, on the 16-core host, and the direct dgrad's tiles of 12
 // positions stored 13% of its time through them). A width known only at run time picks its
-// fixed-size stores through one switch; Width: the width when the caller knows it (a panel
-// narrower than a vector: A's 12 rows of 16 lanes at AVX-512), 0 where it does not.
+// fixed-size stores through one switch; Width: the width when the caller knows it (whole
+// vectors, or a panel narrower than one: A's 12 rows of 16 lanes at AVX-512), 0 where it does not.
 template <class T, int Width = 0>
 inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int64_t dst_ld,
                            int width) {
@@ -219,6 +219,8 @@ inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int6
   };
   if constexpr (Width > 0) {
     store.template operator()<Width>();
+  } else if (width == L) {
+    store.template operator()<L>();
   } else {
     [&]<int... I>(std::integer_sequence<int, I...>) {
       ((width == I + 1 ? store.template operator()<I + 1>() : void()), ...);
