@@ -193,12 +193,12 @@ inline void transpose_square(Vec* v) {
 // source rows of L contiguous elements; columns count..width-1 of dst get zeros. The transposed
 // packing of both operands goes through this: a strided scalar copy costs as much as the
 // arithmetic of a skinny product. Every store has a size known at compile time: a store of a size
-// known only at run time is a call to the C library's copy (a fifth of the channels-last
-// forward's time when its transposes went through one; dgrad packed its weight rows 1.02x-1.19x
-// faster at one thread without them, on the 16-core host, and the direct dgrad's tiles of 12
-// positions stored 13% of its time through them). A width known only at run time picks its
-// fixed-size stores through one switch; Width: the width when the caller knows it (whole
-// vectors, or a panel narrower than one: A's 12 rows of 16 lanes at AVX-512), 0 where it does not.
+// known only at run time is a call to the C library's copy, which for a row of a few elements
+// costs more than the transpose (the channels-last forward's transposes, dgrad's packed weight
+// rows and the direct dgrad's tiles of 12 positions each lost a large share of their time to
+// such calls: docs/performance.md). A width known only at run time picks its fixed-size stores
+// through one switch; Width: the width when the caller knows it (whole vectors, or a panel
+// narrower than one: A's 12 rows of 16 lanes at AVX-512), 0 where it does not.
 template <class T, int Width = 0>
 inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int64_t dst_ld,
                            int width) {
@@ -233,9 +233,7 @@ inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int6
 // kernels copy by the thousand (a window's row of a small image, its padding's one or two
 // columns): whole vectors, then the rest through a fixed-size copy picked by one switch. The C
 // library's copy and fill are calls whose cost, for runs of a few elements, is many times the
-// copy's, and on the 16-core host such calls cost several times more than here (the direct
-// dgrad's 12-element stores: 16.9 against 10.5 ms when they became fixed-size, 10.1 against 9.1
-// here).
+// copy's, and more so on some machines than others (docs/performance.md, twentieth session).
 template <class T>
 inline void copy_run(const T* src, int64_t n, T* dst) {
   constexpr int L = kLanes<T>;
