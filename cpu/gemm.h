@@ -189,6 +189,17 @@ inline void transpose_square(Vec* v) {
   }
 }
 
+// f.template operator()<N>() for the N in [1, Max] equal to n, nothing for other n: a count known
+// only at run time (a tile's positions or channels, a short copy's elements) picked from
+// instances compiled for each, whose register arrays and copies then have fixed sizes.
+template <int Max, class F>
+inline void with_count(int n, F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((n == I + 1 ? f.template operator()<I + 1>() : void()), ...);
+  }
+  (std::make_integer_sequence<int, Max>{});
+}
+
 // dst[t * dst_ld + i] = src[i * src_ld + t] for t < L and i < width, from `count` <= width <= L
 // source rows of L contiguous elements; columns count..width-1 of dst get zeros. The transposed
 // packing of both operands goes through this: a strided scalar copy costs as much as the
@@ -222,10 +233,7 @@ inline void transpose_tile(const T* src, int64_t src_ld, int count, T* dst, int6
   } else if (width == L) {
     store.template operator()<L>();
   } else {
-    [&]<int... I>(std::integer_sequence<int, I...>) {
-      ((width == I + 1 ? store.template operator()<I + 1>() : void()), ...);
-    }
-    (std::make_integer_sequence<int, L>{});
+    with_count<L>(width, store);
   }
 }
 
@@ -240,11 +248,8 @@ inline void copy_run(const T* src, int64_t n, T* dst) {
   int64_t i = 0;
   for (; i + L <= n; i += L)
     std::memcpy(dst + i, src + i, kVecBytes);
-  const int rest = static_cast<int>(n - i);
-  [&]<int... R>(std::integer_sequence<int, R...>) {
-    ((rest == R + 1 ? std::memcpy(dst + i, src + i, sizeof(T) * (R + 1)) : nullptr), ...);
-  }
-  (std::make_integer_sequence<int, L - 1>{});
+  with_count<L - 1>(static_cast<int>(n - i),
+                    [&]<int R>() { std::memcpy(dst + i, src + i, sizeof(T) * R); });
 }
 
 template <class T>
@@ -255,11 +260,8 @@ inline void zero_run(T* dst, int64_t n) {
   int64_t i = 0;
   for (; i + L <= n; i += L)
     std::memcpy(dst + i, &zero, kVecBytes);
-  const int rest = static_cast<int>(n - i);
-  [&]<int... R>(std::integer_sequence<int, R...>) {
-    ((rest == R + 1 ? std::memcpy(dst + i, &zero, sizeof(T) * (R + 1)) : nullptr), ...);
-  }
-  (std::make_integer_sequence<int, L - 1>{});
+  with_count<L - 1>(static_cast<int>(n - i),
+                    [&]<int R>() { std::memcpy(dst + i, &zero, sizeof(T) * R); });
 }
 
 // One panel of W lanes (W = MR rows of A, or NR columns of B) over kc steps of the reduction:
