@@ -1,8 +1,10 @@
-// HostAllocator: aligned blocks, the cap on live bytes, and the cache of large freed blocks
-// (best fit within 1/8 of the request; emptied and retried once before out of memory).
+// HostAllocator: aligned blocks, the cap on live bytes, and the cache of freed blocks in
+// per-thread shards (best fit within 1/8 of the request, this thread's shard first; emptied and
+// retried once before out of memory).
 #include "cpu/allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <iterator>
 #include <new>
@@ -68,6 +70,13 @@ void delete_block(void* block, int64_t size) {
   ::operator delete(block, kAlignment);
 }
 
+// This thread's shard: threads take them in turn as they first allocate.
+int this_thread_shard(int shards) {
+  static std::atomic<unsigned> next{0};
+  thread_local const unsigned mine = next.fetch_add(1);
+  return static_cast<int>(mine % static_cast<unsigned>(shards));
+}
+
 }  // namespace
 
 HostAllocator::HostAllocator(bool caching, int64_t host_bytes, int64_t cache_limit)
@@ -81,16 +90,49 @@ int64_t HostAllocator::round_size(int64_t nbytes) {
 }
 
 HostAllocator::State::~State() {
-  free_cached_locked();
+  free_cached();
 }
 
-void HostAllocator::State::free_cached_locked() {
-  for (const auto& [size, block] : free_blocks) {
-    delete_block(block, size);
-    stats.reserved -= size;
+void HostAllocator::State::free_cached() {
+  for (Shard& shard : shards) {
+    const std::lock_guard<std::mutex> lock(shard.mutex);
+    for (const auto& [size, block] : shard.free_blocks) {
+      delete_block(block, size);
+      reserved -= size;
+      cached -= size;
+    }
+    shard.free_blocks.clear();
   }
-  free_blocks.clear();
-  cached = 0;
+}
+
+void* HostAllocator::State::take(int first, int64_t size, int64_t& block_size) {
+  for (int i = 0; i < kShards; ++i) {
+    Shard& shard = shards[static_cast<size_t>((first + i) % kShards)];
+    const std::lock_guard<std::mutex> lock(shard.mutex);
+    const auto it = shard.free_blocks.lower_bound(size);
+    if (it != shard.free_blocks.end() && it->first <= size + size / 8) {
+      block_size = it->first;
+      void* block = it->second;
+      shard.free_blocks.erase(it);
+      cached -= block_size;
+      return block;
+    }
+  }
+  return nullptr;
+}
+
+void HostAllocator::State::trim(int first, int64_t budget) {
+  for (int i = 0; i < kShards && cached > budget; ++i) {
+    Shard& shard = shards[static_cast<size_t>((first + i) % kShards)];
+    const std::lock_guard<std::mutex> lock(shard.mutex);
+    while (cached > budget && !shard.free_blocks.empty()) {
+      const auto largest = std::prev(shard.free_blocks.end());
+      delete_block(largest->second, largest->first);
+      cached -= largest->first;
+      reserved -= largest->first;
+      shard.free_blocks.erase(largest);
+    }
+  }
 }
 
 std::shared_ptr<void> HostAllocator::allocate(int64_t nbytes) {
@@ -100,38 +142,34 @@ std::shared_ptr<void> HostAllocator::allocate(int64_t nbytes) {
   const bool cache = caching_ && nbytes >= kCacheMin;
   const int64_t size = cache ? round_size(nbytes) : nbytes;
   State& s = *state_;
-  void* block = nullptr;
+  // The bytes are counted first, so that requests on several threads cannot pass the cap
+  // together; a refused request takes them back.
+  const int64_t before = s.allocated.fetch_add(nbytes);
+  const int64_t limit = s.limit.load();
+  if (limit != 0 && nbytes > limit - before) {
+    s.allocated -= nbytes;
+    TGRAD_FAIL("cpu backend: out of memory: allocating ", nbytes,
+               " bytes would pass the memory limit of ", limit, " bytes (", before,
+               " bytes already allocated)");
+  }
   int64_t block_size = size;
-  {
-    const std::lock_guard<std::mutex> lock(s.mutex);
-    TGRAD_CHECK(s.limit == 0 || nbytes <= s.limit - s.stats.allocated,
-                "cpu backend: out of memory: allocating ", nbytes,
-                " bytes would pass the memory limit of ", s.limit, " bytes (", s.stats.allocated,
-                " bytes already allocated)");
-    if (cache) {
-      const auto it = s.free_blocks.lower_bound(size);
-      if (it != s.free_blocks.end() && it->first <= size + size / 8) {
-        block_size = it->first;
-        block = it->second;
-        s.free_blocks.erase(it);
-        s.cached -= block_size;
-      }
+  void* block = cache ? s.take(this_thread_shard(kShards), size, block_size) : nullptr;
+  if (block == nullptr) {
+    // Zero bytes still get a distinct, valid pointer, as operator new gives.
+    block = new_block(size);
+    if (block == nullptr && s.cached > 0) {
+      s.free_cached();
+      block = new_block(size);
     }
     if (block == nullptr) {
-      // Zero bytes still get a distinct, valid pointer, as operator new gives.
-      block = new_block(size);
-      if (block == nullptr && s.cached > 0) {
-        s.free_cached_locked();
-        block = new_block(size);
-      }
-      if (block == nullptr) {
-        TGRAD_FAIL("cpu backend: out of memory allocating ", nbytes, " bytes (", s.stats.allocated,
-                   " bytes already allocated)");
-      }
-      s.stats.reserved += size;
+      s.allocated -= nbytes;
+      TGRAD_FAIL("cpu backend: out of memory allocating ", nbytes, " bytes (", before,
+                 " bytes already allocated)");
     }
-    s.stats.allocated += nbytes;
-    s.stats.peak_allocated = std::max(s.stats.peak_allocated, s.stats.allocated);
+    s.reserved += size;
+  }
+  int64_t peak = s.peak_allocated.load();
+  while (before + nbytes > peak && !s.peak_allocated.compare_exchange_weak(peak, before + nbytes)) {
   }
   // If the control block cannot be allocated, shared_ptr calls the deleter itself.
   return std::shared_ptr<void>(
@@ -142,48 +180,51 @@ std::shared_ptr<void> HostAllocator::allocate(int64_t nbytes) {
 
 void HostAllocator::release(State& s, void* block, int64_t nbytes, int64_t block_size,
                             int64_t cache_limit) noexcept {
-  const std::lock_guard<std::mutex> lock(s.mutex);
-  s.stats.allocated -= nbytes;
+  s.allocated -= nbytes;
   if (block_size <= cache_limit) {
-    try {
-      s.free_blocks.emplace(block_size, block);
-      s.cached += block_size;
-      // Over the cache's budget: give back the largest unused blocks first.
-      while (s.cached > cache_limit) {
-        const auto largest = std::prev(s.free_blocks.end());
-        delete_block(largest->second, largest->first);
-        s.cached -= largest->first;
-        s.stats.reserved -= largest->first;
-        s.free_blocks.erase(largest);
+    const int shard_index = this_thread_shard(kShards);
+    Shard& shard = s.shards[static_cast<size_t>(shard_index)];
+    bool kept = false;
+    {
+      const std::lock_guard<std::mutex> lock(shard.mutex);
+      try {
+        shard.free_blocks.emplace(block_size, block);
+        s.cached += block_size;
+        kept = true;
+      } catch (...) {
+        // No memory for the map node: free the block instead.
       }
+    }
+    if (kept) {
+      // Over the cache's budget: give back the largest unused blocks first, this thread's own
+      // shard's before the others'.
+      if (s.cached > cache_limit) s.trim(shard_index, cache_limit);
       return;
-    } catch (...) {
-      // No memory for the map node: free the block instead.
     }
   }
   delete_block(block, block_size);
-  s.stats.reserved -= block_size;
+  s.reserved -= block_size;
 }
 
 MemoryStats HostAllocator::stats() const {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->stats;
+  MemoryStats m;
+  m.allocated = state_->allocated.load();
+  m.reserved = state_->reserved.load();
+  m.peak_allocated = state_->peak_allocated.load();
+  return m;
 }
 
 void HostAllocator::empty_cache() {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->free_cached_locked();
+  state_->free_cached();
 }
 
 void HostAllocator::set_memory_limit(int64_t bytes) {
   TGRAD_CHECK(bytes >= 0, "cpu backend: set_memory_limit: bytes=", bytes, " must be non-negative");
-  const std::lock_guard<std::mutex> lock(state_->mutex);
   state_->limit = bytes;
 }
 
 int64_t HostAllocator::memory_limit() const {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->limit;
+  return state_->limit.load();
 }
 
 }  // namespace tgrad::cpu

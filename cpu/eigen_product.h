@@ -5,8 +5,8 @@
 // glibc a freed buffer of a megabyte or so lands on top of the heap, the heap is trimmed back to
 // the kernel, and the next product's buffer faults its pages in again, zeroed: on a 256 -> 128
 // channel wgrad at one thread a tenth of the time went to page faults and brk. The backend's
-// allocator keeps freed blocks of 256 KiB and more for reuse, so products through here pay for
-// their buffers' pages once.
+// allocator keeps freed blocks from HostAllocator::kCacheMin up for reuse, so products through
+// here pay for their buffers' pages once.
 //
 // Included by each per-level copy of the kernels inside its namespace TGRAD_CPU_ISA_NS (a
 // template in each copy, renamed with it by isa_objects.cmake).
