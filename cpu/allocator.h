@@ -54,7 +54,7 @@ class HostAllocator {
 
   // Blocks of this size or more are cached; their sizes are rounded up to within 1/8 of the
   // request so that similar sizes share blocks. From 256 KiB the demo's training step still
-  // faulted in about 7 pages a step (scratch of 16-256 KiB whose heap pages the C library had
+  // faulted in 6 to 60 pages a step (scratch of 16-256 KiB whose heap pages the C library had
   // trimmed), from 64 KiB under one, from 16 KiB none (docs/performance.md, twenty-first session);
   // page faults cost most in a virtual machine with no huge pages.
   static constexpr int64_t kCacheMin = int64_t{16} << 10;
@@ -87,8 +87,8 @@ class HostAllocator {
     std::atomic<int64_t> limit{0};
     ~State();
     void free_cached();
-    // An unused block of size - size + size / 8 bytes from shard `first` or, failing that, from
-    // another; nullptr if none.
+    // An unused block of between size and size + size / 8 bytes from shard `first` or, failing
+    // that, from another; nullptr if none.
     void* take(int first, int64_t size, int64_t& block_size);
     // Frees the largest unused blocks, shard `first`'s before the others', while more than
     // `budget` bytes are cached.

@@ -183,9 +183,9 @@ void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, int64_t r0, 
 // acc[v][p][lane] += sum over steps s in order of wp[s][v*lanes + lane] d[offsets[s] + p*sw],
 // acc starting from 0 when `first`. The steps are a sweep's (r, a, b) in turn, each offset
 // r*plane + a*row_step + b*dw precomputed (step_offsets): one loop of one step per iteration.
-// Loops over r, a and b, each a few taps long, spent a fifth of the time on their own
-// bookkeeping. SW: sw when it is a compile-time constant (the loads then have fixed offsets),
-// else 0.
+// Loops over r, a and b, the innermost only a kernel row's few taps long, spent about as many
+// instructions on their own bookkeeping as on the FMAs (docs/performance.md, twenty-first
+// session). SW: sw when it is a compile-time constant (the loads then have fixed offsets), else 0.
 template <class T, int P, int SW>
 void gather_tile(const T* __restrict wp, const T* __restrict d, const int64_t* __restrict offsets,
                  int64_t steps, int64_t sw_any, bool first, T* __restrict acc_mem) {
