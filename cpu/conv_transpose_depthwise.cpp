@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "cpu/conv_transpose_cols.h"
 #include "cpu/kernels.h"
@@ -53,18 +54,43 @@ void deinterleave2(const T* row, int64_t n, T* even, T* odd) {
   }
 }
 
-// ph = plane in phase layout.
+// The rows of an output plane (oh) and the W phases (r) that some tap reaches: dgrad and wgrad
+// read no other part of dy, and a stride past the kernel leaves most of it unread (a 1x1 kernel
+// at strides 4 x 3 reads a twelfth of dy, where converting every plane whole was most of the
+// pass).
+struct Reached {
+  std::vector<char> rows, phases;
+};
+
+Reached reached_of(const Plan& pl, const Phases& f) {
+  Reached re{std::vector<char>(static_cast<size_t>(f.out_h), 0),
+             std::vector<char>(static_cast<size_t>(f.sw), 0)};
+  for (int64_t kh = 0; kh < pl.kernel_h; ++kh)
+    for (int64_t ih = pl.h.lo[kh]; ih < pl.h.hi[kh]; ++ih)
+      re.rows[static_cast<size_t>(ih * pl.stride_h - pl.pad_h + kh * pl.dil_h)] = 1;
+  for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+    if (pl.w.lo[kw] >= pl.w.hi[kw]) continue;
+    const int64_t off_w = kw * pl.dil_w - pl.pad_w;
+    re.phases[static_cast<size_t>(off_w - floor_div(off_w, f.sw) * f.sw)] = 1;
+  }
+  return re;
+}
+
+// ph = plane in phase layout, on the rows and phases `re` marks (the rest of ph is not written).
 template <class T>
-void to_phases(const Phases& f, const T* plane, T* ph) {
-  if (f.sw == 2) {
+void to_phases(const Phases& f, const Reached& re, const T* plane, T* ph) {
+  const auto reached = [&](int64_t oh) { return re.rows[static_cast<size_t>(oh)] != 0; };
+  if (f.sw == 2 && re.phases[0] != 0 && re.phases[1] != 0) {
     for (int64_t oh = 0; oh < f.out_h; ++oh)
-      deinterleave2(plane + oh * f.out_w, f.out_w, ph + f.row(0, oh), ph + f.row(1, oh));
+      if (reached(oh))
+        deinterleave2(plane + oh * f.out_w, f.out_w, ph + f.row(0, oh), ph + f.row(1, oh));
     return;
   }
   for (int64_t r = 0; r < std::min(f.sw, f.out_w); ++r) {
+    if (re.phases[static_cast<size_t>(r)] == 0) continue;
     const int64_t n = ceil_div(f.out_w - r, f.sw);
     for (int64_t oh = 0; oh < f.out_h; ++oh)
-      gather_strided(ph + f.row(r, oh), plane + oh * f.out_w + r, n, f.sw);
+      if (reached(oh)) gather_strided(ph + f.row(r, oh), plane + oh * f.out_w + r, n, f.sw);
   }
 }
 
@@ -154,12 +180,13 @@ template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   if (pl.batch == 0) return;
   const Phases f = phases_of(pl);
+  const Reached re = reached_of(pl, f);
   parallel_for(
       threads, pl.batch * pl.groups, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
       [&](Workspace<T>& ws, int64_t t) {
         const int64_t c = t % pl.groups;
         const T* dy_p = dy + t * pl.out_hw;
-        if (f.sw > 1) to_phases(f, dy_p, ws.data());
+        if (f.sw > 1) to_phases(f, re, dy_p, ws.data());
         const T* src = f.sw > 1 ? ws.data() : dy_p;
         T* dx_p = dx + t * pl.in_hw;
         std::fill_n(dx_p, pl.in_hw, T(0));
@@ -183,6 +210,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
     return;
   }
   const Phases f = phases_of(pl);
+  const Reached re = reached_of(pl, f);
   parallel_for(
       threads, pl.groups,
       [&] { return Workspace<T>((f.sw > 1 ? f.size() : 0) + pl.taps * kLanes); },
@@ -194,7 +222,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
           const int64_t t = n * pl.groups + c;
           const T* x_p = x + t * pl.in_hw;
           const T* dy_p = dy + t * pl.out_hw;
-          if (f.sw > 1) to_phases(f, dy_p, ph);
+          if (f.sw > 1) to_phases(f, re, dy_p, ph);
           const T* src = f.sw > 1 ? ph : dy_p;
           for_each_tap_row(pl, f, [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
             T lanes[kLanes] = {};

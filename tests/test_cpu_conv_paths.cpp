@@ -302,6 +302,12 @@ std::vector<PathCase> path_cases() {
       {"depthwise 2-D stride 4, output padding",
        conv_case_from_shapes(2, {2, 6, 9, 9}, {6, 1, 4, 4}, false, {4, 4}, {1, 1}, {3, 3}, {1, 1},
                              6)},
+      // A 1 x 2 kernel, W-dilated, at strides (3, 4) with padding and output padding: dgrad and
+      // wgrad convert only the rows of dy a tap reaches (every third, from the second) and the
+      // W phases they reach (1 and 3 of 4).
+      {"depthwise 2-D strides (3, 4), rows and phases no tap reads",
+       conv_case_from_shapes(2, {2, 4, 6, 7}, {4, 1, 1, 2}, true, {3, 4}, {1, 1}, {2, 1}, {1, 2},
+                             4)},
       // W stride 2 on rows of 79 outputs: the phase layout's shuffles (two vectors at a time)
       // and their scalar tail, in both directions.
       {"depthwise 2-D stride 2, wide rows",
