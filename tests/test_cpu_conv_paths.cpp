@@ -49,6 +49,15 @@ std::vector<PathCase> path_cases() {
       // its chunks follow the threads, the bits must not.
       {"batch 1, one output channel, forward by positions",
        conv_case_from_shapes(1, {1, 40, 1100}, {40, 1, 16}, true, {8}, {4}, {0}, {1}, 1)},
+      // Few rows on images of 64 positions or more (an RGB or mono output): the forward goes by
+      // positions, image by image, where a block would hold several items. 2 x 3 x 3 = 18 rows
+      // (AVX-512's; below it the blocked path) on 3 items of 9 x 10 with output padding and a
+      // bias; 2 groups of 8 -> 1 channels, k4 s2, on 3 sequences of 70 (4 rows: every level).
+      {"few rows by positions, items of 90 positions",
+       conv_case_from_shapes(2, {3, 20, 9, 10}, {20, 2, 3, 3}, true, {2, 2}, {1, 1}, {1, 1}, {1, 1},
+                             1)},
+      {"few rows by positions, grouped 1-D",
+       conv_case_from_shapes(1, {3, 16, 70}, {16, 1, 4}, false, {2}, {1}, {0}, {1}, 2)},
       // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
       // group (and, in float64, 2 slices of its reduction).
       {"two items per block, grouped", conv_case_from_shapes(2, {8, 32, 8, 8}, {32, 64, 4, 4}, true,
