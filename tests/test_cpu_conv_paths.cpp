@@ -58,6 +58,15 @@ std::vector<PathCase> path_cases() {
                              1)},
       {"few rows by positions, grouped 1-D",
        conv_case_from_shapes(1, {3, 16, 70}, {16, 1, 4}, false, {2}, {1}, {0}, {1}, 2)},
+      // 1x1 layers at stride 1 (cols_are_dy): dgrad's and wgrad's GEMM paths read a one-item
+      // block's columns in dy itself (40 rows: too many for few rows, too few for the direct
+      // dgrad; 930 positions in chunks); on 40-position sequences several items share a block
+      // and go through im2col as before, 2 groups.
+      {"1x1 stride 1, columns read in dy",
+       conv_case_from_shapes(2, {2, 20, 30, 31}, {20, 40, 1, 1}, true, {1, 1}, {0, 0}, {0, 0},
+                             {1, 1}, 1)},
+      {"1x1 stride 1, items batched, grouped",
+       conv_case_from_shapes(1, {6, 16, 40}, {16, 24, 1}, false, {1}, {0}, {0}, {1}, 2)},
       // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
       // group (and, in float64, 2 slices of its reduction).
       {"two items per block, grouped", conv_case_from_shapes(2, {8, 32, 8, 8}, {32, 64, 4, 4}, true,
