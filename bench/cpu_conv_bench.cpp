@@ -166,6 +166,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--shape" && has_value) {
       try {
         shapes.push_back(tgrad::bench::parse_layer_spec(argv[++i]));
+        // Numbered in order, so that rows of several shapes (and their JSON) stay apart.
+        shapes.back().id = "shape" + std::to_string(shapes.size());
       } catch (const tgrad::Error& e) {
         return usage(e.what());
       }

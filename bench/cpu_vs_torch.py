@@ -11,7 +11,13 @@ within a round, and a single slow stretch does not decide a row. A bench tool on
 itself never needs Python.
 
   python3 bench/cpu_vs_torch.py --build build-cpu [--threads 1,4,all] [--suite all] [--runs 5]
-                                [--rounds 2]
+                                [--rounds 2] [--random N [--seed S]]
+
+--random N replaces the suites with N geometries drawn at random (seeded, so a seed names the same
+layers on every machine): 1-D and 2-D, any channel counts from 1 to 384, groups and depthwise,
+kernels 1-8, strides 1-4, dilations, paddings and output paddings, batch 1-16, about 20-300
+MFLOP a pass. It checks that the speed holds on layers no kernel was tuned for; the rows below
+1.0 are listed at the end with their geometries.
 """
 import argparse
 import json
@@ -83,6 +89,51 @@ def torch_worker():
     json.dump(dict(conv=conv, train=train), sys.stdout)
 
 
+def random_layers(count, seed):
+    """`count` valid geometries as cpu_conv_bench --shape specs, the same for the same seed."""
+    import random
+    rng = random.Random(seed)
+    channels = [1, 3, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384]
+    specs = []
+    while len(specs) < count:
+        dims = rng.choice([1, 2, 2])
+        groups = rng.choice([1, 1, 1, 1, 2, 4, "depthwise"])
+        ci, co = rng.choice(channels), rng.choice(channels)
+        if groups == "depthwise":
+            co = groups = ci
+        if ci % groups or co % groups:
+            continue
+        k = [rng.choice([1, 2, 3, 3, 4, 4, 5, 7, 8]) for _ in range(dims)]
+        if dims == 2 and rng.random() < 0.7:
+            k[1] = k[0]
+        s = [rng.choice([1, 1, 2, 2, 2, 3, 4]) for _ in range(dims)]
+        if dims == 2 and rng.random() < 0.8:
+            s[1] = s[0]
+        d = [rng.choice([1, 1, 1, 1, 2]) for _ in range(dims)]
+        p = [rng.randint(0, (k[i] - 1) * d[i] // 2 + (1 if rng.random() < 0.2 else 0))
+             for i in range(dims)]
+        op = [rng.randint(0, max(s[i], d[i]) - 1) if rng.random() < 0.3 else 0
+              for i in range(dims)]
+        n = rng.choice([1, 1, 2, 4, 8, 16])
+        # Positions for about 20-300 MFLOP a forward pass (2 n ci co/g taps per input position).
+        target = math.exp(rng.uniform(math.log(2e7), math.log(3e8)))
+        positions = max(1.0, target / (2 * n * ci * (co // groups) * math.prod(k)))
+        if dims == 1:
+            size = [int(min(200000, max(4, positions)))]
+            extent = f"l={size[0]}"
+        else:
+            hw = int(max(2, min(512, math.sqrt(positions))))
+            size = [hw, hw + rng.choice([0, 0, 3])]
+            extent = f"h={size[0]} w={size[1]}"
+        if any((size[i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op[i] + 1 <= 0
+               for i in range(dims)):
+            continue
+        pair = lambda v: str(v[0]) if dims == 1 or v[0] == v[1] else f"{v[0]}x{v[1]}"
+        specs.append(f"n={n} ci={ci} co={co} g={groups} {extent} k={pair(k)} s={pair(s)} "
+                     f"p={pair(p)} op={pair(op)} d={pair(d)}")
+    return specs
+
+
 def run_json(cmd, threads):
     env = dict(os.environ, TGRAD_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
@@ -112,7 +163,13 @@ def main():
                     help="rounds of both sides; each row keeps each side's fastest")
     ap.add_argument("--no-train", action="store_true", help="skip the training step")
     ap.add_argument("--json", help="also write every row to this file")
+    ap.add_argument("--random", type=int, default=0,
+                    help="time this many random geometries instead of the suites")
+    ap.add_argument("--seed", type=int, default=1, help="the random geometries' seed")
     args = ap.parse_args()
+    shapes = random_layers(args.random, args.seed) if args.random > 0 else []
+    workloads = (["--suite", args.suite] if not shapes
+                 else [a for spec in shapes for a in ("--shape", spec)])
 
     conv_bench = os.path.join(args.build, "bench", "cpu_conv_bench")
     train_bench = os.path.join(args.build, "bench", "train_step_bench")
@@ -147,8 +204,9 @@ def main():
     for threads in thread_counts:
         tgrad_ms, torch_ms, level = {}, {}, None
         for _ in range(max(1, args.rounds)):
-            report = json.loads(run_json([conv_bench, "--json", "--suite", args.suite, "--runs",
-                                          str(args.runs), "--threads", str(threads)], threads))
+            report = json.loads(run_json([conv_bench, "--json"] + workloads +
+                                         ["--runs", str(args.runs), "--threads", str(threads)],
+                                         threads))
             level = report["cpu_capability"]
             geometries, index = [], {}
             for r in report["results"]:
@@ -190,11 +248,17 @@ def main():
         worst = min(mine, key=lambda r: r["ratio"])
         print(f"geomean ratio {geomean([r['ratio'] for r in mine]):.2f} over {len(mine)} rows; "
               f"slowest {worst['suite']} {worst['id']} {worst['passname']} {worst['ratio']:.2f}")
-        for suite in ("s", "decoders", "train"):
+        for suite in ("s", "decoders", "shape", "train"):
             part = [r["ratio"] for r in mine if r["suite"] == suite]
             if part:
                 print(f"  {suite}: geomean {geomean(part):.2f}, min {min(part):.2f} "
                       f"({len(part)} rows)")
+    below = sorted({r["id"] for r in rows if r["suite"] == "shape" and r["ratio"] < 1.0},
+                   key=lambda i: int(i[len("shape"):]))
+    if below:
+        print("\n## random geometries with a row below 1.0")
+        for ident in below:
+            print(f"{ident:<16} {shapes[int(ident[len('shape'):]) - 1]}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(commit=commit, cpu=cpu_name, cpus=cpus, torch=torch_version,
