@@ -908,10 +908,21 @@ bool fills_lanes(int64_t channels, int64_t elem_bytes) {
   return 4 * channels >= 3 * gemm::round_up(channels, block_of(elem_bytes));
 }
 
-// dgrad's and wgrad's lanes are the input channels.
-bool channels_fill(const Plan& pl, int64_t elem_bytes) {
-  return fills_lanes(pl.cig, elem_bytes) && pl.in_h >= 1 && pl.in_w >= 1;
+// dgrad's and wgrad's lanes are the input channels: they fill the tiles, or, at AVX-512, a
+// quarter of a block does (8 to 23 channels in float32) and the rows (co x taps) are at least
+// `sparse_min_rows`. With few input channels the GEMM path does little work per element of its
+// column buffer, and with many rows its column blocks are narrow (the buffer's budget over
+// rows), each one packing the weight again: there the kernel's idle lanes cost less. Measured at
+// AVX-512 on 8-16 input channels against 24-384 output channels (docs/performance.md): dgrad
+// 1.0x-3.3x from 240 rows, 0.8x at 144; wgrad 1.3x-2.3x from 768 rows, 0.8x-1.4x at 512-576.
+bool channels_fill(const Plan& pl, int64_t elem_bytes, int64_t sparse_min_rows) {
+  if (pl.in_h < 1 || pl.in_w < 1) return false;
+  if (fills_lanes(pl.cig, elem_bytes)) return true;
+  return !kShortTile && 4 * pl.cig >= gemm::round_up(pl.cig, block_of(elem_bytes)) &&
+         pl.rows >= sparse_min_rows;
 }
+constexpr int64_t kDgradSparseMinRows = 192;
+constexpr int64_t kWgradSparseMinRows = 768;
 
 // The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
 // geometry accepts strides and dilations whose padded extent would overflow.
@@ -938,7 +949,9 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // (In 128 bits: the geometry accepts strides whose product overflows.)
   const bool im2col_cheap = pl.in_h == 1 && pl.stride_w == 2 && pl.dil_w == 1 &&
                             pl.taps <= int128{2} * pl.stride_h * pl.stride_w;
-  if (!(channels_fill(pl, elem_bytes) && row && reuse && steps && !im2col_cheap)) return false;
+  if (!(channels_fill(pl, elem_bytes, kDgradSparseMinRows) && row && reuse && steps &&
+        !im2col_cheap))
+    return false;
   if (kShortTile && stride_is_constant(pl.stride_w)) return false;
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
   // packed weight, within bounds.
@@ -999,7 +1012,8 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   const int128 phases = int128{phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h)} *
                         phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w);
   const bool gain = pl.taps >= kWgradMinPhaseTaps * phases || pl.stride_w > 2;
-  if (!(channels_fill(pl, elem_bytes) && gain && out_channels && reuse)) return false;
+  if (!(channels_fill(pl, elem_bytes, kWgradSparseMinRows) && gain && out_channels && reuse))
+    return false;
   // Below AVX-512 a 1-D layer with at most 2 taps per stride phase (k <= 2s: the vocoders' and
   // EnCodec's upsamplers) over a long reduction measured faster on im2col + the GEMM, on an
   // Intel and an AMD machine (docs/performance.md, "CPU backend against PyTorch"). Over fewer
