@@ -58,6 +58,7 @@ constexpr int64_t kDirectMinSteps = 64;
 // The forward's gather pays for itself from this many taps: with fewer, the column buffer is a
 // few copies of y and the GEMM path measured as fast (S2-S4's k3 and k5 1-D layers).
 constexpr int64_t kForwardMinTaps = 9;
+constexpr int64_t kSparseForwardMaxChannels = 32;  // direct_forward_suits
 // Below AVX-512 (16 vector registers) the tile holds 6 positions, and the gather measured
 // slower than im2col + the backend GEMM, on an Intel and an AMD machine, wherever im2col copies
 // with a constant stride (stride_is_constant: W strides 1, 2 and 4; docs/performance.md, "CPU
@@ -973,8 +974,13 @@ bool direct_forward_suits(const Plan& pl, int64_t elem_bytes) {
   const bool row = pl.out_w >= 4;
   const bool reuse = int128{pl.batch} * pl.out_hw >= kDirectMinPositions;
   // Rows and columns of y past x's reach (the kernel's overhang where the padding is less than
-  // its reach) are sums over zero padding: at most a quarter of the work may be.
-  const bool dense = 4 * int128{pl.out_hw} <= 5 * int128{pl.in_hw};
+  // its reach) are sums over zero padding: at most a quarter of the work may be, or two thirds
+  // with at most kSparseForwardMaxChannels input channels. There the GEMM path does 2 x cig
+  // multiply-adds per element of its column buffer and is bound by moving the buffer: on small
+  // images without padding (k3-k7) 8-32 input channels measured 1.1x-3.2x faster on the kernel
+  // at up to 3x the work, 64 0.9x, 256 0.6x (docs/performance.md).
+  const int64_t overhang = pl.cig <= kSparseForwardMaxChannels ? 12 : 5;  // quarters of x's size
+  const bool dense = 4 * int128{pl.out_hw} <= overhang * int128{pl.in_hw};
   const bool steps = int128{pl.cig} * pl.taps >= kDirectMinSteps;
   const bool taps = pl.taps >= kForwardMinTaps;
   if (!(lanes && row && reuse && dense && steps && taps)) return false;

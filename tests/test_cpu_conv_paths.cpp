@@ -123,6 +123,12 @@ std::vector<PathCase> path_cases() {
       {"direct forward 2-D stride 1, partial channel block, output padding",
        conv_case_from_shapes(2, {2, 8, 12, 14}, {8, 56, 3, 7}, true, {1, 1}, {1, 3}, {1, 0}, {2, 1},
                              1)},
+      // 12 input channels on 7 x 6 images, k4 with no padding: y (10 x 9) is 2.1x x, its
+      // overhang sums over zero padding, and still the direct forward takes it (few input
+      // channels; kSparseForwardMaxChannels).
+      {"direct forward 2-D stride 1, few input channels, output past x's reach",
+       conv_case_from_shapes(2, {3, 12, 7, 6}, {12, 48, 4, 4}, true, {1, 1}, {0, 0}, {0, 0}, {1, 1},
+                             1)},
       // 2 groups of 16 input and 32 output channels, k15 p7 on 3 sequences of 100: the windows
       // at each end padded, the middle ones read in place.
       {"direct forward 1-D stride 1, grouped, long kernel",
