@@ -909,18 +909,18 @@ bool fills_lanes(int64_t channels, int64_t elem_bytes) {
   return 4 * channels >= 3 * gemm::round_up(channels, block_of(elem_bytes));
 }
 
-// dgrad's and wgrad's lanes are the input channels: they fill the tiles, or, at AVX-512, a
-// quarter of a block does (8 to 23 channels in float32) and the rows (co x taps) are at least
-// `sparse_min_rows`. With few input channels the GEMM path does little work per element of its
-// column buffer, and with many rows its column blocks are narrow (the buffer's budget over
-// rows), each one packing the weight again: there the kernel's idle lanes cost less. Measured at
-// AVX-512 on 8-16 input channels against 24-384 output channels (docs/performance.md): dgrad
-// 1.0x-3.3x from 240 rows, 0.8x at 144; wgrad 1.3x-2.3x from 768 rows, 0.8x-1.4x at 512-576.
+// dgrad's and wgrad's lanes are the input channels: they fill the tiles, or, at AVX-512, they
+// are one block filled to a quarter or more (8 to 23 channels in float32) and the rows (co x
+// taps) are at least `sparse_min_rows`. With few input channels the GEMM path does little work per
+// element of its column buffer, and with many rows its column blocks are narrow (the buffer's
+// budget over rows), each one packing the weight again: there the kernel's idle lanes cost less.
+// Measured at AVX-512 on 8-16 input channels against 24-384 output channels (docs/performance.md):
+// dgrad 1.0x-3.3x from 240 rows, 0.8x at 144; wgrad 1.3x-2.3x from 768 rows, 0.8x-1.4x at 512-576.
 bool channels_fill(const Plan& pl, int64_t elem_bytes, int64_t sparse_min_rows) {
   if (pl.in_h < 1 || pl.in_w < 1) return false;
   if (fills_lanes(pl.cig, elem_bytes)) return true;
-  return !kShortTile && 4 * pl.cig >= gemm::round_up(pl.cig, block_of(elem_bytes)) &&
-         pl.rows >= sparse_min_rows;
+  const int64_t block = block_of(elem_bytes);
+  return !kShortTile && pl.cig < block && 4 * pl.cig >= block && pl.rows >= sparse_min_rows;
 }
 constexpr int64_t kDgradSparseMinRows = 192;
 constexpr int64_t kWgradSparseMinRows = 768;
