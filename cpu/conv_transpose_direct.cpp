@@ -915,7 +915,7 @@ bool fills_lanes(int64_t channels, int64_t elem_bytes) {
 // element of its column buffer, and with many rows its column blocks are narrow (the buffer's
 // budget over rows), each one packing the weight again: there the kernel's idle lanes cost less.
 // Measured at AVX-512 on 8-16 input channels against 24-384 output channels (docs/performance.md):
-// dgrad 1.0x-3.3x from 240 rows, 0.8x at 144; wgrad 1.3x-2.3x from 768 rows, 0.8x-1.4x at 512-576.
+// dgrad 1.0x-3.3x from 240 rows, 0.8x at 144; wgrad 1.2x-2.2x from 768 rows, 0.8x-1.4x at 512-576.
 bool channels_fill(const Plan& pl, int64_t elem_bytes, int64_t sparse_min_rows) {
   if (pl.in_h < 1 || pl.in_w < 1) return false;
   if (fills_lanes(pl.cig, elem_bytes)) return true;
