@@ -736,18 +736,12 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
         }
         T* tmp = ws.data() + col_elems;
         const int64_t n = blk.cols();
-        // A 1x1 layer at stride 1 reads a one-item block's columns in dy itself (cols_are_dy).
-        const bool in_dy = cols_are_dy(pl) && blk.items == 1;
-        const T* cols =
-            in_dy ? dy + (blk.n0 * pl.out_channels + g * pl.cog + co0) * pl.out_hw + blk.p0
-                  : ws.data();
-        const int64_t cols_ld = in_dy ? pl.out_hw : n;
-        if (!in_dy) im2col_block(pl, dy, g, blk, co0, co1, ws.data(), n);
+        const BlockCols<T> cols = block_cols(pl, dy, g, blk, co0, co1, ws.data());
         T* out = parts > 1 ? partial.data() + k * x_numel : dx;
         if (eigen) {
           const ConstMap<T> w_g(w + g * pl.cig * pl.rows, pl.cig, pl.rows);
           store_dx(pl, g, blk, ci0, ci1, w_g.block(ci0, co0 * pl.taps, ci1 - ci0, rows),
-                   ConstStridedMap<T>(cols, rows, n, Eigen::OuterStride<>(cols_ld)), tmp, out);
+                   ConstStridedMap<T>(cols.data, rows, n, Eigen::OuterStride<>(cols.ld)), tmp, out);
           return;
         }
         // Otherwise the backend's GEMM: in place for a block of one item, else through tmp,
@@ -756,8 +750,8 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
         const bool in_place = blk.items == 1;
         gemm::gemm<T>(ci1 - ci0, n, rows,
                       {w + (g * pl.cig + ci0) * pl.rows + co0 * pl.taps, pl.rows, 1},
-                      {cols, cols_ld, 1}, in_place ? dx_first : tmp, in_place ? pl.in_hw : n, false,
-                      tmp + tmp_elems);
+                      {cols.data, cols.ld, 1}, in_place ? dx_first : tmp, in_place ? pl.in_hw : n,
+                      false, tmp + tmp_elems);
         if (!in_place) copy_out_items(pl, blk, ci1 - ci0, tmp, dx_first);
       });
   if (parts > 1) sum_parts_in_order(partial.data(), parts, x_numel, dx, threads);

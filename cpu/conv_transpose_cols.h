@@ -824,6 +824,24 @@ void im2col_block(const Plan& pl, const T* dy, int64_t g, const ColBlock& b, int
   }
 }
 
+// The im2col rows of channels [co0, co1) over a block's columns: dy itself, rows out_hw apart,
+// where cols_are_dy and the block holds one item; else im2col_block's copy into buf, rows
+// b.cols() apart.
+template <class T>
+struct BlockCols {
+  const T* data;
+  int64_t ld;
+};
+
+template <class T>
+BlockCols<T> block_cols(const Plan& pl, const T* dy, int64_t g, const ColBlock& b, int64_t co0,
+                        int64_t co1, T* buf) {
+  if (cols_are_dy(pl) && b.items == 1)
+    return {dy + (b.n0 * pl.out_channels + g * pl.cog + co0) * pl.out_hw + b.p0, pl.out_hw};
+  im2col_block(pl, dy, g, b, co0, co1, buf, b.cols());
+  return {buf, b.cols()};
+}
+
 // x of group g's input channels [c0, c1) (all of them by default) on a block's columns as a
 // ((c1 - c0) x cols) matrix: a view of x for a block of one item, else the items copied side by
 // side into buf ((c1 - c0) x cols elements).

@@ -631,14 +631,8 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
         const int64_t r_begin = reduce * s / slices, r_end = reduce * (s + 1) / slices;
         for (int64_t r = r_begin; r < r_end; ++r) {
           const ColBlock blk = cb.block(pl, r / cb.chunks_per_item, r % cb.chunks_per_item);
-          // A 1x1 layer at stride 1 reads a one-item block's columns in dy itself (cols_are_dy).
-          const bool in_dy = cols_are_dy(pl) && blk.items == 1;
-          const T* c_data =
-              in_dy ? dy + (blk.n0 * pl.out_channels + g * pl.cog + co0) * pl.out_hw + blk.p0
-                    : cols;
-          if (!in_dy) im2col_block(pl, dy, g, blk, co0, co1, cols, blk.cols());
-          const ConstStridedMap<T> c(c_data, rows, blk.cols(),
-                                     Eigen::OuterStride<>(in_dy ? pl.out_hw : blk.cols()));
+          const BlockCols<T> bc = block_cols(pl, dy, g, blk, co0, co1, cols);
+          const ConstStridedMap<T> c(bc.data, rows, blk.cols(), Eigen::OuterStride<>(bc.ld));
           eigen_product(acc, x_block(pl, x, g, blk, x_buf, ci0, ci1), c.transpose(), true);
         }
         T* out = (slices > 1 ? partial.data() + s * w_numel : dw) + (g * pl.cig + ci0) * pl.rows;
