@@ -917,6 +917,26 @@ inline void stream_store(void* p, Vec v) {
 inline void fence_streams() {}
 #endif
 
+// The n (0 < n < lanes) elements at p as the first lanes of a vector, the others 0, reading no
+// element past them: a masked load at AVX-512. Through a zeroed copy, a row's partial vector cost
+// the register tiles that run over rows of positions as much as half the row's whole vectors on
+// 173-wide rows (the copies and the zeroing are some 300 instructions a row).
+template <class Vec, class T>
+inline Vec load_first(const T* p, int64_t n) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(Vec) == 64 && sizeof(T) == 4) {
+    return reinterpret_cast<Vec>(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p));
+  } else if constexpr (sizeof(Vec) == 64 && sizeof(T) == 8) {
+    return reinterpret_cast<Vec>(_mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << n) - 1), p));
+  }
+#endif
+  T lanes[sizeof(Vec) / sizeof(T)] = {};
+  std::copy_n(p, n, lanes);
+  Vec v;
+  std::memcpy(&v, lanes, sizeof(Vec));
+  return v;
+}
+
 // The few-columns register tile: out[r * out_ld + v * L + lane] = sum over k < k_count, in order,
 // of a_rows[r][k] b[k * b_ld + v * L + lane], for R rows of A read in place (a row pointer each)
 // by V vectors of B. The first `stored_rows` rows are stored, by streaming stores when `stream`

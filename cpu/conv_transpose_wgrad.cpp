@@ -156,12 +156,14 @@ void few_rows_wgrad_run(const T* x, int64_t x_ld, const T* cols, int64_t ld, int
   for (int64_t p = 0; p < whole; p += L)
     step(x + p, x_ld, cols + p, ld);
   if (whole < len) {
-    T x_tail[C][L] = {}, c_tail[J][L] = {};
+    Vec xv[C];
     for (int c = 0; c < C; ++c)
-      std::copy_n(x + c * x_ld + whole, len - whole, x_tail[c]);
-    for (int j = 0; j < J; ++j)
-      std::copy_n(cols + j * ld + whole, len - whole, c_tail[j]);
-    step(&x_tail[0][0], L, &c_tail[0][0], L);
+      xv[c] = load_first<Vec>(x + c * x_ld + whole, len - whole);
+    for (int j = 0; j < J; ++j) {
+      const Vec cv = load_first<Vec>(cols + j * ld + whole, len - whole);
+      for (int c = 0; c < C; ++c)
+        acc[c][j] += xv[c] * cv;
+    }
   }
   store_sums(acc, acc_mem);
 }
@@ -289,8 +291,8 @@ bool phase_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // Below AVX-512 the tile (as few rows', 2 x 4 sums in 16 registers) measured slower than the
   // GEMM path (0.6x-0.8x on the RGB layers).
   if (gemm::kVecRegisters < 32) return false;
-  // Rows of at least two vectors, so that the partial vector at a row's end (a scalar copy) is at
-  // most a third of the work; enough input channels for the tile's rows.
+  // Rows of at least two vectors, so that the partial vector at a row's end (lanes wasted past
+  // the row) is at most a third of the work; enough input channels for the tile's rows.
   if (pl.in_w < 2 * gemm::kLanes<float> || pl.cig < kFewRowsChannels) return false;
   // The taps' reach and the planes' size bounded first, in 128 bits (the geometry accepts
   // dilations whose reach would overflow), so that phase_planes computes in range: a plane's
@@ -332,8 +334,8 @@ void phase_wgrad_tile(const Plan& pl, const PhaseOperands<T>& op, const int64_t*
   constexpr int L = gemm::kLanes<T>;
   Vec acc[C][J];
   load_sums(acc, acc_mem, first);
-  // Every row's whole vectors, then every row's partial vector at its end (through zeroed
-  // copies): one order, fixed by the shape. With both in one loop the compiler kept the sums in
+  // Every row's whole vectors, then every row's partial vector at its end (masked loads,
+  // load_first): one order, fixed by the shape. With both in one loop the compiler kept the sums in
   // memory between rows.
   const int64_t whole = (pc.w1 - pc.w0) / L * L, rest = pc.w1 - pc.w0 - whole;
   for (int64_t u = pc.u0; u < pc.u1;) {
@@ -366,16 +368,11 @@ void phase_wgrad_tile(const Plan& pl, const PhaseOperands<T>& op, const int64_t*
   }
   for (int64_t u = pc.u0; rest > 0 && u < pc.u1; ++u) {
     const int64_t n = u / pl.in_h, ih = u % pl.in_h, w = pc.w0 + whole;
-    T xt[C][L] = {}, et[J][L] = {};
-    for (int c = 0; c < C; ++c)
-      std::copy_n(op.x + n * op.x_item + c * op.x_ld + ih * pl.in_w + w, rest, xt[c]);
-    for (int j = 0; j < J; ++j)
-      std::copy_n(op.e + n * op.e_item + off[j] + ih * op.pitch + w, rest, et[j]);
     Vec xv[C];
-    std::memcpy(xv, xt, sizeof(xv));
+    for (int c = 0; c < C; ++c)
+      xv[c] = load_first<Vec>(op.x + n * op.x_item + c * op.x_ld + ih * pl.in_w + w, rest);
     for (int j = 0; j < J; ++j) {
-      Vec ev;
-      std::memcpy(&ev, et[j], sizeof(Vec));
+      const Vec ev = load_first<Vec>(op.e + n * op.e_item + off[j] + ih * op.pitch + w, rest);
       for (int c = 0; c < C; ++c)
         acc[c][j] += xv[c] * ev;
     }
