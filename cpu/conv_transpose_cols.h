@@ -362,16 +362,6 @@ void with_stride(int64_t stride, F&& f) {
   }
 }
 
-// dst[i] = src[i * stride] for i in [0, n).
-template <class T>
-void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
-  with_stride(stride, [&]<int64_t S>() {
-    const int64_t st = S != 0 ? S : stride;
-    for (int64_t i = 0; i < n; ++i)
-      dst[i] = src[i * st];
-  });
-}
-
 // A register tile's sums: zero (`first`) or from mem, and back to mem; element (m, n) at
 // mem + (m*N + n)*lanes.
 template <class Vec, class T, int M, int N>
@@ -412,6 +402,44 @@ inline void interleave_vectors(const Vec& e, const Vec& o, Vec& a, Vec& b) {
     b = __builtin_shufflevector(e, o, (I % 2 == 0 ? L / 2 + I / 2 : L + L / 2 + I / 2)...);
   }
   (std::make_index_sequence<L>{});
+}
+
+// The elements 0, S, 2S, ... of the S vectors at p (S a power of two): the even ones of each
+// pair of vectors, then of those, log2(S) times.
+template <int S, int L, class Vec, class T>
+inline Vec every_sth(const T* p) {
+  if constexpr (S == 1) {
+    Vec v;
+    std::memcpy(&v, p, sizeof(Vec));
+    return v;
+  } else {
+    const Vec a = every_sth<S / 2, L, Vec>(p), b = every_sth<S / 2, L, Vec>(p + S / 2 * L);
+    Vec e, o;
+    deinterleave_vectors<L>(a, b, e, o);
+    return e;
+  }
+}
+
+// dst[i] = src[i * stride] for i in [0, n). At strides 2 and 4 a vector at a time through
+// shuffles (the phase planes of dgrad and wgrad copy dy this way: element by element, the copy
+// cost as much as the few input channels' products); each vector's reads end before the last
+// element's, so nothing past it is read.
+template <class T>
+void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
+  with_stride(stride, [&]<int64_t S>() {
+    const int64_t st = S != 0 ? S : stride;
+    int64_t i = 0;
+    if constexpr (S == 2 || S == 4) {
+      typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+      constexpr int L = gemm::kLanes<T>;
+      for (; i + L < n; i += L) {
+        const Vec v = every_sth<S, L, Vec>(src + i * S);
+        std::memcpy(dst + i, &v, sizeof(Vec));
+      }
+    }
+    for (; i < n; ++i)
+      dst[i] = src[i * st];
+  });
 }
 
 // y[2i] += c[i] for i from `begin`, a vector of i at a time while whole vectors fit before `end`

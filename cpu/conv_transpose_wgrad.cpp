@@ -1,7 +1,7 @@
 // ConvTranspose weight and bias gradients on the CPU (conv_transpose.cpp has the other passes;
 // conv_transpose_direct.cpp the direct wgrad that the shapes it suits take instead of this;
 // few columns and few rows take the products below, wgrad_few_columns and wgrad_few_rows, and
-// few output channels at AVX-512 the one by stride phases, phase_wgrad):
+// few output or input channels at AVX-512 the one by stride phases, phase_wgrad):
 //   wgrad: dw_g[ci, r] = sum over the (n, p) columns of x_g[ci, (n, p)] cols[r, (n, p)], with
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
 // Tasks own blocks of dw (a group, a block of output channels, a block of input channels) and run
@@ -227,7 +227,8 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
 
 // wgrad by stride phases, for few output channels: layers the direct kernel declines (it needs 4
 // output channels; RGB and mono outputs have 3 or 1) whose column buffer is too large for few rows
-// to keep in cache (DCGAN's RGB layer: 48 rows of 8192 positions, 1.5 MiB).
+// to keep in cache (DCGAN's RGB layer: 48 rows of 8192 positions, 1.5 MiB); and for few input
+// channels (phase_wgrad_suits).
 //   dw_g[ci, (co, kh, kw)] = sum over n, ih, iw of x[n, ci, ih, iw] dy[n, co, ih*sh + a, iw*sw + b]
 // with a = kh*dh - ph, b = kw*dw - pw. Writing a = qa*sh + ra (0 <= ra < sh), row ih*sh + a of dy
 // is row ih + qa of its phase ra (the rows ra, ra + sh, ...): every tap reads one phase plane at a
@@ -283,17 +284,28 @@ PhasePlanes phase_planes(const Plan& pl) {
 constexpr int64_t kPhaseWgradBytes = int64_t{16} << 20;
 constexpr int64_t kPhaseWgradMaxRows = 64;
 constexpr int64_t kPhaseWgradMaxOutChannels = 3;
+constexpr int64_t kPhaseFewInMinUses = 8;
 // A bound on the taps' reach and on the planes' elements, far past any layer whose planes fit.
 constexpr int64_t kPhaseBound = int64_t{1} << 40;
 
 bool phase_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
-  if (pl.cog > kPhaseWgradMaxOutChannels || pl.rows > kPhaseWgradMaxRows) return false;
+  // Few output channels (above), or few input channels (one tile's) and any number of output
+  // channels: the direct kernel
+  // needs 8 and the GEMM path's product is as thin, after im2col has written taps copies of dy
+  // (3 -> 32 k8x3 s2: im2col a third of the pass). The planes are a copy of dy, so they pay
+  // where each element of dy serves enough multiply-adds (input channels x its taps,
+  // taps / strides): from kPhaseFewInMinUses 1.2x-2.6x at 1 thread; at 3 to 7, a large dy's copy
+  // (1 -> 64 k4x3 s2 on 113 x 113, 2 -> 256 k8 s4) cost more than im2col (0.8x-0.9x).
+  const bool few_in =
+      pl.cig <= kFewRowsChannels &&
+      int128{pl.cig} * pl.taps >= int128{kPhaseFewInMinUses} * pl.stride_h * pl.stride_w;
+  if (!few_in && (pl.cog > kPhaseWgradMaxOutChannels || pl.rows > kPhaseWgradMaxRows)) return false;
   // Below AVX-512 the tile (as few rows', 2 x 4 sums in 16 registers) measured slower than the
   // GEMM path (0.6x-0.8x on the RGB layers).
   if (gemm::kVecRegisters < 32) return false;
   // Rows of at least two vectors, so that the partial vector at a row's end (lanes wasted past
   // the row) is at most a third of the work; enough input channels for the tile's rows.
-  if (pl.in_w < 2 * gemm::kLanes<float> || pl.cig < kFewRowsChannels) return false;
+  if (pl.in_w < 2 * gemm::kLanes<float> || (!few_in && pl.cig < kFewRowsChannels)) return false;
   // The taps' reach and the planes' size bounded first, in 128 bits (the geometry accepts
   // dilations whose reach would overflow), so that phase_planes computes in range: a plane's
   // extent is at most the input's plus the reach over the stride, plus 2.
@@ -305,7 +317,12 @@ bool phase_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
       kPhaseBound)
     return false;
   const PhasePlanes pp = phase_planes(pl);
-  return int128{pl.batch} * pl.out_channels * pp.per_channel() * elem_bytes <= kPhaseWgradBytes;
+  const int128 plane_bytes = int128{pl.batch} * pl.out_channels * pp.per_channel() * elem_bytes;
+  // With few input channels the alternative is an im2col of dy, larger than the planes: they
+  // are bounded only against a dilation's padding, at twice dy.
+  const int128 dy_bytes = int128{pl.batch} * pl.out_channels * pl.out_hw * elem_bytes;
+  if (few_in) return plane_bytes <= 2 * dy_bytes + kPhaseWgradBytes;
+  return plane_bytes <= kPhaseWgradBytes;
 }
 
 // A piece of the positions: rows (n, ih) [u0, u1) (u = n * in_h + ih), columns [w0, w1) of each,
@@ -423,8 +440,7 @@ void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
       std::fill_n(row, j0, T(0));
       if (j1 > j0) {
         const T* src = dy + (nc * pl.out_h + oh) * pl.out_w;
-        for (int64_t j = j0; j < j1; ++j)
-          row[j] = src[base + j * pl.stride_w];
+        gather_strided(row + j0, src + base + j0 * pl.stride_w, j1 - j0, pl.stride_w);
       }
       std::fill(row + j1, row + pitch, T(0));
     }

@@ -1,6 +1,7 @@
 // The CPU backend's kernels as free functions, one family per file: elementwise.cpp (fill, cast,
-// unary, binary, sum_to, adam_step), matmul.cpp, conv_transpose.cpp, indexing.cpp, norm.cpp. `threads` caps the threads
-// a kernel may use; every result is bit-identical for any thread count. Internal to cpu/.
+// unary, binary, sum_to, adam_step), matmul.cpp, conv_transpose.cpp, indexing.cpp, norm.cpp.
+// `threads` caps the threads a kernel may use; every result is bit-identical for any thread count.
+// Internal to cpu/.
 #pragma once
 
 #include <cstdint>
@@ -64,23 +65,23 @@ T* data(const Tensor& t) {
 // The hot kernels, compiled once per x86-64 level (cpu/CMakeLists.txt), each copy in namespace
 // tgrad::cpu::isa_<level>; the functions of the same names in tgrad::cpu (isa.cpp) call the copy
 // of the level in use (cpu/isa.h). elementwise.cpp, matmul.cpp and conv_transpose.cpp define them.
-#define TGRAD_CPU_ISA_KERNELS                                                                     \
-  void fill(Tensor& y, double value);                                                             \
-  void cast(const Tensor& x, Tensor& y);                                                          \
-  void unary(UnaryOp op, double p, const Tensor& x, Tensor& y);                                   \
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);                          \
-  void sum_to(const Tensor& x, Tensor& y);                                                        \
-  void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,           \
+#define TGRAD_CPU_ISA_KERNELS                                                                      \
+  void fill(Tensor& y, double value);                                                              \
+  void cast(const Tensor& x, Tensor& y);                                                           \
+  void unary(UnaryOp op, double p, const Tensor& x, Tensor& y);                                    \
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);                           \
+  void sum_to(const Tensor& x, Tensor& y);                                                         \
+  void adam_step(const AdamStep& s, const Tensor& p, const Tensor& g, const Tensor& m,             \
                  const Tensor& v, const Tensor* vmax, Tensor& p_out, Tensor& m_out, Tensor& v_out, \
-                 Tensor* vmax_out);                                                              \
-  void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool transpose_b,    \
-              int threads);                                                                       \
-  void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,            \
-                              const Tensor* b, Tensor& y, int threads);                           \
-  void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx, \
-                            int threads);                                                         \
-  void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dw, \
-                            int threads);                                                         \
+                 Tensor* vmax_out);                                                                \
+  void matmul(const Tensor& a, const Tensor& b, Tensor& y, bool transpose_a, bool transpose_b,     \
+              int threads);                                                                        \
+  void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w,             \
+                              const Tensor* b, Tensor& y, int threads);                            \
+  void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor& w, Tensor& dx,  \
+                            int threads);                                                          \
+  void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dw,  \
+                            int threads);                                                          \
   void conv_transpose_bias_grad(const ConvGeometry& g, const Tensor& dy, Tensor& db, int threads);
 
 TGRAD_CPU_ISA_KERNELS
