@@ -686,6 +686,10 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
     dgrad_few_rows(pl, dy, w, dx, threads);
     return;
   }
+  if (phase_dgrad_suits(pl, sizeof(T))) {
+    phase_dgrad(pl, dy, w, dx, threads);
+    return;
+  }
   constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
   const ColBlocks cb = col_blocks(pl, pl.rows, sizeof(T), /*for_tasks=*/true);
   const int64_t col_tasks = cb.count() * pl.groups;

@@ -181,6 +181,11 @@ void winograd_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, 
 bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes);
 void direct_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
 void direct_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads);
+// conv_transpose_wgrad.cpp: dgrad by stride phases for few input channels, for the shapes
+// phase_dgrad_suits, on the phase planes of dy that its wgrad by phases reads.
+bool phase_dgrad_suits(const Plan& pl, int64_t elem_bytes);
+void phase_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
+void phase_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
 
 // One block of GEMM columns: positions [p0, p0 + len) of each of the items n0 .. n0 + items - 1,
 // side by side (item n0 + j at columns j*len ..).
@@ -963,6 +968,24 @@ inline Vec load_first(const T* p, int64_t n) {
   Vec v;
   std::memcpy(&v, lanes, sizeof(Vec));
   return v;
+}
+
+// Stores the first n (0 < n < lanes) lanes of v at p, writing nothing past them: a masked store
+// at AVX-512.
+template <class Vec, class T>
+inline void store_first(T* p, Vec v, int64_t n) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(Vec) == 64 && sizeof(T) == 4) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), reinterpret_cast<__m512>(v));
+    return;
+  } else if constexpr (sizeof(Vec) == 64 && sizeof(T) == 8) {
+    _mm512_mask_storeu_pd(p, static_cast<__mmask8>((1u << n) - 1), reinterpret_cast<__m512d>(v));
+    return;
+  }
+#endif
+  T lanes[sizeof(Vec) / sizeof(T)];
+  std::memcpy(lanes, &v, sizeof(Vec));
+  std::copy_n(lanes, n, p);
 }
 
 // The few-columns register tile: out[r * out_ld + v * L + lane] = sum over k < k_count, in order,

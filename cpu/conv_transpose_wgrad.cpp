@@ -288,24 +288,22 @@ constexpr int64_t kPhaseFewInMinUses = 8;
 // A bound on the taps' reach and on the planes' elements, far past any layer whose planes fit.
 constexpr int64_t kPhaseBound = int64_t{1} << 40;
 
-bool phase_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
-  // Few output channels (above), or few input channels (one tile's) and any number of output
-  // channels: the direct kernel
-  // needs 8 and the GEMM path's product is as thin, after im2col has written taps copies of dy
-  // (3 -> 32 k8x3 s2: im2col a third of the pass). The planes are a copy of dy, so they pay
-  // where each element of dy serves enough multiply-adds (input channels x its taps,
-  // taps / strides): from kPhaseFewInMinUses 1.2x-2.6x at 1 thread; at 3 to 7, a large dy's copy
-  // (1 -> 64 k4x3 s2 on 113 x 113, 2 -> 256 k8 s4) cost more than im2col (0.8x-0.9x).
-  const bool few_in =
-      pl.cig <= kFewRowsChannels &&
-      int128{pl.cig} * pl.taps >= int128{kPhaseFewInMinUses} * pl.stride_h * pl.stride_w;
-  if (!few_in && (pl.cog > kPhaseWgradMaxOutChannels || pl.rows > kPhaseWgradMaxRows)) return false;
-  // Below AVX-512 the tile (as few rows', 2 x 4 sums in 16 registers) measured slower than the
-  // GEMM path (0.6x-0.8x on the RGB layers).
-  if (gemm::kVecRegisters < 32) return false;
-  // Rows of at least two vectors, so that the partial vector at a row's end (lanes wasted past
-  // the row) is at most a third of the work; enough input channels for the tile's rows.
-  if (pl.in_w < 2 * gemm::kLanes<float> || (!few_in && pl.cig < kFewRowsChannels)) return false;
+// Few input channels (one tile's, kFewRowsChannels) and any number of output channels: the
+// direct kernels need 8, and the GEMM path's product is as thin once im2col has written taps
+// copies of dy (3 -> 32 k8x3 s2: im2col a third of wgrad and dgrad). The planes are a copy of
+// dy, so they pay where each element of dy serves enough multiply-adds (input channels x the
+// taps that reach it, taps / strides): wgrad from kPhaseFewInMinUses 1.2x-2.6x at 1 thread; at 3
+// to 7 a large dy's copy (1 -> 64 k4x3 s2 on 113 x 113, 2 -> 256 k8 s4) cost more than im2col
+// (0.8x-0.9x).
+bool few_input_channels(const Plan& pl) {
+  return pl.cig <= kFewRowsChannels &&
+         int128{pl.cig} * pl.taps >= int128{kPhaseFewInMinUses} * pl.stride_h * pl.stride_w;
+}
+
+// Whether the phase planes of the shape are in range and small enough: at most
+// kPhaseWgradBytes, or with few input channels, where the alternative is an im2col of dy larger
+// than the planes, twice dy (a bound against a dilation's padding) plus that.
+bool phase_planes_fit(const Plan& pl, int64_t elem_bytes, bool few_in) {
   // The taps' reach and the planes' size bounded first, in 128 bits (the geometry accepts
   // dilations whose reach would overflow), so that phase_planes computes in range: a plane's
   // extent is at most the input's plus the reach over the stride, plus 2.
@@ -318,11 +316,21 @@ bool phase_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
     return false;
   const PhasePlanes pp = phase_planes(pl);
   const int128 plane_bytes = int128{pl.batch} * pl.out_channels * pp.per_channel() * elem_bytes;
-  // With few input channels the alternative is an im2col of dy, larger than the planes: they
-  // are bounded only against a dilation's padding, at twice dy.
   const int128 dy_bytes = int128{pl.batch} * pl.out_channels * pl.out_hw * elem_bytes;
-  if (few_in) return plane_bytes <= 2 * dy_bytes + kPhaseWgradBytes;
-  return plane_bytes <= kPhaseWgradBytes;
+  return plane_bytes <= (few_in ? 2 * dy_bytes : 0) + kPhaseWgradBytes;
+}
+
+bool phase_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
+  // Few output channels (above) or few input channels.
+  const bool few_in = few_input_channels(pl);
+  if (!few_in && (pl.cog > kPhaseWgradMaxOutChannels || pl.rows > kPhaseWgradMaxRows)) return false;
+  // Below AVX-512 the tile (as few rows', 2 x 4 sums in 16 registers) measured slower than the
+  // GEMM path (0.6x-0.8x on the RGB layers).
+  if (gemm::kVecRegisters < 32) return false;
+  // Rows of at least two vectors, so that the partial vector at a row's end (lanes wasted past
+  // the row) is at most a third of the work; enough input channels for the tile's rows.
+  if (pl.in_w < 2 * gemm::kLanes<float> || (!few_in && pl.cig < kFewRowsChannels)) return false;
+  return phase_planes_fit(pl, elem_bytes, few_in);
 }
 
 // A piece of the positions: rows (n, ih) [u0, u1) (u = n * in_h + ih), columns [w0, w1) of each,
@@ -406,55 +414,77 @@ constexpr int64_t kPhaseSliceBytes = int64_t{256} << 10;
 // Elements of the planes' copy per run of rows, at least.
 constexpr int64_t kMinCopyElems = 4096;
 
+// Columns [jb, jb + count) of row i of plane (p, q) of output channel c of item n (nc = n *
+// out_channels + c), at row[0 ..): dy row (i + lo_h) * sh + residue_h[p], columns (j + lo_w) *
+// sw + residue_w[q], zero outside dy.
+template <class T>
+void phase_plane_row(const Plan& pl, const PhasePlanes& pp, const T* dy, int64_t nc, int64_t p,
+                     int64_t q, int64_t i, int64_t jb, int64_t count, T* row) {
+  const int64_t oh = (i + pp.h.lo) * pl.stride_h + pp.h.residue[static_cast<size_t>(p)];
+  // Column j is dy column base + j * sw: those inside dy are [j0, j1).
+  const int64_t base = (pp.w.lo + jb) * pl.stride_w + pp.w.residue[static_cast<size_t>(q)];
+  const int64_t j0 = std::clamp<int64_t>(base >= 0 ? 0 : ceil_div(-base, pl.stride_w), 0, count);
+  const int64_t j1 = oh < 0 || oh >= pl.out_h || base >= pl.out_w
+                         ? j0
+                         : std::clamp<int64_t>(ceil_div(pl.out_w - base, pl.stride_w), j0, count);
+  std::fill_n(row, j0, T(0));
+  if (j1 > j0) {
+    const T* src = dy + (nc * pl.out_h + oh) * pl.out_w;
+    gather_strided(row + j0, src + base + j0 * pl.stride_w, j1 - j0, pl.stride_w);
+  }
+  std::fill(row + j1, row + count, T(0));
+}
+
+// The planes of every (n, co), phase_plane_row's rows in (n, co, p, q, i) order. A copy, cut into
+// runs of rows for the threads (it cannot change a bit): by (n, co) it ran on three threads for
+// an RGB layer at batch 1 while the others waited.
+template <class T>
+Workspace<T> phase_planes_of(const Plan& pl, const PhasePlanes& pp, const T* dy, int threads) {
+  const int64_t phases_h = static_cast<int64_t>(pp.h.residue.size());
+  const int64_t phases_w = static_cast<int64_t>(pp.w.residue.size());
+  const int64_t pitch = pp.w.extent;
+  const int64_t plane_rows = pl.batch * pl.out_channels * phases_h * phases_w * pp.h.extent;
+  const int64_t runs = std::clamp<int64_t>(plane_rows * pitch / kMinCopyElems, 1,
+                                           std::min<int64_t>(plane_rows, 4 * int64_t{threads}));
+  Workspace<T> planes(plane_rows * pitch);
+  parallel_for(threads, runs, [&](int64_t run) {
+    for (int64_t r = plane_rows * run / runs; r < plane_rows * (run + 1) / runs; ++r) {
+      const int64_t plane = r / pp.h.extent;
+      phase_plane_row(pl, pp, dy, plane / (phases_w * phases_h), plane / phases_w % phases_h,
+                      plane % phases_w, r % pp.h.extent, 0, pitch, planes.data() + r * pitch);
+    }
+  });
+  return planes;
+}
+
+// Per column j = (co, kh, kw) of dw (a row of w's group): the offset of the plane its tap reads,
+// within an item's planes of plane_h rows of `pitch` each, at row ih = 0, column iw = 0.
+std::vector<int64_t> phase_offsets(const Plan& pl, const PhasePlanes& pp, int64_t plane_h,
+                                   int64_t pitch) {
+  const int64_t phases_w = static_cast<int64_t>(pp.w.residue.size());
+  const int64_t plane = plane_h * pitch;
+  const int64_t per_channel = static_cast<int64_t>(pp.h.residue.size()) * phases_w * plane;
+  std::vector<int64_t> off(static_cast<size_t>(pl.rows));
+  for (int64_t j = 0; j < pl.rows; ++j) {
+    const int64_t co = j / pl.taps, kh = j % pl.taps / pl.kernel_w, kw = j % pl.kernel_w;
+    const int64_t k =
+        pp.h.plane[static_cast<size_t>(kh)] * phases_w + pp.w.plane[static_cast<size_t>(kw)];
+    off[static_cast<size_t>(j)] = co * per_channel + k * plane +
+                                  (pp.h.shift[static_cast<size_t>(kh)] - pp.h.lo) * pitch +
+                                  pp.w.shift[static_cast<size_t>(kw)] - pp.w.lo;
+  }
+  return off;
+}
+
 template <class T>
 void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   constexpr int64_t C = kFewRowsChannels, J = kFewRowsRows;
   constexpr int L = gemm::kLanes<T>;
   const PhasePlanes pp = phase_planes(pl);
-  const int64_t phases_w = static_cast<int64_t>(pp.w.residue.size());
   const int64_t per_channel = pp.per_channel(), pitch = pp.w.extent;
-  // The planes of every (n, co): plane (p, q) holds dy rows (i + lo_h) * sh + residue_h[p] and
-  // columns (j + lo_w) * sw + residue_w[q], zero outside dy. A copy, cut into runs of rows for
-  // the threads (it cannot change a bit): by (n, co) it ran on three threads for an RGB layer at
-  // batch 1 while the others waited.
-  const int64_t phases_h = static_cast<int64_t>(pp.h.residue.size());
-  const int64_t plane_rows = pl.batch * pl.out_channels * phases_h * phases_w * pp.h.extent;
-  const int64_t runs = std::clamp<int64_t>(plane_rows * pitch / kMinCopyElems, 1,
-                                           std::min<int64_t>(plane_rows, 4 * int64_t{threads}));
-  const Workspace<T> planes(plane_rows * pitch);
-  parallel_for(threads, runs, [&](int64_t run) {
-    for (int64_t r = plane_rows * run / runs; r < plane_rows * (run + 1) / runs; ++r) {
-      const int64_t i = r % pp.h.extent, plane = r / pp.h.extent;
-      const int64_t q = plane % phases_w, p = plane / phases_w % phases_h;
-      const int64_t nc = plane / (phases_w * phases_h);  // n * out_channels + co
-      T* row = planes.data() + r * pitch;
-      const int64_t oh = (i + pp.h.lo) * pl.stride_h + pp.h.residue[static_cast<size_t>(p)];
-      // Column j is dy column base + j * sw: those inside dy are [j0, j1).
-      const int64_t base = pp.w.lo * pl.stride_w + pp.w.residue[static_cast<size_t>(q)];
-      const int64_t j0 =
-          std::clamp<int64_t>(base >= 0 ? 0 : ceil_div(-base, pl.stride_w), 0, pitch);
-      const int64_t j1 =
-          oh < 0 || oh >= pl.out_h || base >= pl.out_w
-              ? j0
-              : std::clamp<int64_t>(ceil_div(pl.out_w - base, pl.stride_w), j0, pitch);
-      std::fill_n(row, j0, T(0));
-      if (j1 > j0) {
-        const T* src = dy + (nc * pl.out_h + oh) * pl.out_w;
-        gather_strided(row + j0, src + base + j0 * pl.stride_w, j1 - j0, pl.stride_w);
-      }
-      std::fill(row + j1, row + pitch, T(0));
-    }
-  });
-  // Column j of dw (co, kh, kw): its plane's offset within an item's planes, at row ih = 0.
-  std::vector<int64_t> off(static_cast<size_t>(pl.rows));
-  for (int64_t j = 0; j < pl.rows; ++j) {
-    const int64_t co = j / pl.taps, kh = j % pl.taps / pl.kernel_w, kw = j % pl.kernel_w;
-    const int64_t plane =
-        pp.h.plane[static_cast<size_t>(kh)] * phases_w + pp.w.plane[static_cast<size_t>(kw)];
-    off[static_cast<size_t>(j)] = co * per_channel + plane * pp.plane() +
-                                  (pp.h.shift[static_cast<size_t>(kh)] - pp.h.lo) * pitch +
-                                  pp.w.shift[static_cast<size_t>(kw)] - pp.w.lo;
-  }
+  const int64_t plane_elems = pl.batch * pl.out_channels * per_channel;
+  const Workspace<T> planes = phase_planes_of(pl, pp, dy, threads);
+  const std::vector<int64_t> off = phase_offsets(pl, pp, pp.h.extent, pitch);
   // The pieces, in order: whole rows, as many as make up kPhasePiece positions; or a long row in
   // parts of kPhasePiece columns.
   const int64_t units = pl.batch * pl.in_h;
@@ -477,7 +507,7 @@ void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   const int64_t channel_blocks = ceil_div(pl.cig, C), column_blocks = ceil_div(pl.rows, J);
   const int64_t tile_elems = C * J * L, tiles = pl.groups * channel_blocks * column_blocks;
   const int64_t slices = std::clamp<int64_t>(
-      std::max(ceil_div(plane_rows * pitch * static_cast<int64_t>(sizeof(T)), kPhaseSliceBytes),
+      std::max(ceil_div(plane_elems * static_cast<int64_t>(sizeof(T)), kPhaseSliceBytes),
                ceil_div(kMinTasks, pl.groups * channel_blocks)),
       1,
       std::min({pieces, kMaxWgradSlices,
@@ -538,6 +568,133 @@ void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
       }
     }
   });
+}
+
+// dgrad by stride phases, for few input channels (few_input_channels), on the same planes:
+//   dx[n, g*cig + c, ih, iw] = sum over j = (co, kh, kw) of w[g*cig + c, j] plane_j[n][ih, iw]
+// with plane_j the plane that tap (kh, kw) of output channel co reads, at its shift
+// (phase_offsets). The GEMM path wrote the column buffer (rows x positions, taps copies of dy)
+// for a product only cig rows thin. Register tile: the group's input channels by up to
+// kPhaseDgradVecs vectors of a row's positions; each step over j broadcasts an element of w
+// per channel and loads the vectors of plane_j. Each element of dx is one chain over j in order,
+// whatever the task. A row's last vector reads past the row (the next plane row, or the planes'
+// slack), lanes that are never stored.
+constexpr int kPhaseDgradVecs = 6;
+
+// The row's positions [p0, p0 + V*L) (the last vector `last` lanes) of C channels: out[c] + p0
+// = sum over j < rows of wc[c][j] e[off[j] + p0 ...].
+template <class T, int C, int V>
+void phase_dgrad_tile(const T* e, const int64_t* off, int64_t rows, const T* const* wc,
+                      T* const* out, int64_t p0, int64_t last) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  Vec acc[C][V] = {};
+  e += p0;
+  for (int64_t j = 0; j < rows; ++j) {
+    const T* ej = e + off[j];
+    Vec ev[V];
+    for (int v = 0; v < V; ++v)
+      std::memcpy(&ev[v], ej + v * L, sizeof(Vec));
+    for (int c = 0; c < C; ++c) {
+      const T wv = wc[c][j];
+      for (int v = 0; v < V; ++v)
+        acc[c][v] += wv * ev[v];
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    T* o = out[c] + p0;
+    for (int v = 0; v < V - 1; ++v)
+      std::memcpy(o + v * L, &acc[c][v], sizeof(Vec));
+    if (last == L) {
+      std::memcpy(o + (V - 1) * L, &acc[c][V - 1], sizeof(Vec));
+    } else {
+      store_first(o + (V - 1) * L, acc[c][V - 1], last);
+    }
+  }
+}
+
+// A task's planes: those of its group's output channels for a band of its item's rows (and a
+// piece of their columns, where one row's are more), at most about this many bytes: they stay in
+// L2 between the copy and the tiles. Copied once for the whole call, the planes of 8 items of
+// 64 x 128 x 128 went to memory and back (0.9x the GEMM path); at 512 KiB a band of 256 channels
+// was 2 rows, and copying the taps' reach again for each cost 1.6x.
+constexpr int64_t kPhaseBandBytes = int64_t{1} << 20;
+
+template <class T>
+void phase_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
+  constexpr int L = gemm::kLanes<T>;
+  constexpr int C = kFewRowsChannels, V = kPhaseDgradVecs;
+  const PhasePlanes pp = phase_planes(pl);
+  const int64_t phases_w = static_cast<int64_t>(pp.w.residue.size());
+  const int64_t phases = static_cast<int64_t>(pp.h.residue.size()) * phases_w;
+  const int64_t reach_h = pp.h.extent - pl.in_h, reach_w = pp.w.extent - pl.in_w;
+  // Tasks over (n, g, band of band_h rows, piece of piece_w columns): bands of whole rows while a
+  // row's planes fit kPhaseBandBytes, else single rows in pieces of whole tiles; then cut
+  // smaller, bands first, until there are two tasks a thread (a batch-1 sequence is one row).
+  // The cut cannot change a bit.
+  const int64_t elem = static_cast<int64_t>(sizeof(T)), tile_w = int64_t{V} * L;
+  const int64_t col_bytes = pl.cog * phases * elem;  // a plane column of every channel, per row
+  int64_t band_h = 1, piece_w = pl.in_w;
+  if ((1 + reach_h) * pp.w.extent * col_bytes <= kPhaseBandBytes) {
+    band_h = std::clamp<int64_t>(kPhaseBandBytes / (pp.w.extent * col_bytes) - reach_h, 1, pl.in_h);
+  } else {
+    const int64_t fit = kPhaseBandBytes / ((1 + reach_h) * col_bytes) - reach_w;
+    piece_w = std::clamp<int64_t>(fit / tile_w * tile_w, tile_w, pl.in_w);
+  }
+  const auto count = [&] {
+    return pl.batch * pl.groups * ceil_div(pl.in_h, band_h) * ceil_div(pl.in_w, piece_w);
+  };
+  while (count() < 2 * int64_t{threads} && (band_h > 1 || piece_w > tile_w)) {
+    if (band_h > 1) {
+      band_h = ceil_div(band_h, int64_t{2});
+    } else {
+      piece_w = std::max(tile_w, ceil_div(ceil_div(piece_w, int64_t{2}), tile_w) * tile_w);
+    }
+  }
+  const int64_t bands = ceil_div(pl.in_h, band_h), pieces = ceil_div(pl.in_w, piece_w);
+  const int64_t plane_h = band_h + reach_h, pitch = piece_w + reach_w;
+  const std::vector<int64_t> off = phase_offsets(pl, pp, plane_h, pitch);
+  // L elements past the last plane: a row's last vector reads up to L - 1 past the row.
+  const int64_t buf_elems = pl.cog * phases * plane_h * pitch + L;
+  parallel_for(
+      threads, pl.batch * pl.groups * bands * pieces,
+      [&] {
+        Workspace<T> ws(buf_elems);
+        std::fill_n(ws.data(), buf_elems, T(0));
+        return ws;
+      },
+      [&](Workspace<T>& ws, int64_t t) {
+        const int64_t piece = t % pieces, band = t / pieces % bands;
+        const int64_t g = t / (pieces * bands) % pl.groups, n = t / (pieces * bands * pl.groups);
+        const int64_t ih0 = band * band_h, ih1 = std::min(pl.in_h, ih0 + band_h);
+        const int64_t w0 = piece * piece_w, w1 = std::min(pl.in_w, w0 + piece_w);
+        for (int64_t co = 0; co < pl.cog; ++co) {
+          for (int64_t k = 0; k < phases; ++k) {
+            for (int64_t i = 0; i < ih1 - ih0 + reach_h; ++i) {
+              phase_plane_row(pl, pp, dy, n * pl.out_channels + g * pl.cog + co, k / phases_w,
+                              k % phases_w, ih0 + i, w0, w1 - w0 + reach_w,
+                              ws.data() + ((co * phases + k) * plane_h + i) * pitch);
+            }
+          }
+        }
+        const int64_t vecs = ceil_div(w1 - w0, int64_t{L}), blocks = ceil_div(vecs, int64_t{V});
+        const T* wc[C];
+        T* out[C];
+        for (int64_t ih = ih0; ih < ih1; ++ih) {
+          for (int64_t c = 0; c < pl.cig; ++c) {
+            wc[c] = w + (g * pl.cig + c) * pl.rows;
+            out[c] = dx + ((n * pl.in_channels + g * pl.cig + c) * pl.in_h + ih) * pl.in_w + w0;
+          }
+          const T* e = ws.data() + (ih - ih0) * pitch;
+          for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t v0 = b * V, nv = std::min<int64_t>(V, vecs - v0);
+            const int64_t last = std::min<int64_t>(L, w1 - w0 - (v0 + nv - 1) * L);
+            with_tile<C, V>(static_cast<int>(pl.cig), static_cast<int>(nv), [&]<int CC, int VV>() {
+              phase_dgrad_tile<T, CC, VV>(e, off.data(), pl.rows, wc, out, v0 * L, last);
+            });
+          }
+        }
+      });
 }
 
 // The output channels of each block cut for the threads into parts, each of whole channels
@@ -655,6 +812,23 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
 }
 
 }  // namespace
+
+namespace conv {
+
+bool phase_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
+  // The tile's sums take 24 of AVX-512's 32 registers; rows of at least two vectors (as the
+  // wgrad's), so that a row's last vector wastes at most a third of its lanes' work.
+  return gemm::kVecRegisters >= 32 && few_input_channels(pl) &&
+         pl.in_w >= 2 * gemm::kLanes<float> && phase_planes_fit(pl, elem_bytes, true);
+}
+void phase_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
+  phase_dgrad_typed(pl, dy, w, dx, threads);
+}
+void phase_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads) {
+  phase_dgrad_typed(pl, dy, w, dx, threads);
+}
+
+}  // namespace conv
 
 void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& dy, Tensor& dw,
                           int threads) {

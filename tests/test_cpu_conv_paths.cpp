@@ -202,19 +202,25 @@ std::vector<PathCase> path_cases() {
                                                          {2, 2}, {1, 1}, {0, 0}, {1, 1}, 2)},
       {"wgrad by phases, 1-D k16 s8, long rows",
        conv_case_from_shapes(1, {2, 8, 3000}, {8, 2, 16}, true, {8}, {4}, {0}, {1}, 1)},
-      // wgrad by phases for few input channels (at most a tile's 4, each element of dy serving
-      // at least 8 multiply-adds), many output channels: 3 -> 16 k4 s2 with output padding on
-      // rows of 37 (256 columns of dw in 43 blocks, a tile of 3 channels); 2 groups of 2 -> 12
-      // k3 at stride 1 (planes copied whole); 1-D 4 -> 20 k8 s4, the planes gathered at a W
-      // stride of 4 a vector at a time.
-      {"wgrad by phases, 3 input channels",
-       conv_case_from_shapes(2, {2, 3, 20, 37}, {3, 16, 4, 4}, true, {2, 2}, {1, 1}, {1, 1}, {1, 1},
-                             1)},
-      {"wgrad by phases, grouped 2 input channels",
+      // dgrad and wgrad by phases for few input channels (at most a tile's 4, each element of
+      // dy serving at least 8 multiply-adds), many output channels: 3 -> 16 k4 s2 with output
+      // padding on rows of 37 (wgrad: 256 columns of dw in 43 blocks, a tile of 3 channels;
+      // dgrad: 3 vectors a row, the last partial; more threads cut the rows into more bands); 2
+      // groups of 2 -> 12 k3 at stride 1 (planes copied whole); 1-D 4 -> 20 k8 s4, the planes
+      // gathered at a W stride of 4 a vector at a time; 1 -> 8 k3 at stride 1 (a tile of one
+      // channel); a 1-D row of 2100 whose planes pass dgrad's band budget, cut into pieces of
+      // columns (64 output channels, 2 W phases).
+      {"phases, 3 input channels", conv_case_from_shapes(2, {2, 3, 20, 37}, {3, 16, 4, 4}, true,
+                                                         {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1)},
+      {"phases, grouped 2 input channels",
        conv_case_from_shapes(2, {2, 4, 12, 40}, {4, 12, 3, 3}, false, {1, 1}, {1, 1}, {0, 0},
                              {1, 1}, 2)},
-      {"wgrad by phases, 1-D stride 4, 4 input channels",
+      {"phases, 1-D stride 4, 4 input channels",
        conv_case_from_shapes(1, {2, 4, 300}, {4, 20, 8}, true, {4}, {2}, {1}, {1}, 1)},
+      {"phases, 1 input channel", conv_case_from_shapes(2, {2, 1, 30, 50}, {1, 8, 3, 3}, true,
+                                                        {1, 1}, {1, 1}, {0, 0}, {1, 1}, 1)},
+      {"phases, 1-D row in pieces",
+       conv_case_from_shapes(1, {1, 4, 2100}, {4, 64, 4}, false, {2}, {1}, {0}, {1}, 1)},
       // dgrad and wgrad on few columns (dgrad_few_columns, wgrad_few_columns): 2 items of 4 x 4
       // = 32 columns, two vectors of them; 192 input channels, 16 row blocks; 144 rows, wgrad's
       // last panel partial.
