@@ -1,7 +1,8 @@
 // ConvTranspose on the CPU as GEMMs over blocks of columns (the (n, p) pairs of a group,
 // conv_transpose_cols.h), forward and dgrad (the backend's GEMM, cpu/gemm.h, or Eigen's on thin
 // blocks), where neither conv_transpose_direct.cpp's dgrad and stride-1 forward nor the
-// few-columns or few-rows products below suit the shape; wgrad is in conv_transpose_wgrad.cpp.
+// few-columns or few-rows products below nor the dgrad by stride phases (few input channels,
+// conv_transpose_wgrad.cpp) suit the shape; wgrad is in conv_transpose_wgrad.cpp.
 //   forward: cols = W_g^T x_g, then col2im: y[co, oh, ow] += cols[r, p] (y starts as bias or 0)
 //   dgrad:   cols = im2col(dy) (0 where (oh, ow) is outside y), dx_g = W_g cols
 // Every decomposition into tasks depends on the shape only, never on the thread count, except

@@ -1,7 +1,8 @@
 // ConvTranspose weight and bias gradients on the CPU (conv_transpose.cpp has the other passes;
 // conv_transpose_direct.cpp the direct wgrad that the shapes it suits take instead of this;
 // few columns and few rows take the products below, wgrad_few_columns and wgrad_few_rows, and
-// few output or input channels at AVX-512 the one by stride phases, phase_wgrad):
+// few output or input channels at AVX-512 the one by stride phases, phase_wgrad; the dgrad of
+// few input channels, phase_dgrad, is here too, on the same phase planes of dy):
 //   wgrad: dw_g[ci, r] = sum over the (n, p) columns of x_g[ci, (n, p)] cols[r, (n, p)], with
 //          cols = im2col(dy) as in dgrad;  db = sum of dy.
 // Tasks own blocks of dw (a group, a block of output channels, a block of input channels) and run
