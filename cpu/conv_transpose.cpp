@@ -287,6 +287,10 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
     direct_forward(pl, x, w, b, y, threads);
     return;
   }
+  if (few_input_forward_suits(pl)) {
+    few_input_forward(pl, x, w, b, y, threads);
+    return;
+  }
   const ChannelBlocks by_size = channel_blocks(pl, kMinTasks);
   const ColBlocks cb = col_blocks(pl, by_size.per_block * pl.taps, sizeof(T), /*for_tasks=*/false);
   const int64_t outer = cb.item_blocks * pl.groups;

@@ -140,8 +140,8 @@ inline bool cols_are_dy(const Plan& pl) {
 
 // Whether the passes take conv_transpose_depthwise.cpp's direct loops: one input and one output
 // channel per group, and a W stride its phase layout can afford (one row per phase).
+inline constexpr int64_t kMaxPhases = 16;
 inline bool depthwise(const Plan& pl) {
-  constexpr int64_t kMaxPhases = 16;
   return pl.cig == 1 && pl.cog == 1 && pl.stride_w <= kMaxPhases;
 }
 
@@ -156,6 +156,14 @@ void depthwise_dgrad(const Plan& pl, const float* dy, const float* w, float* dx,
 void depthwise_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
 void depthwise_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
 void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads);
+// The same file's forward loops for few input channels per group (any output channels), for the
+// shapes few_input_forward_suits: each (n, co) plane of y gathers its group's input channels.
+inline constexpr int kFewInputForwardChannels = 4;
+bool few_input_forward_suits(const Plan& pl);
+void few_input_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                       int threads);
+void few_input_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
+                       int threads);
 
 // conv_transpose_direct.cpp: dgrad with no column buffer, for the shapes direct_dgrad_suits
 // (enough input channels to fill its vector tile, rows of at least a few positions, enough

@@ -1,5 +1,6 @@
 // Depthwise ConvTranspose on the CPU (one input and one output channel per group): direct loops
-// over each (n, c) plane, since a GEMM of one row per group would spend its time packing.
+// over each (n, c) plane, since a GEMM of one row per group would spend its time packing. The
+// forward loops serve few input channels per group too (few_input_forward), any output channels.
 //   forward: y[oh, ow] = b + sum over taps (kh, kw) of w[kh, kw] x[ih, iw]
 //   dgrad:   dx[ih, iw] = sum over taps of w[kh, kw] dy[oh, ow]
 //   wgrad:   dw[kh, kw] = sum over n, ih, iw of x[ih, iw] dy[oh, ow]
@@ -153,26 +154,73 @@ void for_each_tap_row(const Plan& pl, const Phases& f, Fn&& fn) {
   }
 }
 
-template <class T>
-void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+// out[i] += sum over c of wk[c] x_row[c][i] for i < n, a vector at a time, the last partial one
+// masked (load_first, store_first): the compiler's scalar loop for a row's last elements cost
+// as much as its vectors on rows of 90.
+template <int CI, class T>
+void add_rows(const T* wk, const T* const* x_row, int64_t n, T* out) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  const auto sum = [&](auto load, int64_t i) {
+    Vec s = wk[0] * load(x_row[0] + i);
+    for (int c = 1; c < CI; ++c)
+      s += wk[c] * load(x_row[c] + i);
+    return s;
+  };
+  int64_t i = 0;
+  const auto whole = [](const T* p) {
+    Vec v;
+    std::memcpy(&v, p, sizeof(Vec));
+    return v;
+  };
+  for (; i + L <= n; i += L) {
+    const Vec v = whole(out + i) + sum(whole, i);
+    std::memcpy(out + i, &v, sizeof(Vec));
+  }
+  if (i < n) {
+    const int64_t m = n - i;
+    const auto part = [m](const T* p) { return load_first<Vec>(p, m); };
+    store_first(out + i, load_first<Vec>(out + i, m) + sum(part, i), m);
+  }
+}
+
+// Tasks over the (n, co) planes of y. Each tap row adds the CI input channels' rows of x, each
+// times its weight, into the plane's outputs: one pass over the outputs for the CI channels. CI
+// is the group's input channels (1 when depthwise; few_input_forward_suits bounds it).
+template <int CI, class T>
+void forward_planes(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
   if (pl.batch == 0) return;  // nothing to write; a phase plane could be huge (empty tensors)
   const Phases f = phases_of(pl);
+  // Runs of planes a task: about kMinTaskOutputs outputs, while that leaves two tasks a thread
+  // (small planes one a task: 16 x 16 inputs at k4 s2 ran 0.8x the GEMM path at 2 threads).
+  // The cut cannot change a bit.
+  constexpr int64_t kMinTaskOutputs = 16384;
+  const int64_t planes = pl.batch * pl.out_channels;
+  const int64_t tasks =
+      std::clamp<int64_t>(std::min(planes * pl.out_hw / kMinTaskOutputs, planes),
+                          std::min<int64_t>(planes, 2 * int64_t{threads}), planes);
   parallel_for(
-      threads, pl.batch * pl.groups, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
-      [&](Workspace<T>& ws, int64_t t) {
-        const int64_t c = t % pl.groups;
-        const T* x_p = x + t * pl.in_hw;
-        T* y_p = y + t * pl.out_hw;
-        T* acc = f.sw > 1 ? ws.data() : y_p;  // stride 1: the phase layout is y's own
-        std::fill_n(acc, f.sw > 1 ? f.size() : pl.out_hw, b != nullptr ? b[c] : T(0));
-        for_each_tap_row(pl, f, [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
-          const T wk = w[c * pl.taps + k];
-          const T* x_row = x_p + ih * pl.in_w + iw0;
-          T* out = acc + o;
-          for (int64_t i = 0; i < iw1 - iw0; ++i)
-            out[i] += wk * x_row[i];
-        });
-        if (f.sw > 1) from_phases(f, acc, y_p);
+      threads, tasks, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
+      [&](Workspace<T>& ws, int64_t task) {
+        for (int64_t t = planes * task / tasks; t < planes * (task + 1) / tasks; ++t) {
+          const int64_t co = t % pl.out_channels, n = t / pl.out_channels;
+          const int64_t g = co / pl.cog;
+          const T* x_g = x + (n * pl.in_channels + g * CI) * pl.in_hw;
+          const T* w_co = w + g * CI * pl.rows + (co % pl.cog) * pl.taps;  // input channel 0's
+          T* y_p = y + t * pl.out_hw;
+          T* acc = f.sw > 1 ? ws.data() : y_p;  // stride 1: the phase layout is y's own
+          std::fill_n(acc, f.sw > 1 ? f.size() : pl.out_hw, b != nullptr ? b[co] : T(0));
+          for_each_tap_row(pl, f, [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
+            T wk[CI];
+            const T* x_row[CI];
+            for (int c = 0; c < CI; ++c) {
+              wk[c] = w_co[c * pl.rows + k];
+              x_row[c] = x_g + c * pl.in_hw + ih * pl.in_w + iw0;
+            }
+            add_rows<CI>(wk, x_row, iw1 - iw0, acc + o);
+          });
+          if (f.sw > 1) from_phases(f, acc, y_p);
+        }
       });
 }
 
@@ -254,11 +302,38 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
 
 void depthwise_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
                        int threads) {
-  forward_typed(pl, x, w, b, y, threads);
+  forward_planes<1>(pl, x, w, b, y, threads);
 }
 void depthwise_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
                        int threads) {
-  forward_typed(pl, x, w, b, y, threads);
+  forward_planes<1>(pl, x, w, b, y, threads);
+}
+
+// Few input channels: the GEMM path's product reduces over cig only and writes a column buffer
+// of taps copies of y for col2im to add (3 -> 32 k8x3 s2: 2.1x here at 1 thread, 1 -> 64
+// k4x3 s2 3.7x, 4 -> 64 k4 s2 1.5x). Up to 4: with 8 the GEMM path or the direct forward won
+// (0.3x-0.8x). Rows of at least a vector: on 8 x 8 inputs at k4 s2 the loops over tap rows cost
+// more than the product (0.45x). Shapes the direct forward takes keep it (stride 1, k5 on
+// 32 x 32 with 3 input channels: 2.5x the loops).
+bool few_input_forward_suits(const Plan& pl) {
+  return pl.cig <= kFewInputForwardChannels && pl.stride_w <= kMaxPhases &&
+         pl.in_w >= gemm::kLanes<float>;
+}
+template <class T>
+void few_input_forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y,
+                             int threads) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((pl.cig == I + 1 ? forward_planes<I + 1>(pl, x, w, b, y, threads) : void()), ...);
+  }
+  (std::make_integer_sequence<int, kFewInputForwardChannels>{});
+}
+void few_input_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                       int threads) {
+  few_input_forward_typed(pl, x, w, b, y, threads);
+}
+void few_input_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
+                       int threads) {
+  few_input_forward_typed(pl, x, w, b, y, threads);
 }
 void depthwise_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
   dgrad_typed(pl, dy, w, dx, threads);
