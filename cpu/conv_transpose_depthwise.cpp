@@ -173,6 +173,12 @@ void add_rows(const T* wk, const T* const* x_row, int64_t n, T* out) {
     std::memcpy(&v, p, sizeof(Vec));
     return v;
   };
+  for (; i + 4 * L <= n; i += 4 * L) {  // four vectors' loads in flight
+    Vec v[4];
+    for (int u = 0; u < 4; ++u)
+      v[u] = whole(out + i + u * L) + sum(whole, i + u * L);
+    std::memcpy(out + i, v, sizeof(v));
+  }
   for (; i + L <= n; i += L) {
     const Vec v = whole(out + i) + sum(whole, i);
     std::memcpy(out + i, &v, sizeof(Vec));
