@@ -221,6 +221,11 @@ std::vector<PathCase> path_cases() {
                                                         {1, 1}, {1, 1}, {0, 0}, {1, 1}, 1)},
       {"phases, 1-D row in pieces",
        conv_case_from_shapes(1, {1, 4, 2100}, {4, 64, 4}, false, {2}, {1}, {0}, {1}, 1)},
+      // dgrad by phases on rows of 11 (one vector, partial) with one input channel and a tap per
+      // stride phase (strides 2 x 3, output padding): the dgrad has no bound on the taps.
+      {"dgrad by phases, narrow rows, one tap a phase",
+       conv_case_from_shapes(2, {3, 1, 12, 11}, {1, 16, 2, 3}, true, {2, 3}, {1, 0}, {1, 2}, {1, 1},
+                             1)},
       // dgrad and wgrad on few columns (dgrad_few_columns, wgrad_few_columns): 2 items of 4 x 4
       // = 32 columns, two vectors of them; 192 input channels, 16 row blocks; 144 rows, wgrad's
       // last panel partial.
