@@ -9,6 +9,7 @@
 // of a plane's rows (dgrad) or, for wgrad, channels: results do not depend on the thread count.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -116,15 +117,15 @@ void interleave2(const T* even, const T* odd, int64_t n, T* row) {
   }
 }
 
-// plane = ph back from phase layout.
+// Rows [oh0, oh1) of plane = ph back from phase layout.
 template <class T>
-void from_phases(const Phases& f, const T* ph, T* plane) {
+void from_phases(const Phases& f, const T* ph, T* plane, int64_t oh0, int64_t oh1) {
   if (f.sw == 2) {
-    for (int64_t oh = 0; oh < f.out_h; ++oh)
+    for (int64_t oh = oh0; oh < oh1; ++oh)
       interleave2(ph + f.row(0, oh), ph + f.row(1, oh), f.out_w, plane + oh * f.out_w);
     return;
   }
-  for (int64_t oh = 0; oh < f.out_h; ++oh) {
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
     for (int64_t r = 0; r < std::min(f.sw, f.out_w); ++r) {
       const T* src = ph + f.row(r, oh);
       T* dst = plane + oh * f.out_w + r;
@@ -134,19 +135,26 @@ void from_phases(const Phases& f, const T* ph, T* plane) {
   }
 }
 
-// For every tap (kh, kw) and input row ih whose outputs land in y: fn(k, ih, iw_begin, iw_end,
-// out), out being the index, in phase layout, of the output of (ih, iw_begin) for tap k; the
-// outputs of iw_begin .. iw_end - 1 follow it contiguously.
+// For every tap (kh, kw) and input row ih whose outputs land in y (in its rows [oh0, oh1)):
+// fn(k, ih, iw_begin, iw_end, out), out being the index, in phase layout, of the output of
+// (ih, iw_begin) for tap k; the outputs of iw_begin .. iw_end - 1 follow it contiguously.
 template <class Fn>
-void for_each_tap_row(const Plan& pl, const Phases& f, Fn&& fn) {
+void for_each_tap_row(const Plan& pl, const Phases& f, Fn&& fn, int64_t oh0 = 0,
+                      int64_t oh1 = std::numeric_limits<int64_t>::max()) {
   for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+    // Rows ih with oh = ih*sh - ph + kh*dh in [oh0, oh1).
+    const int64_t base = kh * pl.dil_h - pl.pad_h;
+    const int64_t ih_lo = std::max(pl.h.lo[kh], ceil_div(oh0 - base, pl.stride_h));
+    const int64_t ih_hi = oh1 == std::numeric_limits<int64_t>::max()
+                              ? pl.h.hi[kh]
+                              : std::min(pl.h.hi[kh], ceil_div(oh1 - base, pl.stride_h));
     for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
       const int64_t iw0 = pl.w.lo[kw], iw1 = pl.w.hi[kw];
       if (iw0 >= iw1) continue;
       const int64_t off_w = kw * pl.dil_w - pl.pad_w;
       const int64_t q = floor_div(off_w, f.sw);
       const int64_t r = off_w - q * f.sw;
-      for (int64_t ih = pl.h.lo[kh]; ih < pl.h.hi[kh]; ++ih) {
+      for (int64_t ih = ih_lo; ih < ih_hi; ++ih) {
         const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
         fn(kh * pl.kernel_w + kw, ih, iw0, iw1, f.row(r, oh) + iw0 + q);
       }
@@ -198,34 +206,44 @@ void forward_planes(const Plan& pl, const T* x, const T* w, const T* b, T* y, in
   if (pl.batch == 0) return;  // nothing to write; a phase plane could be huge (empty tensors)
   const Phases f = phases_of(pl);
   // Runs of planes a task: about kMinTaskOutputs outputs, while that leaves two tasks a thread
-  // (small planes one a task: 16 x 16 inputs at k4 s2 ran 0.8x the GEMM path at 2 threads).
-  // The cut cannot change a bit.
+  // (small planes one a task: 16 x 16 inputs at k4 s2 ran 0.8x the GEMM path at 2 threads); with
+  // fewer planes than that, bands of a plane's rows (one 512 x 512 channel ran on one thread).
+  // The cut cannot change a bit: an output's taps come in the same order in any band.
   constexpr int64_t kMinTaskOutputs = 16384;
   const int64_t planes = pl.batch * pl.out_channels;
-  const int64_t tasks =
-      std::clamp<int64_t>(std::min(planes * pl.out_hw / kMinTaskOutputs, planes),
-                          std::min<int64_t>(planes, 2 * int64_t{threads}), planes);
+  const int64_t runs = std::clamp<int64_t>(std::min(planes * pl.out_hw / kMinTaskOutputs, planes),
+                                           std::min<int64_t>(planes, 2 * int64_t{threads}), planes);
+  const int64_t bands = std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, planes), 1, pl.out_h);
+  const int64_t band_h = ceil_div(pl.out_h, bands);
   parallel_for(
-      threads, tasks, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
+      threads, runs * bands, [&] { return Workspace<T>(f.sw > 1 ? f.size() : 0); },
       [&](Workspace<T>& ws, int64_t task) {
-        for (int64_t t = planes * task / tasks; t < planes * (task + 1) / tasks; ++t) {
+        const int64_t run = task / bands;
+        const int64_t oh0 = task % bands * band_h, oh1 = std::min(pl.out_h, oh0 + band_h);
+        if (oh0 >= oh1) return;
+        for (int64_t t = planes * run / runs; t < planes * (run + 1) / runs; ++t) {
           const int64_t co = t % pl.out_channels, n = t / pl.out_channels;
           const int64_t g = co / pl.cog;
           const T* x_g = x + (n * pl.in_channels + g * CI) * pl.in_hw;
           const T* w_co = w + g * CI * pl.rows + (co % pl.cog) * pl.taps;  // input channel 0's
           T* y_p = y + t * pl.out_hw;
+          const T init = b != nullptr ? b[co] : T(0);
           T* acc = f.sw > 1 ? ws.data() : y_p;  // stride 1: the phase layout is y's own
-          std::fill_n(acc, f.sw > 1 ? f.size() : pl.out_hw, b != nullptr ? b[co] : T(0));
-          for_each_tap_row(pl, f, [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
-            T wk[CI];
-            const T* x_row[CI];
-            for (int c = 0; c < CI; ++c) {
-              wk[c] = w_co[c * pl.rows + k];
-              x_row[c] = x_g + c * pl.in_hw + ih * pl.in_w + iw0;
-            }
-            add_rows<CI>(wk, x_row, iw1 - iw0, acc + o);
-          });
-          if (f.sw > 1) from_phases(f, acc, y_p);
+          for (int64_t r = 0; r < f.sw; ++r)    // the band's rows of each phase
+            std::fill_n(acc + f.row(r, oh0), (oh1 - oh0) * f.len, init);
+          for_each_tap_row(
+              pl, f,
+              [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
+                T wk[CI];
+                const T* x_row[CI];
+                for (int c = 0; c < CI; ++c) {
+                  wk[c] = w_co[c * pl.rows + k];
+                  x_row[c] = x_g + c * pl.in_hw + ih * pl.in_w + iw0;
+                }
+                add_rows<CI>(wk, x_row, iw1 - iw0, acc + o);
+              },
+              oh0, oh1);
+          if (f.sw > 1) from_phases(f, acc, y_p, oh0, oh1);
         }
       });
 }

@@ -221,6 +221,15 @@ std::vector<PathCase> path_cases() {
                                                         {1, 1}, {1, 1}, {0, 0}, {1, 1}, 1)},
       {"phases, 1-D row in pieces",
        conv_case_from_shapes(1, {1, 4, 2100}, {4, 64, 4}, false, {2}, {1}, {0}, {1}, 1)},
+      // Fewer planes than twice the threads, and enough work for several threads: the depthwise
+      // loops and the forward of few input channels cut the planes' rows into bands (one
+      // channel, k5x7 at strides 2 x 3; 2 -> 1 channel k5 s2).
+      {"depthwise, one plane in bands",
+       conv_case_from_shapes(2, {1, 1, 200, 180}, {1, 1, 5, 7}, true, {2, 3}, {2, 3}, {1, 2},
+                             {1, 1}, 1)},
+      {"few input channels, one output plane in bands",
+       conv_case_from_shapes(2, {1, 2, 150, 150}, {2, 1, 5, 5}, false, {2, 2}, {2, 2}, {1, 1},
+                             {1, 1}, 1)},
       // dgrad by phases on rows of 11 (one vector, partial) with one input channel and a tap per
       // stride phase (strides 2 x 3, output padding): the dgrad has no bound on the taps.
       {"dgrad by phases, narrow rows, one tap a phase",
