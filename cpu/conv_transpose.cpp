@@ -679,6 +679,10 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
       return;
     }
   }
+  if (phase_dgrad_suits(pl, sizeof(T))) {
+    phase_dgrad(pl, dy, w, dx, threads);
+    return;
+  }
   if (direct_dgrad_suits(pl, sizeof(T))) {
     direct_dgrad(pl, dy, w, dx, threads);
     return;
@@ -689,10 +693,6 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int64_t x_numel
   }
   if (few_rows_fit(pl, sizeof(T))) {
     dgrad_few_rows(pl, dy, w, dx, threads);
-    return;
-  }
-  if (phase_dgrad_suits(pl, sizeof(T))) {
-    phase_dgrad(pl, dy, w, dx, threads);
     return;
   }
   constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;

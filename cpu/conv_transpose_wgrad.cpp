@@ -571,15 +571,15 @@ void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   });
 }
 
-// dgrad by stride phases, for few input channels (few_input_channels), on the same planes:
+// dgrad by stride phases, for few input channels (phase_dgrad_suits), on the same planes:
 //   dx[n, g*cig + c, ih, iw] = sum over j = (co, kh, kw) of w[g*cig + c, j] plane_j[n][ih, iw]
 // with plane_j the plane that tap (kh, kw) of output channel co reads, at its shift
 // (phase_offsets). The GEMM path wrote the column buffer (rows x positions, taps copies of dy)
-// for a product only cig rows thin. Register tile: the group's input channels by up to
-// kPhaseDgradVecs vectors of a row's positions; each step over j broadcasts an element of w
-// per channel and loads the vectors of plane_j. Each element of dx is one chain over j in order,
-// whatever the task. A row's last vector reads past the row (the next plane row, or the planes'
-// slack), lanes that are never stored.
+// for a product only cig rows thin. Register tile: up to kFewRowsChannels of the group's input
+// channels by up to kPhaseDgradVecs vectors of a row's positions; each step over j broadcasts an
+// element of w per channel and loads the vectors of plane_j. Each element of dx is one chain over j
+// in order, whatever the task. A row's last vector reads past the row (the next plane row, or the
+// planes' slack), lanes that are never stored.
 constexpr int kPhaseDgradVecs = 6;
 
 // The row's positions [p0, p0 + V*L) (the last vector `last` lanes) of C channels: out[c] + p0
@@ -682,17 +682,21 @@ void phase_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threa
         const T* wc[C];
         T* out[C];
         for (int64_t ih = ih0; ih < ih1; ++ih) {
-          for (int64_t c = 0; c < pl.cig; ++c) {
-            wc[c] = w + (g * pl.cig + c) * pl.rows;
-            out[c] = dx + ((n * pl.in_channels + g * pl.cig + c) * pl.in_h + ih) * pl.in_w + w0;
-          }
           const T* e = ws.data() + (ih - ih0) * pitch;
-          for (int64_t b = 0; b < blocks; ++b) {
-            const int64_t v0 = b * V, nv = std::min<int64_t>(V, vecs - v0);
-            const int64_t last = std::min<int64_t>(L, w1 - w0 - (v0 + nv - 1) * L);
-            with_tile<C, V>(static_cast<int>(pl.cig), static_cast<int>(nv), [&]<int CC, int VV>() {
-              phase_dgrad_tile<T, CC, VV>(e, off.data(), pl.rows, wc, out, v0 * L, last);
-            });
+          for (int64_t c0 = 0; c0 < pl.cig; c0 += C) {  // blocks of C channels
+            const int64_t cc = std::min<int64_t>(C, pl.cig - c0);
+            for (int64_t c = 0; c < cc; ++c) {
+              const int64_t ci = g * pl.cig + c0 + c;
+              wc[c] = w + ci * pl.rows;
+              out[c] = dx + ((n * pl.in_channels + ci) * pl.in_h + ih) * pl.in_w + w0;
+            }
+            for (int64_t b = 0; b < blocks; ++b) {
+              const int64_t v0 = b * V, nv = std::min<int64_t>(V, vecs - v0);
+              const int64_t last = std::min<int64_t>(L, w1 - w0 - (v0 + nv - 1) * L);
+              with_tile<C, V>(static_cast<int>(cc), static_cast<int>(nv), [&]<int CC, int VV>() {
+                phase_dgrad_tile<T, CC, VV>(e, off.data(), pl.rows, wc, out, v0 * L, last);
+              });
+            }
           }
         }
       });
@@ -820,11 +824,15 @@ bool phase_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // The tile's sums take 24 of AVX-512's 32 registers. Unlike the wgrad, the dgrad's banded
   // planes never go to memory: it gained from 1 input channel and any taps per stride phase
   // (1 -> 12 k7 s2: 2.7x; 1 -> 64 k4x3 s2: 2.3x) and on rows of 8 (1.1x) to 20 (3.7x); on rows
-  // of 4 the tasks' copies cost more than the GEMM path (0.5x).
-  constexpr int64_t kPhaseDgradMinRow = 8;
-  return gemm::kVecRegisters >= 32 && pl.cig <= kFewRowsChannels && pl.in_w >= kPhaseDgradMinRow &&
-         phase_planes_fit(pl, elem_bytes, true);
+  // of 4 the tasks' copies cost more than the GEMM path (0.5x). Up to 8 input channels (two
+  // tiles over each band's planes) it beat the direct dgrad, few rows and few columns too
+  // (1.2x-3.3x: 8 -> 96 k8 s2, grouped 8 -> 48 k4 d1x2, 8 -> 8 k3); with 12 or 16 it lost or
+  // tied (0.7x-1.0x).
+  constexpr int64_t kPhaseDgradMaxChannels = 8, kPhaseDgradMinRow = 8;
+  return gemm::kVecRegisters >= 32 && pl.cig <= kPhaseDgradMaxChannels &&
+         pl.in_w >= kPhaseDgradMinRow && phase_planes_fit(pl, elem_bytes, true);
 }
+
 void phase_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
   phase_dgrad_typed(pl, dy, w, dx, threads);
 }
