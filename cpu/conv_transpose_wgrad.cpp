@@ -286,18 +286,19 @@ constexpr int64_t kPhaseWgradBytes = int64_t{16} << 20;
 constexpr int64_t kPhaseWgradMaxRows = 64;
 constexpr int64_t kPhaseWgradMaxOutChannels = 3;
 constexpr int64_t kPhaseFewInMinUses = 8;
+constexpr int64_t kPhaseFewInMaxChannels = 8;  // two tiles' (6 -> 32 k3: 2x the GEMM path)
 // A bound on the taps' reach and on the planes' elements, far past any layer whose planes fit.
 constexpr int64_t kPhaseBound = int64_t{1} << 40;
 
-// Few input channels (one tile's, kFewRowsChannels) and any number of output channels: the
-// direct kernels need 8, and the GEMM path's product is as thin once im2col has written taps
-// copies of dy (3 -> 32 k8x3 s2: im2col a third of wgrad and dgrad). The planes are a copy of
-// dy, so they pay where each element of dy serves enough multiply-adds (input channels x the
-// taps that reach it, taps / strides): wgrad from kPhaseFewInMinUses 1.2x-2.6x at 1 thread; at 3
-// to 7 a large dy's copy (1 -> 64 k4x3 s2 on 113 x 113, 2 -> 256 k8 s4) cost more than im2col
-// (0.8x-0.9x).
+// Few input channels (up to two tiles', kPhaseFewInMaxChannels) and any number of output
+// channels: the GEMM path's product is as thin once im2col has written taps copies of dy (3 -> 32
+// k8x3 s2: im2col a third of the pass), and the direct wgrad, which takes 8, was slower too.
+// The planes are a copy of dy, so they pay where each element of dy serves enough
+// multiply-adds (input channels x the taps that reach it, taps / strides): from
+// kPhaseFewInMinUses 1.2x-2.6x at 1 thread; at 3 to 7 a large dy's copy (1 -> 64 k4x3 s2 on
+// 113 x 113, 2 -> 256 k8 s4) cost more than im2col (0.8x-0.9x).
 bool few_input_channels(const Plan& pl) {
-  return pl.cig <= kFewRowsChannels &&
+  return pl.cig <= kPhaseFewInMaxChannels &&
          int128{pl.cig} * pl.taps >= int128{kPhaseFewInMinUses} * pl.stride_h * pl.stride_w;
 }
 
@@ -748,6 +749,13 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
     depthwise_wgrad(pl, x, dy, dw, threads);
     return;
   }
+  // Few input channels by phases before the direct wgrad (which takes 8 at AVX-512): 8 -> 96
+  // k8 s2 and 8 -> 64 k4 s2 1.3x-1.4x faster; but not on few columns (0.8x).
+  const bool few_columns_fit = few_columns_wide_fit(pl, w_numel * static_cast<int64_t>(sizeof(T)));
+  if (few_input_channels(pl) && !few_columns_fit && phase_wgrad_suits(pl, sizeof(T))) {
+    phase_wgrad(pl, x, dy, dw, threads);
+    return;
+  }
   if (direct_wgrad_suits(pl, sizeof(T))) {
     direct_wgrad(pl, x, dy, dw, threads);
     return;
@@ -757,7 +765,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   // it out of its buffer then goes to memory and back). With more columns, or a dw that stays
   // in cache, the GEMM path measured as fast or faster: packing every row of cols costs what
   // streaming saves (144 columns on a 1 MiB dw: 0.88x).
-  if (few_columns_wide_fit(pl, w_numel * static_cast<int64_t>(sizeof(T)))) {
+  if (few_columns_fit) {
     wgrad_few_columns(pl, x, dy, dw, threads);
     return;
   }
