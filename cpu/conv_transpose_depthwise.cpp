@@ -439,10 +439,8 @@ bool few_input_forward_suits(const Plan& pl) {
 template <class T>
 void few_input_forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y,
                              int threads) {
-  [&]<int... I>(std::integer_sequence<int, I...>) {
-    ((pl.cig == I + 1 ? forward_planes<I + 1>(pl, x, w, b, y, threads) : void()), ...);
-  }
-  (std::make_integer_sequence<int, kFewInputForwardChannels>{});
+  gemm::with_count<kFewInputForwardChannels>(
+      static_cast<int>(pl.cig), [&]<int CI>() { forward_planes<CI>(pl, x, w, b, y, threads); });
 }
 void few_input_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
                        int threads) {
