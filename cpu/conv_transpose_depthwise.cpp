@@ -78,21 +78,22 @@ Reached reached_of(const Plan& pl, const Phases& f) {
   return re;
 }
 
-// ph = plane in phase layout, on the rows and phases `re` marks (the rest of ph is not written).
-template <class T>
-void to_phases(const Phases& f, const Reached& re, const T* plane, T* ph) {
+// Rows [oh0, oh1) of plane in phase layout, on the rows and phases `re` marks (nothing else is
+// written): phase row (r, oh) at row_of(r, oh), however the caller lays its rows out.
+template <class T, class RowOf>
+void to_phases(const Phases& f, const Reached& re, const T* plane, int64_t oh0, int64_t oh1,
+               RowOf&& row_of) {
   const auto reached = [&](int64_t oh) { return re.rows[static_cast<size_t>(oh)] != 0; };
-  if (f.sw == 2 && re.phases[0] != 0 && re.phases[1] != 0) {
-    for (int64_t oh = 0; oh < f.out_h; ++oh)
-      if (reached(oh))
-        deinterleave2(plane + oh * f.out_w, f.out_w, ph + f.row(0, oh), ph + f.row(1, oh));
+  if (f.sw == 2 && re.phases[0] != 0 && re.phases[1] != 0) {  // one pass for both phases
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      if (reached(oh)) deinterleave2(plane + oh * f.out_w, f.out_w, row_of(0, oh), row_of(1, oh));
     return;
   }
   for (int64_t r = 0; r < std::min(f.sw, f.out_w); ++r) {
     if (re.phases[static_cast<size_t>(r)] == 0) continue;
     const int64_t n = ceil_div(f.out_w - r, f.sw);
-    for (int64_t oh = 0; oh < f.out_h; ++oh)
-      if (reached(oh)) gather_strided(ph + f.row(r, oh), plane + oh * f.out_w + r, n, f.sw);
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      if (reached(oh)) gather_strided(row_of(r, oh), plane + oh * f.out_w + r, n, f.sw);
   }
 }
 
@@ -308,19 +309,7 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
         };
         // Only the rows and phases a tap reads; the columns each writes are the same in every
         // task, so the padding stays zero.
-        const bool both = f.sw == 2 && pl.out_w >= 2 && re.phases[0] != 0 && re.phases[1] != 0;
-        for (int64_t oh = oh0; oh < oh1; ++oh) {
-          if (re.rows[static_cast<size_t>(oh)] == 0) continue;
-          if (both) {  // one pass over the row for both phases
-            deinterleave2(dy_p + oh * pl.out_w, pl.out_w, phase_row(0, oh), phase_row(1, oh));
-            continue;
-          }
-          for (int64_t r = 0; r < std::min(f.sw, pl.out_w); ++r) {
-            if (re.phases[static_cast<size_t>(r)] == 0) continue;
-            gather_strided(phase_row(r, oh), dy_p + oh * pl.out_w + r, ceil_div(pl.out_w - r, f.sw),
-                           f.sw);
-          }
-        }
+        to_phases(f, re, dy_p, oh0, oh1, phase_row);
         T* dx_p = dx + t * pl.in_hw;
         std::vector<Entry> entries(static_cast<size_t>(pl.taps));
         for (int64_t ih = ih0; ih < ih1; ++ih) {
@@ -387,7 +376,9 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
           const int64_t t = n * pl.groups + c;
           const T* x_p = x + t * pl.in_hw;
           const T* dy_p = dy + t * pl.out_hw;
-          if (f.sw > 1) to_phases(f, re, dy_p, ph);
+          if (f.sw > 1)
+            to_phases(f, re, dy_p, 0, f.out_h,
+                      [&](int64_t r, int64_t oh) { return ph + f.row(r, oh); });
           const T* src = f.sw > 1 ? ph : dy_p;
           for_each_tap_row(pl, f, [&](int64_t k, int64_t ih, int64_t iw0, int64_t iw1, int64_t o) {
             T lanes[kLanes] = {};
