@@ -22,9 +22,6 @@
 // over (block, i) in order for each point, then the output transform and the bias; how the tiles
 // are cut into tasks cannot change a bit, so the results do not depend on the thread count.
 #include <algorithm>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 #include <cstring>
 #include <utility>
 
@@ -162,18 +159,6 @@ Vec load(const float* p) {
 void store(float* p, Vec v) {
   std::memcpy(p, &v, sizeof(Vec));
 }
-// The first n (< L) lanes of v: a masked store where the level has one (a run of scalar stores
-// cost as much as the rest of the output transform on rows that end mid-vector).
-void store_first(float* p, Vec v, int64_t n) {
-#if defined(__AVX512F__)
-  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), reinterpret_cast<__m512>(v));
-#else
-  float lanes[L];
-  std::memcpy(lanes, &v, sizeof(Vec));
-  for (int64_t j = 0; j < n; ++j)
-    p[j] = lanes[j];
-#endif
-}
 // n elements from src to dst, a vector at a time: the window's rows are short, and a library
 // copy's call cost as much as the copy.
 void copy_floats(const float* src, int64_t n, float* dst) {
@@ -273,6 +258,9 @@ void transform_outputs(const Corr& c, const float* m, int64_t m_point, const Seg
       const Vec y1 = z[r][1] - z[r][2] - z[r][3] + bias;
       float* out = plane + (2 * s.ty + r) * c.out_w + w0;
       const Vec lo = zip<false>(y0, y1, lanes), hi = zip<true>(y0, y1, lanes);
+      // A row ending mid-vector: its last lanes by a masked store (store_first in
+      // conv_transpose_cols.h; a run of scalar stores cost as much as the rest of the output
+      // transform on such rows).
       if (cols < L) {
         store_first(out, lo, cols);
         continue;
