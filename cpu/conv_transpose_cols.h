@@ -185,6 +185,9 @@ bool winograd_suits(const Plan& pl, int64_t elem_bytes);
 void winograd_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
                       int threads);
 void winograd_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
+// Its wgrad by the dual F(3x3, 2x2), for the shapes winograd_wgrad_suits.
+bool winograd_wgrad_suits(const Plan& pl, int64_t elem_bytes);
+void winograd_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
 // The same file's wgrad, for the shapes direct_wgrad_suits.
 bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes);
 void direct_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);

@@ -1,7 +1,7 @@
-// Winograd's F(2x2, 3x3) for the forward and dgrad of stride-1 undilated layers in float32: 3x3
-// kernels (DeconvNet's and many decoders' refinement layers) and larger ones cut into 3 x 3
-// blocks (S5's 3 x 7), the shapes winograd_suits takes. Both passes are then the same
-// correlation:
+// Winograd's F(2x2, 3x3) for the forward and dgrad of stride-1 undilated layers in float32, and
+// its dual F(3x3, 2x2) for their wgrad (its section below): 3x3 kernels (DeconvNet's and many
+// decoders' refinement layers) and larger ones cut into 3 x 3 blocks (S5's 3 x 7), the shapes
+// winograd_suits takes. The forward and dgrad are then the same correlation:
 //   out[o, h, w] = bias[o] + sum over i, a, b of f(o, i, a, b) in[i, h - ph + a, w - pw + b]
 // (a < kh, b < kw) with reads outside `in` zero: dgrad reads dy through w as it lies (o an input
 // channel, i an output channel), the forward reads x through w flipped in both taps, with the
@@ -356,6 +356,340 @@ void winograd(const Corr& c, const float* in, const Filter& filter, const float*
       });
 }
 
+// ---- wgrad ----
+//   dw[i, o, a, b] = sum over n, h, w of x[i, h, w] dy[o, h - ph + a, w - pw + b]
+// The same correlation with the roles turned: per 2 x 2 tile of x, the 3 x 3 taps of a block are
+// Winograd's F(3x3, 2x2), the dual of the forward's F(2x2, 3x3) on the same points:
+//   dw block += G'^T [ (A' X A'^T) (.) (B^T D B) ] G'
+// with X the tile of x, D the 4 x 4 window of dy above it (shifted 3 rows or columns per block),
+// B^T the forward's, A'^T = [1 1 1 0; 0 1 -1 1] and G'^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2
+// -1] (the forward's A and G, point 3's sign moved from the tile's transform to the output's). The
+// output transform is linear, so the products are summed over every tile first, per point a
+// product over the tiles M_xi (i x (block, o)) = X_xi D_xi^T, and G'^T M G' is taken once at the
+// end: per tile, 16 multiplies per pair of channels and block where the direct kernel does 36 (4
+// positions x 9 taps).
+//
+// The transforms run on channels-last copies of a chunk's rows of x and dy, vectors over
+// channels, and write each point's values channels-last, tile after tile: the register tile (2
+// vectors of x channels by kRows columns of M) then reads both as the direct wgrad's does (2
+// loads and kRows broadcasts a tile), with no packing. (Transforms vectorised over tiles, as the
+// forward's, need M's operands transposed: the GEMM's packing took two thirds of its products'
+// time there.)
+//
+// The tiles of the batch are cut by the shape into chunks and slices of chunks (sums of their
+// own, added in slice order); a task takes a (slice, group, part of the points), its chunks in
+// order, each register tile summing a chunk's tiles in order onto its sums: every element of M,
+// and so of dw, is the same sequence of operations for any thread count. Float64 keeps the direct
+// kernel, the reference this is checked against.
+
+constexpr int kWgradVecs = 2;            // vectors of x channels per register tile
+constexpr int kWgradCols = gemm::kRows;  // columns of M per register tile
+// A chunk's transforms (16 points of every channel on both sides) about kWgradChunkBytes, whole
+// rows of tiles where one fits: written, then read back by the products, from L2 (S5's wgrad at
+// 768 KiB ran 1.05x slower, at 3 MiB 1.4x; 96-384 KiB alike).
+constexpr int64_t kWgradChunkBytes = int64_t{256} << 10;
+// Every chunk's products load and store all of M (16 points of every pair of channels and block),
+// so a chunk has kWgradMinChunk tiles at least, and M at most kWgradMaxSumsBytes per group:
+// 256 -> 256 channels on 14 x 14 (4 MiB of M, chunks of 8 tiles, then 32) ran 0.75x, then 0.88x,
+// the direct kernel; 128 -> 128 on 28 x 28 (1 MiB) 1.2x-1.4x faster.
+constexpr int64_t kWgradMinChunk = 32;
+constexpr int64_t kWgradMaxSumsBytes = int64_t{1} << 20;
+// Slices: about kWgradSliceTiles tiles each, at most kWgradMaxSlices, their sums within
+// kWgradMaxSlicesBytes (threads add them up after the chains, one thread as it goes). The pass
+// needs kWgradMinSlices: with fewer, the threads past them share a slice's points, each copying
+// and transforming its chunks again, and at 16 threads small layers (400-1100 tiles, one slice of
+// 512) ran 0.4x-0.8x the direct kernel. Sharing one buffer of a slice's transforms instead was no
+// faster: 4-12 times x's and dy's size, it went to memory and back.
+constexpr int64_t kWgradSliceTiles = 256;
+constexpr int64_t kWgradMaxSlices = 16;
+constexpr int64_t kWgradMaxSlicesBytes = int64_t{4} << 20;
+constexpr int64_t kWgradMinSlices = 8;
+
+// Corr with dy as the plane read through windows (ic: its channels) and x's plane as the grid of
+// tiles (oc: x's channels).
+Corr wgrad_corr(const Plan& pl) {
+  return {pl.batch, pl.groups, pl.cog,  pl.cig,   pl.out_channels, pl.in_channels, pl.out_h,
+          pl.out_w, pl.in_h,   pl.in_w, pl.pad_h, pl.pad_w,        pl.kernel_h,    pl.kernel_w};
+}
+
+// The sizes of the pass: channels padded to whole vectors (zeros past them), M's columns
+// (block, dy channel), its register tiles, and a chunk's tiles.
+struct WgradShape {
+  int64_t cx, cd, cols, x_blocks, col_tiles, tile_elems, point_elems, chunk, chunks, slices;
+};
+
+WgradShape wgrad_shape(const Corr& c) {
+  WgradShape w{};
+  w.cx = gemm::round_up(c.oc, L);
+  w.cd = gemm::round_up(c.ic, L);
+  w.cols = c.blocks_h() * c.blocks_w() * w.cd;
+  w.x_blocks = ceil_div(w.cx, kWgradVecs * L);
+  w.col_tiles = ceil_div(w.cols, kWgradCols);
+  w.tile_elems = kWgradVecs * kWgradCols * L;
+  w.point_elems = w.x_blocks * w.col_tiles * w.tile_elems;
+  const int64_t per_tile = kPoints * (w.cx + w.cols) * int64_t{sizeof(float)};
+  const int64_t target = std::max<int64_t>(kWgradMinChunk, kWgradChunkBytes / per_tile);
+  w.chunk = c.tiles_w() <= target ? target / c.tiles_w() * c.tiles_w() : target;
+  const int64_t all_tiles = c.batch * c.tiles();
+  w.chunks = ceil_div(all_tiles, w.chunk);
+  const int64_t sums_bytes = c.groups * kPoints * w.point_elems * int64_t{sizeof(float)};
+  w.slices =
+      std::clamp<int64_t>(std::min({all_tiles / kWgradSliceTiles, w.chunks, kWgradMaxSlices}), 1,
+                          std::max<int64_t>(1, kWgradMaxSlicesBytes / sums_bytes));
+  return w;
+}
+
+// dst[j * ldc + ch] = src[ch * ld + j] for j < n, ch < channels; channels up to the next whole
+// vector get zeros. L x L register transposes, the rest a scalar at a time.
+void to_channels_last(const float* src, int64_t ld, int64_t channels, int64_t n, float* dst,
+                      int64_t ldc) {
+  for (int64_t c0 = 0; c0 < channels; c0 += L) {
+    const int count = static_cast<int>(std::min<int64_t>(L, channels - c0));
+    int64_t j = 0;
+    for (; j + L <= n; j += L)
+      gemm::transpose_tile<float, L>(src + c0 * ld + j, ld, count, dst + j * ldc + c0, ldc, L);
+    for (; j < n; ++j)
+      for (int l = 0; l < L; ++l)
+        dst[j * ldc + c0 + l] = l < count ? src[(c0 + l) * ld + j] : 0.0f;
+  }
+}
+
+// A chunk's rows of one item, channels-last and zero-padded: x rows [2 ty0, 2 ty1 + 2) and the dy
+// rows their windows read, [2 ty0 - ph, 2 ty1 - ph + 4 + 3 (blocks_h - 1)); column 0 of x's copy
+// is plane column 2 tx0, of dy's plane column 2 tx0 - pw. Tiles of the rows between are whole,
+// so columns [tx0, tx1) of the tile grid are copied only where the chunk holds part of one row.
+struct ChunkRows {
+  int64_t ty0, ty1, tx0, tx1;
+  int64_t x_rows() const { return 2 * (ty1 - ty0 + 1); }
+  int64_t x_cols() const { return 2 * (tx1 - tx0); }
+  int64_t d_rows(const Corr& c) const { return x_rows() + 2 + 3 * (c.blocks_h() - 1); }
+  int64_t d_cols(const Corr& c) const { return x_cols() + 2 + 3 * (c.blocks_w() - 1); }
+};
+
+void copy_chunk_rows(const Corr& c, const WgradShape& w, const ChunkRows& r, const float* x_plane,
+                     const float* dy_plane, float* xcl, float* dcl) {
+  const int64_t x_rows = r.x_rows(), x_cols = r.x_cols();
+  std::fill_n(xcl, x_rows * x_cols * w.cx, 0.0f);
+  const int64_t x_col0 = 2 * r.tx0, x_n = std::clamp<int64_t>(c.out_w - x_col0, 0, x_cols);
+  for (int64_t k = 0; k < x_rows && 2 * r.ty0 + k < c.out_h; ++k) {
+    to_channels_last(x_plane + (2 * r.ty0 + k) * c.out_w + x_col0, c.out_h * c.out_w, c.oc, x_n,
+                     xcl + k * x_cols * w.cx, w.cx);
+  }
+  const int64_t d_rows = r.d_rows(c), d_cols = r.d_cols(c);
+  std::fill_n(dcl, d_rows * d_cols * w.cd, 0.0f);
+  const int64_t d_row0 = 2 * r.ty0 - c.ph, d_col0 = 2 * r.tx0 - c.pw;
+  const int64_t j0 = std::clamp<int64_t>(-d_col0, 0, d_cols);
+  const int64_t j1 = std::clamp<int64_t>(c.in_w - d_col0, j0, d_cols);
+  for (int64_t k = std::max<int64_t>(0, -d_row0); k < d_rows && d_row0 + k < c.in_h; ++k) {
+    to_channels_last(dy_plane + (d_row0 + k) * c.in_w + d_col0 + j0, c.in_h * c.in_w, c.ic, j1 - j0,
+                     dcl + (k * d_cols + j0) * w.cd, w.cd);
+  }
+}
+
+// The transforms of the chunk's tiles [t0, t1) of one item (their rows copied as `r`), into
+// x_hat (point xi of local tile t at x_hat + (t * kPoints + xi) * cx) and d_hat (+ (t * kPoints +
+// xi) * cols + block * cd), local tiles from `local`: a tile's values together, as they are
+// written (point by point, 16 arrays a chunk apart, S5's wgrad ran 1.03x-1.1x slower).
+void transform_chunk_tiles(const Corr& c, const WgradShape& w, const ChunkRows& r, int64_t t0,
+                           int64_t t1, const float* xcl, const float* dcl, int64_t local,
+                           float* x_hat, float* d_hat) {
+  // Sizes in locals: the stores (through memcpy) could alias the structs' fields, which would
+  // then be read again after each one.
+  const int64_t tiles_w = c.tiles_w(), x_cols = r.x_cols(), d_cols = r.d_cols(c);
+  const int64_t bw = c.blocks_w(), blocks = c.blocks_h() * bw;
+  const int64_t cx = w.cx, cd = w.cd, cols = w.cols;
+  const int64_t x_point = cx, d_point = cols, d_row = d_cols * cd;
+  for (int64_t t = t0; t < t1; ++t, ++local) {
+    const int64_t ty = t / tiles_w - r.ty0, tx = t % tiles_w - r.tx0;
+    const float* x0 = xcl + (2 * ty * x_cols + 2 * tx) * cx;
+    float* xh = x_hat + local * kPoints * cx;
+    for (int64_t v = 0; v < cx; v += L) {
+      const Vec x00 = load(x0 + v), x01 = load(x0 + cx + v);
+      const Vec x10 = load(x0 + x_cols * cx + v), x11 = load(x0 + (x_cols + 1) * cx + v);
+      const Vec s0[4] = {x00, x00 + x01, x00 - x01, x01};
+      const Vec s1[4] = {x10, x10 + x11, x10 - x11, x11};
+      for (int q = 0; q < 4; ++q) {
+        store(xh + (0 * 4 + q) * x_point + v, s0[q]);
+        store(xh + (1 * 4 + q) * x_point + v, s0[q] + s1[q]);
+        store(xh + (2 * 4 + q) * x_point + v, s0[q] - s1[q]);
+        store(xh + (3 * 4 + q) * x_point + v, s1[q]);
+      }
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* d0 = dcl + (2 * ty + 3 * (b / bw)) * d_row + (2 * tx + 3 * (b % bw)) * cd;
+      float* dh = d_hat + local * kPoints * cols + b * cd;
+      for (int64_t v = 0; v < cd; v += L) {
+        Vec e[4][4];
+        for (int k = 0; k < 4; ++k) {  // d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+          const float* row = d0 + k * d_row + v;
+          const Vec a0 = load(row), a1 = load(row + cd);
+          const Vec a2 = load(row + 2 * cd), a3 = load(row + 3 * cd);
+          e[k][0] = a0 - a2;
+          e[k][1] = a1 + a2;
+          e[k][2] = a2 - a1;
+          e[k][3] = a1 - a3;
+        }
+        for (int q = 0; q < 4; ++q) {  // B^T (d B)
+          store(dh + (0 * 4 + q) * d_point + v, e[0][q] - e[2][q]);
+          store(dh + (1 * 4 + q) * d_point + v, e[1][q] + e[2][q]);
+          store(dh + (2 * 4 + q) * d_point + v, e[2][q] - e[1][q]);
+          store(dh + (3 * 4 + q) * d_point + v, e[1][q] - e[3][q]);
+        }
+      }
+    }
+  }
+}
+
+// acc[v][j] (at acc_in, from zero when `first`) += sum over t < count, in order, of
+// x[t * ldx + v * L ..] d[t * ldd + j]; stored at acc_out, or added to what is there (`add`).
+template <int V, int J>
+void wgrad_point_tile(const float* __restrict x, int64_t ldx, const float* __restrict d,
+                      int64_t ldd, int64_t count, bool first, const float* acc_in, float* acc_out,
+                      bool add) {
+  Vec acc[V][J];
+  load_sums(acc, acc_in, first);
+  for (int64_t t = 0; t < count; ++t) {
+    Vec xv[V];
+    for (int v = 0; v < V; ++v)
+      xv[v] = load(x + t * ldx + v * L);
+    for (int j = 0; j < J; ++j) {
+      const float s = d[t * ldd + j];
+      for (int v = 0; v < V; ++v)
+        acc[v][j] += s * xv[v];
+    }
+  }
+  if (add) {
+    Vec before[V][J];
+    load_sums(before, acc_out, false);
+    for (int v = 0; v < V; ++v)
+      for (int j = 0; j < J; ++j)
+        acc[v][j] = before[v][j] + acc[v][j];
+  }
+  store_sums(acc, acc_out);
+}
+
+// dw from the summed M of every group (G'^T M G' per pair of channels and block, in double), the
+// taps inside the kernel written. M's element (i, col) of point xi lies in register tile
+// (i / 2L, col / kWgradCols), as load_sums keeps it.
+void wgrad_outputs(const Corr& c, const WgradShape& w, const float* m, float* dw, int threads) {
+  const int64_t taps = c.kh * c.kw;
+  parallel_for(threads, c.groups * c.oc, [&](int64_t t) {
+    const int64_t g = t / c.oc, i = t % c.oc;
+    const int64_t xb = i / (kWgradVecs * L), v = i % (kWgradVecs * L) / L, lane = i % L;
+    const float* mg = m + g * kPoints * w.point_elems;
+    for (int64_t block = 0; block < c.blocks_h() * c.blocks_w(); ++block) {
+      const int64_t a0 = 3 * (block / c.blocks_w()), b0 = 3 * (block % c.blocks_w());
+      for (int64_t o = 0; o < c.ic; ++o) {
+        const int64_t col = block * w.cd + o, ct = col / kWgradCols;
+        const int64_t cols = std::min<int64_t>(kWgradCols, w.cols - ct * kWgradCols);
+        const int64_t at =
+            (xb * w.col_tiles + ct) * w.tile_elems + (v * cols + col % kWgradCols) * L + lane;
+        double p[4][4], s[3][4];
+        for (int xi = 0; xi < kPoints; ++xi)
+          p[xi / 4][xi % 4] = mg[xi * w.point_elems + at];
+        for (int q = 0; q < 4; ++q) {
+          s[0][q] = p[0][q] + 0.5 * (p[1][q] + p[2][q]);
+          s[1][q] = 0.5 * (p[1][q] - p[2][q]);
+          s[2][q] = 0.5 * (p[1][q] + p[2][q]) - p[3][q];
+        }
+        // dw is (in channels, out channels of the group, kh, kw): c.oc is x's side, c.ic dy's.
+        float* out = dw + ((g * c.oc + i) * c.ic + o) * taps;
+        for (int a = 0; a < 3 && a0 + a < c.kh; ++a) {
+          const double z[3] = {s[a][0] + 0.5 * (s[a][1] + s[a][2]), 0.5 * (s[a][1] - s[a][2]),
+                               0.5 * (s[a][1] + s[a][2]) - s[a][3]};
+          for (int b = 0; b < 3 && b0 + b < c.kw; ++b)
+            out[(a0 + a) * c.kw + b0 + b] = static_cast<float>(z[b]);
+        }
+      }
+    }
+  });
+}
+
+// x and dy are not empty (conv_transpose_wgrad answers an empty call with zeros).
+void winograd_wgrad_corr(const Corr& c, const float* x, const float* dy, float* dw, int threads) {
+  const WgradShape w = wgrad_shape(c);
+  const int64_t tiles = c.tiles(), tiles_w = c.tiles_w(), all_tiles = c.batch * tiles;
+  const int64_t chunks = w.chunks, slices = w.slices;
+  const int64_t group_elems = kPoints * w.point_elems;
+  const int64_t sums_elems = c.groups * group_elems;
+  // Parts of the 16 points where slices and groups leave threads idle (kWgradMinSlices above):
+  // each part copies and transforms its chunks again for the chains of its points.
+  const int64_t parts =
+      std::clamp<int64_t>(ceil_div(int64_t{threads}, slices * c.groups), 1, kPoints / 2);
+  // One thread runs the slices in order and adds each into the total as it ends (below).
+  const bool stream = threads == 1 && slices > 1;
+  const Workspace<float> sums((stream ? 2 : slices) * sums_elems);
+  // A piece's rows of one item: whole rows of tiles (at most ceil(chunk / tiles_w) + 1), or part of
+  // one row where a row is wider than a chunk.
+  const int64_t tile_rows = ceil_div(w.chunk, tiles_w) + 1;
+  const int64_t grid_cols = std::min(tiles_w, w.chunk);
+  const int64_t x_elems = 2 * tile_rows * 2 * grid_cols * w.cx;
+  const int64_t d_elems = (2 * tile_rows + 2 + 3 * (c.blocks_h() - 1)) *
+                          (2 * grid_cols + 2 + 3 * (c.blocks_w() - 1)) * w.cd;
+  const int64_t hat_elems = kPoints * w.chunk * (w.cx + w.cols);
+  parallel_for(
+      threads, slices * c.groups * parts,
+      [&] { return Workspace<float>(x_elems + d_elems + hat_elems); },
+      [&](Workspace<float>& ws, int64_t t) {
+        const int64_t s = t / (c.groups * parts), g = t / parts % c.groups, part = t % parts;
+        const int xi0 = static_cast<int>(kPoints * part / parts);
+        const int xi1 = static_cast<int>(kPoints * (part + 1) / parts);
+        float* xcl = ws.data();
+        float* dcl = xcl + x_elems;
+        float* x_hat = dcl + d_elems;
+        float* d_hat = x_hat + kPoints * w.chunk * w.cx;
+        float* m = sums.data() + (stream ? 1 : s) * sums_elems + g * group_elems;
+        float* total = sums.data() + g * group_elems;
+        const int64_t k0 = chunks * s / slices, k1 = chunks * (s + 1) / slices;
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t first = k * w.chunk, count = std::min(w.chunk, all_tiles - first);
+          for (int64_t done = 0; done < count;) {  // an item's tiles at a time
+            const int64_t n = (first + done) / tiles, t0 = (first + done) % tiles;
+            int64_t t1 = std::min(tiles, t0 + count - done);
+            // Rows wider than a chunk go a row at a time: a piece is whole rows or part of one.
+            if (tiles_w > w.chunk) t1 = std::min(t1, (t0 / tiles_w + 1) * tiles_w);
+            ChunkRows r{t0 / tiles_w, (t1 - 1) / tiles_w, 0, tiles_w};
+            if (r.ty0 == r.ty1) r.tx0 = t0 % tiles_w, r.tx1 = (t1 - 1) % tiles_w + 1;
+            copy_chunk_rows(c, w, r, x + (n * c.out_channels + g * c.oc) * c.out_h * c.out_w,
+                            dy + (n * c.in_channels + g * c.ic) * c.in_h * c.in_w, xcl, dcl);
+            transform_chunk_tiles(c, w, r, t0, t1, xcl, dcl, done, x_hat, d_hat);
+            done += t1 - t0;
+          }
+          const int64_t x_step = kPoints * w.cx, d_step = kPoints * w.cols;  // a tile's
+          // One thread's last chunk of a slice ends its sums in the total (slot 0), added to the
+          // slices before it: sum_parts_in_order's arithmetic, with no pass over partial sums.
+          const bool to_total = stream && k == k1 - 1;
+          for (int xi = xi0; xi < xi1; ++xi) {
+            for (int64_t xb = 0; xb < w.x_blocks; ++xb) {
+              const int vecs =
+                  static_cast<int>(std::min<int64_t>(kWgradVecs, (w.cx - xb * kWgradVecs * L) / L));
+              const float* xp = x_hat + xi * w.cx + xb * kWgradVecs * L;
+              for (int64_t ct = 0; ct < w.col_tiles; ++ct) {
+                const int cols =
+                    static_cast<int>(std::min<int64_t>(kWgradCols, w.cols - ct * kWgradCols));
+                const float* dp = d_hat + xi * w.cols + ct * kWgradCols;
+                const int64_t at = xi * w.point_elems + (xb * w.col_tiles + ct) * w.tile_elems;
+                float* out = (to_total ? total : m) + at;
+                gemm::with_count<kWgradCols>(cols, [&]<int J>() {
+                  if (vecs == kWgradVecs) {
+                    wgrad_point_tile<kWgradVecs, J>(xp, x_step, dp, d_step, count, k == k0, m + at,
+                                                    out, to_total && s > 0);
+                  } else {
+                    wgrad_point_tile<1, J>(xp, x_step, dp, d_step, count, k == k0, m + at, out,
+                                           to_total && s > 0);
+                  }
+                });
+              }
+            }
+          }
+        }
+      });
+  const Workspace<float> total(slices > 1 && !stream ? sums_elems : 0);
+  if (slices > 1 && !stream)
+    sum_parts_in_order(sums.data(), slices, sums_elems, total.data(), threads);
+  wgrad_outputs(c, w, slices > 1 && !stream ? total.data() : sums.data(), dw, threads);
+}
+
 }  // namespace
 
 bool winograd_suits(const Plan& pl, int64_t elem_bytes) {
@@ -382,6 +716,17 @@ bool winograd_suits(const Plan& pl, int64_t elem_bytes) {
   return fits(pl.cig * pl.cog, kPoints * blocks, 4, kWinogradMaxFilterBytes);
 }
 
+// The forward's shapes (the same transforms, points and bounds), with a group's M, channels
+// padded to whole vectors, within kWgradMaxSumsBytes, and kWgradMinSlices slices.
+bool winograd_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
+  if (!winograd_suits(pl, elem_bytes)) return false;
+  const int64_t blocks = ceil_div(pl.kernel_h, 3) * ceil_div(pl.kernel_w, 3);
+  if (!fits(gemm::round_up(pl.cig, L) * gemm::round_up(pl.cog, L), kPoints * blocks, 4,
+            kWgradMaxSumsBytes))
+    return false;
+  return wgrad_shape(wgrad_corr(pl)).slices >= kWgradMinSlices;
+}
+
 void winograd_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
   const Corr c = dgrad_corr(pl);
   // dx[ci] reads dy[co] through w[ci, co, a, b] as it lies.
@@ -389,6 +734,10 @@ void winograd_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, 
     return w[((g * pl.cig + o) * pl.cog + i) * pl.taps + a * pl.kernel_w + b];
   };
   winograd(c, dy, filter, nullptr, dx, threads);
+}
+
+void winograd_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads) {
+  winograd_wgrad_corr(wgrad_corr(pl), x, dy, dw, threads);
 }
 
 void winograd_forward(const Plan& pl, const float* x, const float* w, const float* bias, float* y,

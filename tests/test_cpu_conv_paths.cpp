@@ -360,6 +360,12 @@ std::vector<PathCase> path_cases() {
       {"Winograd in 3 x 3 blocks, 6 x 6 kernel, wide padding",
        conv_case_from_shapes(2, {1, 16, 13, 20}, {16, 16, 6, 6}, false, {1, 1}, {2, 5}, {0, 0},
                              {1, 1}, 1)},
+      // wgrad by Winograd's dual F(3x3, 2x2) (layers of 2048 tiles or more: 8 slices of the
+      // reduction): 16 -> 20 channels on a 16 x 514 plane, 2056 tiles; rows of 257 tiles are
+      // wider than a chunk (128), so they go in pieces; padding 0 on H.
+      {"Winograd wgrad in slices, rows wider than a chunk",
+       conv_case_from_shapes(2, {1, 16, 16, 514}, {16, 20, 3, 3}, false, {1, 1}, {0, 1}, {0, 0},
+                             {1, 1}, 1)},
       // Depthwise (one channel in and out per group): direct loops, W strides above 1 in a phase
       // layout whose rows differ in length when the stride does not divide W_out, stride 1
       // without it, and strides past 16 back on the GEMMs.
