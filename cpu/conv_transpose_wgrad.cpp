@@ -792,9 +792,19 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   const int64_t reduce = cb.count();
   const int64_t max_slices_by_memory =
       kMaxWgradPartialBytes / std::max<int64_t>(1, w_numel * static_cast<int64_t>(sizeof(T)));
+  // The reduction is cut only where the channels cannot be: the output-channel parts and the
+  // input-channel cut (below, for the threads) give up to cut_tasks tasks without it. Cut into
+  // slices, each product is as much shorter and the partial sums go to memory and back: U-Net
+  // 256 -> 128's wgrad at 25 x 25 (3 slices of 208 positions) ran 1.08x faster at 1 thread
+  // and 1.2x at 2 without them.
+  const int64_t quantum = kChannelQuantum / std::gcd(pl.taps, kChannelQuantum);
+  const int64_t cut_tasks = pl.groups * chb.count * std::max<int64_t>(1, chb.per_block / quantum) *
+                            ceil_div(pl.cig, kChannelQuantum);
   const int64_t slices =
-      std::max<int64_t>(1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory,
-                                     ceil_div(kMinTasks, pl.groups * chb.count)}));
+      cut_tasks >= kMinTasks
+          ? 1
+          : std::max<int64_t>(1, std::min({reduce, kMaxWgradSlices, max_slices_by_memory,
+                                           ceil_div(kMinTasks, pl.groups * chb.count)}));
   const int64_t shape_tasks = slices * pl.groups * chb.count;
   const ChannelParts cp = output_channel_parts(pl, chb.per_block, shape_tasks, threads);
   const ChannelCut cut = channel_cut(pl, shape_tasks * cp.count, threads);

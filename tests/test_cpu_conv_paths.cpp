@@ -301,10 +301,15 @@ std::vector<PathCase> path_cases() {
                              {1, 1}, 1)},
       // The same cut over a reduction in slices and with 16 taps (parts of whole multiples of 3
       // channels, 48 rows): one sequence of 400 positions whose column blocks are slices of
-      // partial dw, 62 output channels in 3 blocks of 21, 21 and 20 by the shape, cut into 7
-      // parts of 3 at 16 threads (fewer, of 6 or 12, at 2 and 5), the last block's last part
-      // of 2.
+      // partial dw (2 in float32, 4 in float64: the channels alone give only 9 tasks, one
+      // input-channel block of 48 and parts of 3 of the 29 output channels' one block), cut at 5
+      // and 16 threads into parts of 6 or 9 channels, the last of 5 or 2.
       {"wgrad output channels cut for the threads, reduction in slices",
+       conv_case_from_shapes(1, {1, 48, 400}, {48, 29, 16}, false, {8}, {4}, {0}, {1}, 1)},
+      // With 62 output channels (3 blocks of 21, 21 and 20 by the shape, 21 tasks in parts of 3)
+      // the channels can give the threads their tasks, and the reduction is not cut: one product
+      // over all 400 positions per task, in parts of 12, 9 and 6 channels at 2, 5 and 16 threads.
+      {"wgrad channels cut, reduction whole",
        conv_case_from_shapes(1, {1, 48, 400}, {48, 62, 16}, false, {8}, {4}, {0}, {1}, 1)},
       // dgrad's GEMM path on the backend's GEMM (48 rows: too few for the direct kernel, too
       // many for few rows), DCGAN's RGB layer in small: one 23 x 25 image in 3 column blocks of
