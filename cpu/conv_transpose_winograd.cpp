@@ -208,6 +208,24 @@ void fill_window(const Corr& c, const Window& wd, const float* plane, float* win
                 win + r * wd.width + wd.j0);
 }
 
+// B^T d B of a 4 x 4 window d (d[r][c]: row r, column c, a vector of windows or of channels),
+// point (i, j) stored at out + (i * 4 + j) * point; B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
+inline void store_window_transform(const Vec (&d)[4][4], float* out, int64_t point) {
+  Vec t[4][4];
+  for (int r = 0; r < 4; ++r) {  // d B
+    t[r][0] = d[r][0] - d[r][2];
+    t[r][1] = d[r][1] + d[r][2];
+    t[r][2] = d[r][2] - d[r][1];
+    t[r][3] = d[r][1] - d[r][3];
+  }
+  for (int b = 0; b < 4; ++b) {  // B^T (d B)
+    store(out + (0 * 4 + b) * point, t[0][b] - t[2][b]);
+    store(out + (1 * 4 + b) * point, t[1][b] + t[2][b]);
+    store(out + (2 * 4 + b) * point, t[2][b] - t[1][b]);
+    store(out + (3 * 4 + b) * point, t[1][b] - t[3][b]);
+  }
+}
+
 // V for one input channel over a segment, L tiles at a time: point xi of local tile t at
 // v[xi * v_point + t]. Lanes past the segment's end are written too (the next segment's first
 // vector overwrites them, and past the task's last tile they are never read into an output).
@@ -215,24 +233,16 @@ void transform_windows(const float* window, int64_t width, int64_t count, float*
                        int64_t v_point) {
   constexpr auto lanes = std::make_index_sequence<L>{};
   for (int64_t k = 0; k < count; k += L) {
-    Vec t[4][4];
+    Vec d[4][4];
     for (int r = 0; r < 4; ++r) {
       const float* row = window + r * width + 2 * k;
       const Vec a0 = load(row), a1 = load(row + L), b0 = load(row + 2), b1 = load(row + 2 + L);
-      const Vec d0 = even_lanes(a0, a1, lanes), d1 = odd_lanes(a0, a1, lanes);
-      const Vec d2 = even_lanes(b0, b1, lanes), d3 = odd_lanes(b0, b1, lanes);
-      // d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
-      t[r][0] = d0 - d2;
-      t[r][1] = d1 + d2;
-      t[r][2] = d2 - d1;
-      t[r][3] = d1 - d3;
+      d[r][0] = even_lanes(a0, a1, lanes);
+      d[r][1] = odd_lanes(a0, a1, lanes);
+      d[r][2] = even_lanes(b0, b1, lanes);
+      d[r][3] = odd_lanes(b0, b1, lanes);
     }
-    for (int b = 0; b < 4; ++b) {  // B^T (d B)
-      store(v + (0 * 4 + b) * v_point + k, t[0][b] - t[2][b]);
-      store(v + (1 * 4 + b) * v_point + k, t[1][b] + t[2][b]);
-      store(v + (2 * 4 + b) * v_point + k, t[2][b] - t[1][b]);
-      store(v + (3 * 4 + b) * v_point + k, t[1][b] - t[3][b]);
-    }
+    store_window_transform(d, v + k, v_point);
   }
 }
 
@@ -519,22 +529,11 @@ void transform_chunk_tiles(const Corr& c, const WgradShape& w, const ChunkRows& 
       const float* d0 = dcl + (2 * ty + 3 * (b / bw)) * d_row + (2 * tx + 3 * (b % bw)) * cd;
       float* dh = d_hat + local * kPoints * cols + b * cd;
       for (int64_t v = 0; v < cd; v += L) {
-        Vec e[4][4];
-        for (int k = 0; k < 4; ++k) {  // d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
-          const float* row = d0 + k * d_row + v;
-          const Vec a0 = load(row), a1 = load(row + cd);
-          const Vec a2 = load(row + 2 * cd), a3 = load(row + 3 * cd);
-          e[k][0] = a0 - a2;
-          e[k][1] = a1 + a2;
-          e[k][2] = a2 - a1;
-          e[k][3] = a1 - a3;
-        }
-        for (int q = 0; q < 4; ++q) {  // B^T (d B)
-          store(dh + (0 * 4 + q) * d_point + v, e[0][q] - e[2][q]);
-          store(dh + (1 * 4 + q) * d_point + v, e[1][q] + e[2][q]);
-          store(dh + (2 * 4 + q) * d_point + v, e[2][q] - e[1][q]);
-          store(dh + (3 * 4 + q) * d_point + v, e[1][q] - e[3][q]);
-        }
+        Vec d[4][4];
+        for (int k = 0; k < 4; ++k)
+          for (int j = 0; j < 4; ++j)
+            d[k][j] = load(d0 + k * d_row + j * cd + v);
+        store_window_transform(d, dh + v, d_point);
       }
     }
   }
