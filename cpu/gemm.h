@@ -106,6 +106,10 @@ inline void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict 
     __builtin_prefetch(c + i * ldc + nr - 1, 1);
   }
   for (int64_t k = 0; k < kc; ++k) {
+    // The panels' lines 8 steps ahead (A's panel comes from L2 for every tile, B's for each new
+    // panel): the GEMM alone on 512 x 512 x 512 and 256 x 512 x 625 ran 1%-3% faster.
+    __builtin_prefetch(a + 8 * MR);
+    __builtin_prefetch(b + 8 * ldb);
     Vec bv[V];
     for (int j = 0; j < V; ++j)
       std::memcpy(&bv[j], b + j * L, kVecBytes);
