@@ -378,6 +378,26 @@ void with_stride(int64_t stride, F&& f) {
   }
 }
 
+// out[i * width + c] = src[c * ld + i] for i < len and c < channels: `channels` rows of src as
+// the lanes of out's rows, `width` (a whole number of vectors, at least channels) lanes a row,
+// zero past the channels. L x L register transposes: a strided scalar copy of a large operand
+// costs as much as a pass's arithmetic on a few hundred positions. The direct kernels' blocks
+// of channels and the Winograd wgrad's channels-last rows are copied so.
+template <class T>
+inline void rows_to_lanes(const T* src, int64_t ld, int64_t channels, int64_t len, T* out,
+                          int64_t width) {
+  constexpr int L = gemm::kLanes<T>;
+  for (int64_t c0 = 0; c0 < width; c0 += L) {
+    const int count = static_cast<int>(std::clamp<int64_t>(channels - c0, 0, L));
+    int64_t i = 0;
+    for (; i + L <= len; i += L)
+      gemm::transpose_tile<T, L>(src + c0 * ld + i, ld, count, out + i * width + c0, width, L);
+    for (; i < len; ++i)
+      for (int l = 0; l < L; ++l)
+        out[i * width + c0 + l] = l < count ? src[(c0 + l) * ld + i] : T(0);
+  }
+}
+
 // A register tile's sums: zero (`first`) or from mem, and back to mem; element (m, n) at
 // mem + (m*N + n)*lanes.
 template <class Vec, class T, int M, int N>

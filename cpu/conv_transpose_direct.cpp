@@ -141,24 +141,6 @@ void pad_window(const Gather& q, const T* src_ng, int64_t r0, int64_t r1, int64_
   }
 }
 
-// out[i*kBlock + c] = src[c*ld + i] for i < len: `channels` (at most kBlock) rows of src as
-// lanes, zero past them. L x L register transposes: a strided scalar copy of a large weight
-// costs as much as the pass's arithmetic on a few hundred positions.
-template <class T>
-void rows_to_lanes(const T* src, int64_t ld, int64_t channels, int64_t len, T* out) {
-  constexpr int64_t B = kBlock<T>;
-  constexpr int L = gemm::kLanes<T>;
-  for (int64_t v = 0; v < kVecs; ++v) {
-    const int count = static_cast<int>(std::clamp<int64_t>(channels - v * L, 0, L));
-    int64_t i = 0;
-    for (; i + L <= len; i += L)
-      gemm::transpose_tile<T, L>(src + v * L * ld + i, ld, count, out + i * B + v * L, B, L);
-    for (; i < len; ++i)
-      for (int l = 0; l < L; ++l)
-        out[i * B + v * L + l] = l < count ? src[(v * L + l) * ld + i] : T(0);
-  }
-}
-
 // Elements of a piece of a copy (the packed weights, wgrad's channels-last x and dy), at least.
 constexpr int64_t kMinCopyPiece = 4096;
 
@@ -178,7 +160,7 @@ void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, int64_t r0, 
                  T* out) {
   const int64_t c0 = cb * kBlock<T>;
   rows_to_lanes(w + (g * pl.cig + c0) * pl.rows + r0, pl.rows, std::min(kBlock<T>, pl.cig - c0),
-                r1 - r0, out + r0 * kBlock<T>);
+                r1 - r0, out + r0 * kBlock<T>, kBlock<T>);
 }
 
 // acc[v][p][lane] += sum over steps s in order of wp[s][v*lanes + lane] d[offsets[s] + p*sw],
@@ -450,8 +432,8 @@ void pack_forward_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, int6
   const int64_t c0 = cb * B, channels = std::min(B, pl.cog - c0);
   for (int64_t ci = ci0; ci < ci1; ++ci) {
     T* block = out + ci * pl.taps * B;
-    rows_to_lanes(w + (g * pl.cig + ci) * pl.rows + c0 * pl.taps, pl.taps, channels, pl.taps,
-                  block);
+    rows_to_lanes(w + (g * pl.cig + ci) * pl.rows + c0 * pl.taps, pl.taps, channels, pl.taps, block,
+                  kBlock<T>);
     for (int64_t t = 0; t < pl.taps / 2; ++t)  // taps backwards
       std::swap_ranges(block + t * B, block + (t + 1) * B, block + (pl.taps - 1 - t) * B);
   }
@@ -502,7 +484,8 @@ void x_channels_last(const Plan& pl, const T* x, int64_t n, int64_t g, int64_t c
                      int64_t h1, T* out) {
   const int64_t c0 = cb * kBlock<T>, p0 = h0 * pl.in_w;
   rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_hw + p0, pl.in_hw,
-                std::min(kBlock<T>, pl.cig - c0), (h1 - h0) * pl.in_w, out + p0 * kBlock<T>);
+                std::min(kBlock<T>, pl.cig - c0), (h1 - h0) * pl.in_w, out + p0 * kBlock<T>,
+                kBlock<T>);
 }
 
 // out[i * channels + c] = src[c * ld + i] for i < count and c < channels: a run of `count`
@@ -865,7 +848,7 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
           for (int64_t cb = b0; cb < b1; ++cb) {
             const int64_t c0 = cb * B;
             rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_w + p0, pl.in_w,
-                          std::min(B, pl.cig - c0), sw.len, xs);
+                          std::min(B, pl.cig - c0), sw.len, xs, B);
             // dy's window [o0, o0 + count), zero outside dy, once per segment, after the first
             // block's x as it was when each block copied both: copied before x, one-block
             // wgrads whose code was otherwise the same (S1, S4) ran 0.73x-0.82x.

@@ -721,9 +721,15 @@ struct ChannelParts {
   int64_t per_part, count;
 };
 
+// The output channels a part holds a multiple of: those whose rows of dw (channels x taps) are a
+// multiple of kChannelQuantum.
+inline int64_t part_quantum(const Plan& pl) {
+  return kChannelQuantum / std::gcd(pl.taps, kChannelQuantum);
+}
+
 inline ChannelParts output_channel_parts(const Plan& pl, int64_t per_block, int64_t tasks,
                                          int threads) {
-  const int64_t quantum = kChannelQuantum / std::gcd(pl.taps, kChannelQuantum);  // channels
+  const int64_t quantum = part_quantum(pl);
   const int64_t most = per_block / quantum;
   ChannelParts best{per_block, 1};
   double best_time = parts_time(tasks, 1, threads, kPartCost);
@@ -797,8 +803,8 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   // slices, each product is as much shorter and the partial sums go to memory and back: U-Net
   // 256 -> 128's wgrad at 25 x 25 (3 slices of 208 positions) ran 1.08x faster at 1 thread
   // and 1.2x at 2 without them.
-  const int64_t quantum = kChannelQuantum / std::gcd(pl.taps, kChannelQuantum);
-  const int64_t cut_tasks = pl.groups * chb.count * std::max<int64_t>(1, chb.per_block / quantum) *
+  const int64_t cut_tasks = pl.groups * chb.count *
+                            std::max<int64_t>(1, chb.per_block / part_quantum(pl)) *
                             ceil_div(pl.cig, kChannelQuantum);
   const int64_t slices =
       cut_tasks >= kMinTasks

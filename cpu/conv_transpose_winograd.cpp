@@ -449,21 +449,6 @@ WgradShape wgrad_shape(const Corr& c) {
   return w;
 }
 
-// dst[j * ldc + ch] = src[ch * ld + j] for j < n, ch < channels; channels up to the next whole
-// vector get zeros. L x L register transposes, the rest a scalar at a time.
-void to_channels_last(const float* src, int64_t ld, int64_t channels, int64_t n, float* dst,
-                      int64_t ldc) {
-  for (int64_t c0 = 0; c0 < channels; c0 += L) {
-    const int count = static_cast<int>(std::min<int64_t>(L, channels - c0));
-    int64_t j = 0;
-    for (; j + L <= n; j += L)
-      gemm::transpose_tile<float, L>(src + c0 * ld + j, ld, count, dst + j * ldc + c0, ldc, L);
-    for (; j < n; ++j)
-      for (int l = 0; l < L; ++l)
-        dst[j * ldc + c0 + l] = l < count ? src[(c0 + l) * ld + j] : 0.0f;
-  }
-}
-
 // A chunk's rows of one item, channels-last and zero-padded: x rows [2 ty0, 2 ty1 + 2) and the dy
 // rows their windows read, [2 ty0 - ph, 2 ty1 - ph + 4 + 3 (blocks_h - 1)); column 0 of x's copy
 // is plane column 2 tx0, of dy's plane column 2 tx0 - pw. Tiles of the rows between are whole,
@@ -482,8 +467,8 @@ void copy_chunk_rows(const Corr& c, const WgradShape& w, const ChunkRows& r, con
   std::fill_n(xcl, x_rows * x_cols * w.cx, 0.0f);
   const int64_t x_col0 = 2 * r.tx0, x_n = std::clamp<int64_t>(c.out_w - x_col0, 0, x_cols);
   for (int64_t k = 0; k < x_rows && 2 * r.ty0 + k < c.out_h; ++k) {
-    to_channels_last(x_plane + (2 * r.ty0 + k) * c.out_w + x_col0, c.out_h * c.out_w, c.oc, x_n,
-                     xcl + k * x_cols * w.cx, w.cx);
+    rows_to_lanes(x_plane + (2 * r.ty0 + k) * c.out_w + x_col0, c.out_h * c.out_w, c.oc, x_n,
+                  xcl + k * x_cols * w.cx, w.cx);
   }
   const int64_t d_rows = r.d_rows(c), d_cols = r.d_cols(c);
   std::fill_n(dcl, d_rows * d_cols * w.cd, 0.0f);
@@ -491,8 +476,8 @@ void copy_chunk_rows(const Corr& c, const WgradShape& w, const ChunkRows& r, con
   const int64_t j0 = std::clamp<int64_t>(-d_col0, 0, d_cols);
   const int64_t j1 = std::clamp<int64_t>(c.in_w - d_col0, j0, d_cols);
   for (int64_t k = std::max<int64_t>(0, -d_row0); k < d_rows && d_row0 + k < c.in_h; ++k) {
-    to_channels_last(dy_plane + (d_row0 + k) * c.in_w + d_col0 + j0, c.in_h * c.in_w, c.ic, j1 - j0,
-                     dcl + (k * d_cols + j0) * w.cd, w.cd);
+    rows_to_lanes(dy_plane + (d_row0 + k) * c.in_w + d_col0 + j0, c.in_h * c.in_w, c.ic, j1 - j0,
+                  dcl + (k * d_cols + j0) * w.cd, w.cd);
   }
 }
 
@@ -567,6 +552,13 @@ void wgrad_point_tile(const float* __restrict x, int64_t ldx, const float* __res
   store_sums(acc, acc_out);
 }
 
+// z = G'^T m for one line of 4 points: G'^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 -1].
+inline void untransform(double m0, double m1, double m2, double m3, double (&z)[3]) {
+  z[0] = m0 + 0.5 * (m1 + m2);
+  z[1] = 0.5 * (m1 - m2);
+  z[2] = 0.5 * (m1 + m2) - m3;
+}
+
 // dw from the summed M of every group (G'^T M G' per pair of channels and block, in double), the
 // taps inside the kernel written. M's element (i, col) of point xi lies in register tile
 // (i / 2L, col / kWgradCols), as load_sums keeps it.
@@ -583,19 +575,17 @@ void wgrad_outputs(const Corr& c, const WgradShape& w, const float* m, float* dw
         const int64_t cols = std::min<int64_t>(kWgradCols, w.cols - ct * kWgradCols);
         const int64_t at =
             (xb * w.col_tiles + ct) * w.tile_elems + (v * cols + col % kWgradCols) * L + lane;
-        double p[4][4], s[3][4];
+        // G'^T on the columns of the 4 x 4 points, then on the rows of the result.
+        double p[4][4], s[4][3];
         for (int xi = 0; xi < kPoints; ++xi)
           p[xi / 4][xi % 4] = mg[xi * w.point_elems + at];
-        for (int q = 0; q < 4; ++q) {
-          s[0][q] = p[0][q] + 0.5 * (p[1][q] + p[2][q]);
-          s[1][q] = 0.5 * (p[1][q] - p[2][q]);
-          s[2][q] = 0.5 * (p[1][q] + p[2][q]) - p[3][q];
-        }
+        for (int q = 0; q < 4; ++q)
+          untransform(p[0][q], p[1][q], p[2][q], p[3][q], s[q]);
         // dw is (in channels, out channels of the group, kh, kw): c.oc is x's side, c.ic dy's.
         float* out = dw + ((g * c.oc + i) * c.ic + o) * taps;
         for (int a = 0; a < 3 && a0 + a < c.kh; ++a) {
-          const double z[3] = {s[a][0] + 0.5 * (s[a][1] + s[a][2]), 0.5 * (s[a][1] - s[a][2]),
-                               0.5 * (s[a][1] + s[a][2]) - s[a][3]};
+          double z[3];
+          untransform(s[0][a], s[1][a], s[2][a], s[3][a], z);
           for (int b = 0; b < 3 && b0 + b < c.kw; ++b)
             out[(a0 + a) * c.kw + b0 + b] = static_cast<float>(z[b]);
         }
