@@ -937,6 +937,16 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
         !im2col_cheap))
     return false;
   if (kShortTile && stride_is_constant(pl.stride_w)) return false;
+  // A 1x1 layer at stride 1 whose column blocks are single items: the GEMM path reads dy in
+  // place and packs a panel of it once per block, where every step of the kernel's tiles reads
+  // a row of another plane of dy, out_hw apart: as many streams as output channels, which the
+  // prefetchers do not follow (with more taps a plane's window serves each of them from L1).
+  // Measured at AVX-512 (docs/performance.md): 1.0x-2.3x at 1 thread, 1.0x-1.8x at 2, on 12 to
+  // 512 input channels; blocks of several items (small images) go through im2col and keep the
+  // kernel, 0.8x-0.95x on the GEMM path.
+  if (cols_are_dy(pl) &&
+      col_blocks(pl, pl.rows, elem_bytes, /*for_tasks=*/true).items_per_block == 1)
+    return false;
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
   // packed weight, within bounds.
   return int128{sweep_channels(pl.taps)} * padded_elems(pl) * elem_bytes <= kMaxPaddedBytes &&

@@ -65,6 +65,12 @@ std::vector<PathCase> path_cases() {
       {"1x1 stride 1, columns read in dy",
        conv_case_from_shapes(2, {2, 20, 30, 31}, {20, 40, 1, 1}, true, {1, 1}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
+      // Enough input channels (16) and rows (96) for the direct dgrad, but one item a block
+      // (720 positions): dgrad takes the GEMM path on dy in place instead, item 1's columns
+      // from its own planes.
+      {"1x1 stride 1, many rows, dgrad on dy in place",
+       conv_case_from_shapes(2, {2, 16, 24, 30}, {16, 96, 1, 1}, false, {1, 1}, {0, 0}, {0, 0},
+                             {1, 1}, 1)},
       {"1x1 stride 1, items batched, grouped",
        conv_case_from_shapes(1, {6, 16, 40}, {16, 24, 1}, false, {1}, {0}, {0}, {1}, 2)},
       // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
