@@ -1007,10 +1007,15 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   const bool reuse = int128{pl.batch} * pl.in_hw >= kWgradMinPositions;
   // With few taps per stride phase the column buffer is a copy or two of dy, cheap, and im2col
   // has loops of its own for W strides 1 and 2. The kernel measured faster from
-  // kWgradMinPhaseTaps taps per phase the taps reach, or with a W stride above 2.
+  // kWgradMinPhaseTaps taps per phase the taps reach, and on 1-D layers with a W stride above 2.
+  // Not on 2-D layers at those strides with fewer taps per phase (k3 s4, k4 s4, k5 s4): the
+  // kernel's channels-last copy of dy, written and zeroed whole, holds each element for one or
+  // two taps, or for none where phases go unreached, and bound its time, while im2col copies
+  // only the taps' elements (docs/performance.md: 1.14x on the geometric mean at 1 thread,
+  // 1.7x-2.5x at 2).
   const int128 phases = int128{phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h)} *
                         phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w);
-  const bool gain = pl.taps >= kWgradMinPhaseTaps * phases || pl.stride_w > 2;
+  const bool gain = pl.taps >= kWgradMinPhaseTaps * phases || (pl.stride_w > 2 && pl.in_h == 1);
   if (!(channels_fill(pl, elem_bytes, kWgradSparseMinRows) && gain && out_channels && reuse))
     return false;
   // Below AVX-512 a 1-D layer with at most 2 taps per stride phase (k <= 2s: the vocoders' and

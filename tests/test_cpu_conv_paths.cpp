@@ -71,6 +71,12 @@ std::vector<PathCase> path_cases() {
       {"1x1 stride 1, many rows, dgrad on dy in place",
        conv_case_from_shapes(2, {2, 16, 24, 30}, {16, 96, 1, 1}, false, {1, 1}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
+      // A 2-D stride 4 at k3 (one tap per phase, the phases past the taps unreached) with the
+      // channels and positions the direct wgrad takes: wgrad goes to im2col at that stride and
+      // the GEMM; an output padding in both dimensions.
+      {"2-D stride 4, one tap per phase, wgrad on the GEMM",
+       conv_case_from_shapes(2, {4, 16, 12, 11}, {16, 24, 3, 3}, true, {4, 4}, {1, 0}, {2, 1},
+                             {1, 1}, 1)},
       {"1x1 stride 1, items batched, grouped",
        conv_case_from_shapes(1, {6, 16, 40}, {16, 24, 1}, false, {1}, {0}, {0}, {1}, 2)},
       // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
