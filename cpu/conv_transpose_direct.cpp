@@ -906,6 +906,7 @@ bool channels_fill(const Plan& pl, int64_t elem_bytes, int64_t sparse_min_rows) 
   return !kShortTile && pl.cig < block && 4 * pl.cig >= block && pl.rows >= sparse_min_rows;
 }
 constexpr int64_t kDgradSparseMinRows = 192;
+constexpr int64_t kStreamedDyBytes = int64_t{1} << 20;  // direct_dgrad_suits
 constexpr int64_t kWgradSparseMinRows = 768;
 
 // The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
@@ -937,14 +938,16 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
         !im2col_cheap))
     return false;
   if (kShortTile && stride_is_constant(pl.stride_w)) return false;
-  // A 1x1 layer at stride 1 whose column blocks are single items: the GEMM path reads dy in
-  // place and packs a panel of it once per block, where every step of the kernel's tiles reads
-  // a row of another plane of dy, out_hw apart: as many streams as output channels, which the
-  // prefetchers do not follow (with more taps a plane's window serves each of them from L1).
-  // Measured at AVX-512 (docs/performance.md): 1.0x-2.3x at 1 thread, 1.0x-1.8x at 2, on 12 to
-  // 512 input channels; blocks of several items (small images) go through im2col and keep the
+  // A 1x1 layer at stride 1 whose column blocks are single items, on planes of dy past
+  // kStreamedDyBytes an item and group: the GEMM path reads dy in place and packs a panel of it
+  // once per block, where every step of the kernel's tiles reads a row of another plane of dy,
+  // out_hw apart: as many streams as output channels, which the prefetchers do not follow once
+  // they leave L2 (with more taps a plane's window serves each of them from L1). Measured at
+  // AVX-512 (docs/performance.md): 1.0x-2.9x at 1 thread, 1.0x-1.8x at 2 to 16, on 12 to 512
+  // input channels over 1 to 12 MiB of dy; on 512 KiB (256 -> 512 at 16 x 16) the kernel won at
+  // 1 thread, 1.37x. Blocks of several items (small images) go through im2col and keep the
   // kernel, 0.8x-0.95x on the GEMM path.
-  if (cols_are_dy(pl) &&
+  if (cols_are_dy(pl) && int128{pl.cog} * pl.out_hw * elem_bytes >= kStreamedDyBytes &&
       col_blocks(pl, pl.rows, elem_bytes, /*for_tasks=*/true).items_per_block == 1)
     return false;
   // A task's window of padded dy (at most a sweep's channels of whole padded planes), and the
@@ -1007,15 +1010,18 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   const bool reuse = int128{pl.batch} * pl.in_hw >= kWgradMinPositions;
   // With few taps per stride phase the column buffer is a copy or two of dy, cheap, and im2col
   // has loops of its own for W strides 1 and 2. The kernel measured faster from
-  // kWgradMinPhaseTaps taps per phase the taps reach, and on 1-D layers with a W stride above 2.
-  // Not on 2-D layers at those strides with fewer taps per phase (k3 s4, k4 s4, k5 s4): the
-  // kernel's channels-last copy of dy, written and zeroed whole, holds each element for one or
-  // two taps, or for none where phases go unreached, and bound its time, while im2col copies
-  // only the taps' elements (docs/performance.md: 1.14x on the geometric mean at 1 thread,
-  // 1.7x-2.5x at 2).
+  // kWgradMinPhaseTaps taps per phase the taps reach, or with a W stride above 2, except on 2-D
+  // layers with fewer taps per phase and phases the taps never reach (k3 s4, k2 s3): the
+  // kernel's channels-last copy of dy, zeroed and written whole, then holds elements no tap
+  // reads and bound its time, while im2col copies only the taps' elements (docs/performance.md:
+  // 1.06x-2.2x at 1 thread, 1.4x-2.5x at 2 to 16). Where the taps reach every phase (k3 s3,
+  // k4 s4, k5 s5) the kernel kept up at 1 thread or won (up to 3x at k5 s5 on the 16-core host).
   const int128 phases = int128{phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h)} *
                         phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w);
-  const bool gain = pl.taps >= kWgradMinPhaseTaps * phases || (pl.stride_w > 2 && pl.in_h == 1);
+  const bool unreached_phases =
+      pl.in_h > 1 && phases < int128{pl.stride_h} * pl.stride_w && pl.taps < 2 * phases;
+  const bool gain =
+      pl.taps >= kWgradMinPhaseTaps * phases || (pl.stride_w > 2 && !unreached_phases);
   if (!(channels_fill(pl, elem_bytes, kWgradSparseMinRows) && gain && out_channels && reuse))
     return false;
   // Below AVX-512 a 1-D layer with at most 2 taps per stride phase (k <= 2s: the vocoders' and

@@ -65,11 +65,11 @@ std::vector<PathCase> path_cases() {
       {"1x1 stride 1, columns read in dy",
        conv_case_from_shapes(2, {2, 20, 30, 31}, {20, 40, 1, 1}, true, {1, 1}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
-      // Enough input channels (16) and rows (96) for the direct dgrad, but one item a block
-      // (720 positions): dgrad takes the GEMM path on dy in place instead, item 1's columns
-      // from its own planes.
+      // Enough input channels (16) and rows (256) for the direct dgrad, but one item a block
+      // (1056 positions) and over 1 MiB of dy an item: dgrad takes the GEMM path on dy in place
+      // instead, item 1's columns from its own planes.
       {"1x1 stride 1, many rows, dgrad on dy in place",
-       conv_case_from_shapes(2, {2, 16, 24, 30}, {16, 96, 1, 1}, false, {1, 1}, {0, 0}, {0, 0},
+       conv_case_from_shapes(2, {2, 16, 32, 33}, {16, 256, 1, 1}, false, {1, 1}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
       // A 2-D stride 4 at k3 (one tap per phase, the phases past the taps unreached) with the
       // channels and positions the direct wgrad takes: wgrad goes to im2col at that stride and
