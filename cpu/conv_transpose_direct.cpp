@@ -164,28 +164,31 @@ void pack_weight(const Plan& pl, const T* w, int64_t g, int64_t cb, int64_t r0, 
 }
 
 // acc[v][p][lane] += sum over steps s in order of wp[s][v*lanes + lane] d[offsets[s] + p*sw],
-// acc starting from 0 when `first`. The steps are a sweep's (r, a, b) in turn, each offset
-// r*plane + a*row_step + b*dw precomputed (step_offsets): one loop of one step per iteration.
-// Loops over r, a and b, the innermost only a kernel row's few taps long, spent about as many
-// instructions on their own bookkeeping as on the FMAs (docs/performance.md, twenty-first
-// session). SW: sw when it is a compile-time constant (the loads then have fixed offsets), else 0.
-template <class T, int P, int SW>
+// acc starting from 0 when `first`, for the first V of the block's kVecs vectors (the rest, a
+// block's channels past the last vector that holds any, are left alone: nothing reads them). The
+// steps are a sweep's (r, a, b) in turn, each offset r*plane + a*row_step + b*dw precomputed
+// (step_offsets): one loop of one step per iteration. Loops over r, a and b, the innermost only a
+// kernel row's few taps long, spent about as many instructions on their own bookkeeping as on
+// the FMAs (docs/performance.md, twenty-first session). SW: sw when it is a compile-time constant
+// (the loads then have fixed offsets), else 0.
+template <class T, int P, int SW, int V>
 void gather_tile(const T* __restrict wp, const T* __restrict d, const int64_t* __restrict offsets,
                  int64_t steps, int64_t sw_any, bool first, T* __restrict acc_mem) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
+  static_assert(V >= 1 && V <= kVecs);
   const int64_t sw = SW != 0 ? SW : sw_any;
-  Vec acc[kVecs][P];
+  Vec acc[V][P];
   load_sums(acc, acc_mem, first);
   for (int64_t s = 0; s < steps; ++s) {
-    Vec wv[kVecs];
-    for (int v = 0; v < kVecs; ++v)
+    Vec wv[V];
+    for (int v = 0; v < V; ++v)
       std::memcpy(&wv[v], wp + v * L, sizeof(Vec));
     wp += kVecs * L;
     const T* dk = d + offsets[s];
     for (int p = 0; p < P; ++p) {
       const T x = dk[p * sw];
-      for (int v = 0; v < kVecs; ++v)
+      for (int v = 0; v < V; ++v)
         acc[v][p] += x * wv[v];
     }
   }
@@ -212,12 +215,20 @@ void with_tile_stride(int64_t stride, F&& f) {
   with_stride(stride, f);
 }
 
+// `channels`: the block's lanes that hold channels. A block of one vector of them or less (16
+// input channels at AVX-512 in float32, or a last block's few) runs the one-vector tile: the
+// second vector's FMAs would all add zeros, half of the block's arithmetic.
 template <class T, int SW>
-void gather_tile_of(int positions, const T* wp, const T* d, const int64_t* offsets, int64_t steps,
-                    int64_t sw, bool first, T* acc_mem) {
+void gather_tile_of(int positions, int64_t channels, const T* wp, const T* d,
+                    const int64_t* offsets, int64_t steps, int64_t sw, bool first, T* acc_mem) {
+  static_assert(kVecs == 2, "one vector or both");
   // Positions 1 .. kMaxPositions, each its own instance (the tile is a register array).
   gemm::with_count<kMaxPositions>(positions, [&]<int P>() {
-    gather_tile<T, P, SW>(wp, d, offsets, steps, sw, first, acc_mem);
+    if (channels <= gemm::kLanes<T>) {
+      gather_tile<T, P, SW, 1>(wp, d, offsets, steps, sw, first, acc_mem);
+    } else {
+      gather_tile<T, P, SW, kVecs>(wp, d, offsets, steps, sw, first, acc_mem);
+    }
   });
 }
 
@@ -333,9 +344,9 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
               tile_span(k, i, p0, p1);
               const T* d = base + (i * q.sh - win.y0) * row + p0 * q.sw - win.x0;
               with_tile_stride(q.sw, [&]<int64_t S>() {
-                gather_tile_of<T, static_cast<int>(S)>(static_cast<int>(p1 - p0), wp, d, offsets,
-                                                       (r1 - r0) * q.taps(), q.sw, r0 == 0,
-                                                       acc_of(cb, k));
+                gather_tile_of<T, static_cast<int>(S)>(
+                    static_cast<int>(p1 - p0), std::min(B, q.lanes - cb * B), wp, d, offsets,
+                    (r1 - r0) * q.taps(), q.sw, r0 == 0, acc_of(cb, k));
               });
             }
           }
@@ -533,26 +544,28 @@ struct Sweep {
 };
 
 // acc[v][j][lane] += sum over the sweep's positions, in order, of x[position][v*lanes + lane]
-// d[position][j], acc starting from 0 when `first`.
-template <class T, int J>
+// d[position][j], acc starting from 0 when `first`, for the first V of the block's kVecs vectors;
+// the others, lanes past the block's channels, are kept at zero (the slices' sums add them).
+template <class T, int J, int V>
 void wgrad_tile(const T* __restrict x, const T* __restrict d, const Sweep& sw, bool first,
                 T* __restrict acc_mem) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
   constexpr int64_t B = kBlock<T>;
-  Vec acc[kVecs][J];
+  static_assert(V >= 1 && V <= kVecs);
+  Vec acc[V][J];
   load_sums(acc, acc_mem, first);
   for (int64_t it = 0; it < sw.items; ++it) {
     for (int64_t r = 0; r < sw.rows; ++r) {
       const T* xp = x + it * sw.x_item + r * sw.x_row;
       const T* dp = d + it * sw.d_item + r * sw.d_row;
       for (int64_t p = 0; p < sw.len; ++p) {
-        Vec xv[kVecs];
-        for (int v = 0; v < kVecs; ++v)
+        Vec xv[V];
+        for (int v = 0; v < V; ++v)
           std::memcpy(&xv[v], xp + v * L, sizeof(Vec));
         for (int j = 0; j < J; ++j) {
           const T s = dp[j];
-          for (int v = 0; v < kVecs; ++v)
+          for (int v = 0; v < V; ++v)
             acc[v][j] += s * xv[v];
         }
         xp += B;
@@ -561,12 +574,25 @@ void wgrad_tile(const T* __restrict x, const T* __restrict d, const Sweep& sw, b
     }
   }
   store_sums(acc, acc_mem);
+  if constexpr (V < kVecs) {
+    if (first) std::fill(acc_mem + V * J * L, acc_mem + kVecs * J * L, T(0));
+  }
 }
 
+// `channels`: the tile's output channels; `lanes`: the block's input channels. A block of one
+// vector of them or less (16 input channels at AVX-512 in float32, or a last block's few) runs
+// the one-vector tile: the second vector's FMAs would all add zeros.
 template <class T>
-void wgrad_tile_of(int channels, const T* x, const T* d, const Sweep& sw, bool first, T* acc_mem) {
-  gemm::with_count<kTileChannels>(channels,
-                                  [&]<int J>() { wgrad_tile<T, J>(x, d, sw, first, acc_mem); });
+void wgrad_tile_of(int channels, int64_t lanes, const T* x, const T* d, const Sweep& sw, bool first,
+                   T* acc_mem) {
+  static_assert(kVecs == 2, "one vector or both");
+  gemm::with_count<kTileChannels>(channels, [&]<int J>() {
+    if (lanes <= gemm::kLanes<T>) {
+      wgrad_tile<T, J, 1>(x, d, sw, first, acc_mem);
+    } else {
+      wgrad_tile<T, J, kVecs>(x, d, sw, first, acc_mem);
+    }
+  });
 }
 
 // wgrad's register tiles of dw: per (g, block of kBlock input channels), kTileChannels output
@@ -717,7 +743,8 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
           const int64_t r = sw.ih0 * pl.stride_h + kh * pl.dil_h;
           const int64_t c = sw.iw0 * pl.stride_w + kw * pl.dil_w;
           const T* d0 = d_g + sw.i0 * d_item + (r * pd.w + c) * pl.cog + co0;
-          wgrad_tile_of(channels, x0, d0, sw, first_sweep, tile_sums + k * wt.tile_elems);
+          wgrad_tile_of(channels, std::min(B, pl.cig - cb * B), x0, d0, sw, first_sweep,
+                        tile_sums + k * wt.tile_elems);
         }
       }
     };
@@ -868,7 +895,8 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
             for (int64_t k = k0; k < k1; ++k) {
               const int64_t tap = k % pl.taps, co0 = k / pl.taps * kTileChannels;
               const int channels = static_cast<int>(std::min<int64_t>(kTileChannels, pl.cog - co0));
-              wgrad_tile_of(channels, xs, ds + tap * pl.dil_w * width + (co0 - co_lo), sw, first,
+              wgrad_tile_of(channels, std::min(B, pl.cig - cb * B), xs,
+                            ds + tap * pl.dil_w * width + (co0 - co_lo), sw, first,
                             tile_sums + k * wt.tile_elems);
             }
           }
