@@ -36,9 +36,12 @@ namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv {
 namespace {
 
 constexpr int kVecs = 2;
-// Positions per tile: kVecs x kMaxPositions accumulators, 24 of AVX-512's 32 registers, 12 of
-// the 16 below it (the GEMM's register tile has the same budget, gemm.h).
-constexpr int kMaxPositions = gemm::kRows;
+// Positions per tile: kVecs x kMaxPositions accumulators. At AVX-512 14: 28 of its 32
+// registers, with the two weight vectors and a broadcast beside them (no spill); against 12, a
+// row of 13 or 14 positions is one tile, not two of 7, and rows of 25-28 two, not three
+// (1.1x-1.25x on 13 x 13 and 25 x 25 dgrads, 1.04x-1.11x on 14 to 40 positions a row:
+// docs/performance.md, twenty-fifth session). Below it 6, 12 of 16 (the GEMM's budget, gemm.h).
+constexpr int kMaxPositions = gemm::kVecRegisters >= 32 ? 14 : gemm::kRows;
 template <class T>
 constexpr int64_t kBlock = kVecs* gemm::kLanes<T>;  // input channels per tile
 // Steps of (co, kh, kw) per sweep over a task's tiles (below), in whole output channels, at
@@ -241,10 +244,11 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
   constexpr int64_t B = kBlock<T>;
   constexpr int L = gemm::kLanes<T>;
   const int64_t blocks = ceil_div(q.lanes, B);
-  // An item's tiles, row-major: each row in tiles of near-equal length (14 positions are 7 + 7,
-  // not 12 + 2). A task takes a run of up to kTaskTiles consecutive tiles, across rows on small
-  // images; runs are shortened while the tasks are fewer than twice the threads. The cut cannot
-  // change a bit: every element is one chain whatever run its tile is in.
+  // An item's tiles, row-major: each row in tiles of near-equal length (a row two positions
+  // longer than a tile is two near-halves, not a whole tile and 2). A task takes a run of up to
+  // kTaskTiles consecutive tiles, across rows on small images; runs are shortened while the tasks
+  // are fewer than twice the threads. The cut cannot change a bit: every element is one chain
+  // whatever run its tile is in.
   const int64_t row_tiles = ceil_div(q.cols, kMaxPositions);
   const int64_t item_tiles = q.rows * row_tiles;
   const auto tile_span = [&](int64_t k, int64_t& i, int64_t& p0, int64_t& p1) {
