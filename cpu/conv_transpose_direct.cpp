@@ -975,7 +975,7 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // once per block, where every step of the kernel's tiles reads a row of another plane of dy,
   // out_hw apart: as many streams as output channels, which the prefetchers do not follow once
   // they leave L2 (with more taps a plane's window serves each of them from L1). Measured at
-  // AVX-512 (docs/performance.md): 1.0x-2.9x at 1 thread, 1.0x-1.8x at 2 to 16, on 12 to 512
+  // AVX-512 (docs/performance.md): 1.0x-2.9x at 1 thread, 0.97x-1.8x at 2 to 16, on 12 to 512
   // input channels over 1 to 12 MiB of dy; on 512 KiB (256 -> 512 at 16 x 16) the kernel won at
   // 1 thread, 1.37x. Blocks of several items (small images) go through im2col and keep the
   // kernel, 0.8x-0.95x on the GEMM path.

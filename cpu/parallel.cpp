@@ -152,7 +152,7 @@ class ThreadPool {
   // thread on its waker's CPU, and a spin that never yields holds the CPU the thread it waits
   // for needs, for up to the whole spin time in every parallel loop. On 2 CPUs one process in
   // two to six ran a pass that way at half the speed of one thread, and the demo's 1-D step took
-  // 2.2 ms instead of 0.6 at 2 threads. With nothing else to run, the yield returns at once; a
+  // 2.2 ms instead of 0.6-0.7 at 2 threads. With nothing else to run, the yield returns at once; a
   // yield every 64 checks cost the 2-D step a fifth of its time (docs/performance.md,
   // twenty-fifth session).
   template <class Cond>
