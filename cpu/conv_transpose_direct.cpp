@@ -44,6 +44,21 @@ constexpr int kVecs = 2;
 constexpr int kMaxPositions = gemm::kVecRegisters >= 32 ? 14 : gemm::kRows;
 template <class T>
 constexpr int64_t kBlock = kVecs* gemm::kLanes<T>;  // input channels per tile
+
+// f.template operator()<V>() with V the vectors a tile of a block holding `channels` channels
+// computes: one where they fit in one vector (16 input channels at AVX-512 in float32, or a last
+// block's few), whose second vector's FMAs would all add zeros, half of the tile's arithmetic;
+// else kVecs.
+template <class T, class F>
+void with_block_vectors(int64_t channels, F&& f) {
+  static_assert(kVecs == 2, "one vector or both");
+  if (channels <= gemm::kLanes<T>) {
+    f.template operator()<1>();
+  } else {
+    f.template operator()<kVecs>();
+  }
+}
+
 // Steps of (co, kh, kw) per sweep over a task's tiles (below), in whole output channels, at
 // least kMinSweepChannels and at most kMaxSweepChannels of them.
 constexpr int64_t kSweepSteps = 256;
@@ -218,20 +233,15 @@ void with_tile_stride(int64_t stride, F&& f) {
   with_stride(stride, f);
 }
 
-// `channels`: the block's lanes that hold channels. A block of one vector of them or less (16
-// input channels at AVX-512 in float32, or a last block's few) runs the one-vector tile: the
-// second vector's FMAs would all add zeros, half of the block's arithmetic.
+// `channels`: the block's lanes that hold channels (with_block_vectors).
 template <class T, int SW>
 void gather_tile_of(int positions, int64_t channels, const T* wp, const T* d,
                     const int64_t* offsets, int64_t steps, int64_t sw, bool first, T* acc_mem) {
-  static_assert(kVecs == 2, "one vector or both");
   // Positions 1 .. kMaxPositions, each its own instance (the tile is a register array).
   gemm::with_count<kMaxPositions>(positions, [&]<int P>() {
-    if (channels <= gemm::kLanes<T>) {
-      gather_tile<T, P, SW, 1>(wp, d, offsets, steps, sw, first, acc_mem);
-    } else {
-      gather_tile<T, P, SW, kVecs>(wp, d, offsets, steps, sw, first, acc_mem);
-    }
+    with_block_vectors<T>(channels, [&]<int V>() {
+      gather_tile<T, P, SW, V>(wp, d, offsets, steps, sw, first, acc_mem);
+    });
   });
 }
 
@@ -343,14 +353,15 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
           if (!inside) pad_window(q, src_ng, r0, r1, win.y0, win.h, win.x0, win.w, window);
           for (int64_t cb = b0; cb < b1; ++cb) {
             const T* wp = packed + (g * blocks + cb) * packed_stride + r0 * q.taps() * B;
+            const int64_t channels = std::min(B, q.lanes - cb * B);
             for (int64_t k = k0; k < k1; ++k) {
               int64_t i, p0, p1;
               tile_span(k, i, p0, p1);
               const T* d = base + (i * q.sh - win.y0) * row + p0 * q.sw - win.x0;
               with_tile_stride(q.sw, [&]<int64_t S>() {
-                gather_tile_of<T, static_cast<int>(S)>(
-                    static_cast<int>(p1 - p0), std::min(B, q.lanes - cb * B), wp, d, offsets,
-                    (r1 - r0) * q.taps(), q.sw, r0 == 0, acc_of(cb, k));
+                gather_tile_of<T, static_cast<int>(S)>(static_cast<int>(p1 - p0), channels, wp, d,
+                                                       offsets, (r1 - r0) * q.taps(), q.sw, r0 == 0,
+                                                       acc_of(cb, k));
               });
             }
           }
@@ -583,19 +594,13 @@ void wgrad_tile(const T* __restrict x, const T* __restrict d, const Sweep& sw, b
   }
 }
 
-// `channels`: the tile's output channels; `lanes`: the block's input channels. A block of one
-// vector of them or less (16 input channels at AVX-512 in float32, or a last block's few) runs
-// the one-vector tile: the second vector's FMAs would all add zeros.
+// `channels`: the tile's output channels; `lanes`: the block's input channels
+// (with_block_vectors).
 template <class T>
 void wgrad_tile_of(int channels, int64_t lanes, const T* x, const T* d, const Sweep& sw, bool first,
                    T* acc_mem) {
-  static_assert(kVecs == 2, "one vector or both");
   gemm::with_count<kTileChannels>(channels, [&]<int J>() {
-    if (lanes <= gemm::kLanes<T>) {
-      wgrad_tile<T, J, 1>(x, d, sw, first, acc_mem);
-    } else {
-      wgrad_tile<T, J, kVecs>(x, d, sw, first, acc_mem);
-    }
+    with_block_vectors<T>(lanes, [&]<int V>() { wgrad_tile<T, J, V>(x, d, sw, first, acc_mem); });
   });
 }
 
@@ -733,6 +738,7 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
     const auto run_sweeps = [&](int64_t slice, int64_t gb, int64_t k0, int64_t k1, int64_t s0,
                                 int64_t s1, int64_t slice_begin) {
       const int64_t g = gb / wt.blocks, cb = gb % wt.blocks;
+      const int64_t lanes = std::min(B, pl.cig - cb * B);
       T* tile_sums = sums.data() + slice * wt.part_elems + gb * wt.tiles * wt.tile_elems;
       const T* x_gb = xt.data() + (g * wt.blocks + cb) * pl.in_hw * B;
       const T* d_g = dyt.data() + g * pd.plane() * pl.cog;
@@ -747,8 +753,7 @@ void direct_wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int thre
           const int64_t r = sw.ih0 * pl.stride_h + kh * pl.dil_h;
           const int64_t c = sw.iw0 * pl.stride_w + kw * pl.dil_w;
           const T* d0 = d_g + sw.i0 * d_item + (r * pd.w + c) * pl.cog + co0;
-          wgrad_tile_of(channels, std::min(B, pl.cig - cb * B), x0, d0, sw, first_sweep,
-                        tile_sums + k * wt.tile_elems);
+          wgrad_tile_of(channels, lanes, x0, d0, sw, first_sweep, tile_sums + k * wt.tile_elems);
         }
       }
     };
@@ -877,9 +882,9 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
           const int64_t n = q / pl.in_w, p0 = q % pl.in_w;
           sw.len = std::min({segment, pl.in_w - p0, q1 - q});
           for (int64_t cb = b0; cb < b1; ++cb) {
-            const int64_t c0 = cb * B;
-            rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_w + p0, pl.in_w,
-                          std::min(B, pl.cig - c0), sw.len, xs, B);
+            const int64_t c0 = cb * B, lanes = std::min(B, pl.cig - c0);
+            rows_to_lanes(x + (n * pl.in_channels + g * pl.cig + c0) * pl.in_w + p0, pl.in_w, lanes,
+                          sw.len, xs, B);
             // dy's window [o0, o0 + count), zero outside dy, once per segment, after the first
             // block's x as it was when each block copied both: copied before x, one-block
             // wgrads whose code was otherwise the same (S1, S4) ran 0.73x-0.82x.
@@ -899,9 +904,8 @@ void direct_wgrad_1d_typed(const Plan& pl, const T* x, const T* dy, T* dw, int t
             for (int64_t k = k0; k < k1; ++k) {
               const int64_t tap = k % pl.taps, co0 = k / pl.taps * kTileChannels;
               const int channels = static_cast<int>(std::min<int64_t>(kTileChannels, pl.cog - co0));
-              wgrad_tile_of(channels, std::min(B, pl.cig - cb * B), xs,
-                            ds + tap * pl.dil_w * width + (co0 - co_lo), sw, first,
-                            tile_sums + k * wt.tile_elems);
+              wgrad_tile_of(channels, lanes, xs, ds + tap * pl.dil_w * width + (co0 - co_lo), sw,
+                            first, tile_sums + k * wt.tile_elems);
             }
           }
           first = false;
