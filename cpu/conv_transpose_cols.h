@@ -197,6 +197,23 @@ void direct_wgrad(const Plan& pl, const double* x, const double* dy, double* dw,
 bool phase_dgrad_suits(const Plan& pl, int64_t elem_bytes);
 void phase_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
 void phase_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
+// conv_transpose_phase_gemm.cpp: the three passes by output stride phases with the products on
+// the input channels' side, for the shapes phase_gemm_*_suits take (few input channels per group
+// against many output channels x taps). Depends on the shape only.
+bool phase_gemm_forward_suits(const Plan& pl, int64_t elem_bytes);
+bool phase_gemm_dgrad_suits(const Plan& pl, int64_t elem_bytes);
+bool phase_gemm_wgrad_suits(const Plan& pl, int64_t elem_bytes);
+// Whether phase_gemm_dgrad goes before the direct and phase dgrads: the input channels fill half
+// a vector or more but not one (at AVX-512), where those run half-empty tiles.
+bool phase_gemm_dgrad_first(const Plan& pl, int64_t elem_bytes);
+void phase_gemm_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
+                        int threads);
+void phase_gemm_forward(const Plan& pl, const double* x, const double* w, const double* b,
+                        double* y, int threads);
+void phase_gemm_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads);
+void phase_gemm_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
+void phase_gemm_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
+void phase_gemm_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads);
 
 // One block of GEMM columns: positions [p0, p0 + len) of each of the items n0 .. n0 + items - 1,
 // side by side (item n0 + j at columns j*len ..).

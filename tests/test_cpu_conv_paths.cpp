@@ -77,6 +77,26 @@ std::vector<PathCase> path_cases() {
       {"2-D stride 4, one tap per phase, wgrad on the GEMM",
        conv_case_from_shapes(2, {4, 16, 12, 11}, {16, 24, 3, 3}, true, {4, 4}, {1, 0}, {2, 1},
                              {1, 1}, 1)},
+      // By stride phases with the products on the input channels' side (few input channels
+      // against many output channels x taps): 2 groups of 8 -> 64 k8 s2 on 3 x 3 images, dgrad
+      // and wgrad (the forward declines rows of 3); the planes' edges with output padding.
+      {"phase GEMMs, grouped tiny images",
+       conv_case_from_shapes(2, {3, 16, 3, 3}, {16, 64, 8, 8}, true, {2, 2}, {2, 1}, {1, 0}, {1, 1},
+                             2)},
+      // Dilation 2 at stride 2: every tap in odd rows and columns, so three of the four phases
+      // hold the bias alone (forward) and add nothing (dgrad, wgrad).
+      {"phase GEMMs, phases no tap reaches",
+       conv_case_from_shapes(2, {2, 8, 4, 5}, {8, 48, 8, 8}, true, {2, 2}, {7, 7}, {0, 0}, {2, 2},
+                             1)},
+      // A stride-1 1-D layer (one phase), 4 sequences of 1100: wgrad's reduction in 2 slices
+      // added in order; dgrad's tasks an item each.
+      {"phase GEMMs, 1-D, wgrad in slices",
+       conv_case_from_shapes(1, {4, 8, 1100}, {8, 64, 8}, false, {1}, {3}, {0}, {1}, 1)},
+      // 8 -> 128 k3 on one 38 x 40 image: a plane larger than a piece, so dgrad goes in bands of
+      // rows, each reading its band's reach of dy again (the forward takes the direct kernel).
+      {"phase GEMMs, dgrad in bands",
+       conv_case_from_shapes(2, {1, 8, 38, 40}, {8, 128, 3, 3}, false, {1, 1}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
       {"1x1 stride 1, items batched, grouped",
        conv_case_from_shapes(1, {6, 16, 40}, {16, 24, 1}, false, {1}, {0}, {0}, {1}, 2)},
       // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
