@@ -206,6 +206,9 @@ bool phase_gemm_wgrad_suits(const Plan& pl, int64_t elem_bytes);
 // Whether phase_gemm_dgrad goes before the direct and phase dgrads: the input channels fill half
 // a vector or more but not one (at AVX-512), where those run half-empty tiles.
 bool phase_gemm_dgrad_first(const Plan& pl, int64_t elem_bytes);
+// Whether phase_gemm_wgrad goes before the phase and direct wgrads: few input channels (at
+// AVX-512).
+bool phase_gemm_wgrad_first(const Plan& pl, int64_t elem_bytes);
 void phase_gemm_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
                         int threads);
 void phase_gemm_forward(const Plan& pl, const double* x, const double* w, const double* b,

@@ -43,10 +43,18 @@ constexpr int64_t kMaxPhaseStride = 16;
 // A task's operands (the phase piece of X or dy, and the product's output) stay within about this
 // many bytes: in L2 between the copy and the product.
 constexpr int64_t kPieceBytes = int64_t{1} << 20;
+// Pieces of a plane row: at least this many columns (the products' N, the copies' runs).
+constexpr int64_t kMinPieceColumns = 64;
+constexpr int64_t kMinPositions = 64;                  // batch x input positions
+constexpr int64_t kForwardPartRows = 4 * gemm::kRows;  // forward's parts of the output channels
 // wgrad's reduction is cut into at most this many slices, of at least kMinSliceColumns columns.
 constexpr int64_t kMaxSlices = 16;
 constexpr int64_t kMinSliceColumns = 2048;
 constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
+// For the threads, dgrad's parts of the input channels hold at least 2 x kMinPartRows rows of
+// Z_r, and wgrad's parts of its products at least kMinWgradPart rows or columns.
+constexpr int64_t kMinPartRows = 16;
+constexpr int64_t kMinWgradPart = 48;
 
 // A tap of one axis: its index and its plane shift q.
 struct AxisTap {
@@ -115,71 +123,109 @@ Phases phases_of(const Plan& pl) {
   return f;
 }
 
-// The weight of group g rearranged per phase: rows (ci, j) of phase r, j its taps in order,
-// columns co, at out + f.w_at[r]: w[g*cig + ci, co, tap_j].
+// The weight of group g for phase r, input channel ci's rows (ci, j), j its taps in order, columns
+// co: out[(ci * |T_r| + j) * cog + co] = w[g*cig + ci, co, tap_j].
 template <class T>
-void phase_weight(const Plan& pl, const Phases& f, const T* w, int64_t g, T* out) {
-  for (int64_t r = 0; r < f.count; ++r) {
-    const int64_t nt = static_cast<int64_t>(f.taps[r].size());
-    for (int64_t ci = 0; ci < pl.cig; ++ci) {
-      const T* w_ci = w + (g * pl.cig + ci) * pl.rows;
-      for (int64_t j = 0; j < nt; ++j) {
-        T* row = out + f.w_at[r] + (ci * nt + j) * pl.cog;
-        const int64_t tap = f.taps[r][j].tap;
-        for (int64_t co = 0; co < pl.cog; ++co)
-          row[co] = w_ci[co * pl.taps + tap];
-      }
-    }
-  }
-}
-
-// X_r's rows for group g over the plane rows u in [u0, u1) (u = n * mh + m_h), each mw columns:
-// out[(ci * |T_r| + j) * cols + (u - u0) * mw + m_w] = x[n, g*cig + ci, m_h - qh_j, m_w - qw_j].
-template <class T>
-void phase_x(const Plan& pl, const Phases& f, int64_t r, const T* x, int64_t g, int64_t u0,
-             int64_t u1, T* out) {
-  const int64_t mh = f.mh[r], mw = f.mw[r], cols = (u1 - u0) * mw;
+void phase_weight(const Plan& pl, const Phases& f, const T* w, int64_t g, int64_t r, int64_t ci,
+                  T* out) {
   const int64_t nt = static_cast<int64_t>(f.taps[r].size());
-  for (int64_t ci = 0; ci < pl.cig; ++ci) {
-    for (int64_t j = 0; j < nt; ++j) {
-      const Tap& t = f.taps[r][j];
-      T* row = out + (ci * nt + j) * cols;
-      // Columns m_w whose input column m_w - qw is inside x.
-      const int64_t c0 = std::clamp<int64_t>(t.qw, 0, mw);
-      const int64_t c1 = std::clamp<int64_t>(t.qw + pl.in_w, c0, mw);
-      for (int64_t u = u0; u < u1; ++u) {
-        const int64_t n = u / mh, ih = u % mh - t.qh;
-        T* dst = row + (u - u0) * mw;
-        if (ih < 0 || ih >= pl.in_h || c0 == c1) {
-          std::fill_n(dst, mw, T(0));
-          continue;
-        }
-        const T* src = x + ((n * pl.in_channels + g * pl.cig + ci) * pl.in_h + ih) * pl.in_w;
-        std::fill_n(dst, c0, T(0));
-        std::memcpy(dst + c0, src + (c0 - t.qw), (c1 - c0) * sizeof(T));
-        std::fill_n(dst + c1, mw - c1, T(0));
+  const T* w_ci = w + (g * pl.cig + ci) * pl.rows;
+  for (int64_t j = 0; j < nt; ++j) {
+    T* row = out + (ci * nt + j) * pl.cog;
+    const int64_t tap = f.taps[r][j].tap;
+    for (int64_t co = 0; co < pl.cog; ++co)
+      row[co] = w_ci[co * pl.taps + tap];
+  }
+}
+
+// A block of the packed weight: A (m x k, as `a` reads the rearranged weight) packed whole
+// (gemm::pack_whole_a's layout) at `dst`.
+template <class T>
+struct PackedBlock {
+  gemm::View<T> a;
+  int64_t m, k;
+  T* dst;
+};
+
+// The weight of every group and phase rearranged per phase (phase_weight, into `rearranged`: the
+// group's phases one after another at f.w_at) and then packed as `blocks(rearranged)` says, both
+// on the threads: by input channels, then by runs of the reduction and kMc rows (a serial copy of
+// the weight was a third of a 16-thread forward of 32 -> 384 k8 on 8 x 105).
+template <class T, class Blocks>
+void pack_phase_weights(const Plan& pl, const Phases& f, const T* w, T* rearranged, Blocks&& blocks,
+                        int threads) {
+  const int64_t group_elems = pl.cig * pl.taps * pl.cog;
+  parallel_for(threads, pl.groups * f.count * pl.cig, [&](int64_t t) {
+    const int64_t ci = t % pl.cig, r = t / pl.cig % f.count, g = t / (pl.cig * f.count);
+    phase_weight(pl, f, w, g, r, ci, rearranged + g * group_elems + f.w_at[r]);
+  });
+  const std::vector<PackedBlock<T>> bs = blocks(rearranged);
+  struct Step {
+    int64_t block, pc, i0;
+  };
+  std::vector<Step> steps;
+  for (int64_t b = 0; b < static_cast<int64_t>(bs.size()); ++b)
+    for (int64_t pc = 0; pc < bs[b].k; pc += gemm::kKc)
+      for (int64_t i0 = 0; i0 < bs[b].m; i0 += gemm::kMc)
+        steps.push_back({b, pc, i0});
+  parallel_for(threads, static_cast<int64_t>(steps.size()), [&](int64_t t) {
+    const Step& st = steps[t];
+    const PackedBlock<T>& b = bs[st.block];
+    const int64_t kc = std::min(gemm::kKc, b.k - st.pc), m_pad = gemm::round_up(b.m, gemm::kRows);
+    gemm::pack_a_block(b.a, st.i0, std::min(gemm::kMc, b.m - st.i0), st.pc, kc,
+                       b.dst + st.pc * m_pad + st.i0 * kc);
+  });
+}
+
+// X_r's rows [i0, i1) for group g over the plane rows u in [u0, u1) (u = n * mh + m_h) and plane
+// columns [c0, c1): out[(i - i0) * cols + (u - u0) * (c1 - c0) + m_w - c0] = x[n, g*cig + ci,
+// m_h - qh_j, m_w - qw_j], row i = ci * |T_r| + j.
+template <class T>
+void phase_x(const Plan& pl, const Phases& f, int64_t r, const T* x, int64_t g, int64_t i0,
+             int64_t i1, int64_t u0, int64_t u1, int64_t c0, int64_t c1, T* out) {
+  const int64_t mh = f.mh[r], width = c1 - c0, cols = (u1 - u0) * width;
+  const int64_t nt = static_cast<int64_t>(f.taps[r].size());
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t ci = i / nt;
+    const Tap& t = f.taps[r][i % nt];
+    T* row = out + (i - i0) * cols;
+    // Columns m_w whose input column m_w - qw is inside x.
+    const int64_t v0 = std::clamp<int64_t>(t.qw, c0, c1);
+    const int64_t v1 = std::clamp<int64_t>(t.qw + pl.in_w, v0, c1);
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / mh, ih = u % mh - t.qh;
+      T* dst = row + (u - u0) * width;  // column m_w at dst[m_w - c0]
+      if (ih < 0 || ih >= pl.in_h || v0 == v1) {
+        std::fill_n(dst, width, T(0));
+        continue;
       }
+      const T* src = x + ((n * pl.in_channels + g * pl.cig + ci) * pl.in_h + ih) * pl.in_w;
+      std::fill_n(dst, v0 - c0, T(0));
+      std::memcpy(dst + (v0 - c0), src + (v0 - t.qw), (v1 - v0) * sizeof(T));
+      std::fill_n(dst + (v1 - c0), c1 - v1, T(0));
     }
   }
 }
 
-// dy's phase r plane of group g over the plane rows u in [u0, u1) of items, as phase_x's columns:
-// out[co * cols + (u - u0) * mw + m_w] = dy[n, g*cog + co, m_h*sh + rh, m_w*sw + rw], where
-// `item_rows` plane rows make an item and u = n * item_rows + (m_h - row0).
+// dy's phase r plane of group g for output channels [co0, co1), over the plane rows u in [u0, u1)
+// of items and plane columns [c0, c1), as phase_x's columns: out[(co - co0) * cols + (u - u0) *
+// (c1 - c0) + m_w - c0] = dy[n, g*cog + co, m_h*sh + rh, m_w*sw + rw], where `item_rows` plane
+// rows make an item and u = n * item_rows + (m_h - row0).
 template <class T>
-void phase_dy(const Plan& pl, const Phases& f, int64_t r, const T* dy, int64_t g, int64_t u0,
-              int64_t u1, int64_t item_rows, int64_t row0, T* out) {
-  const int64_t mw = f.mw[r], cols = (u1 - u0) * mw;
-  for (int64_t co = 0; co < pl.cog; ++co) {
+void phase_dy(const Plan& pl, const Phases& f, int64_t r, const T* dy, int64_t g, int64_t co0,
+              int64_t co1, int64_t u0, int64_t u1, int64_t item_rows, int64_t row0, int64_t c0,
+              int64_t c1, T* out) {
+  const int64_t width = c1 - c0, cols = (u1 - u0) * width;
+  for (int64_t co = co0; co < co1; ++co) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / item_rows, oh = (u % item_rows + row0) * pl.stride_h + f.rh[r];
-      const T* src =
-          dy + ((n * pl.out_channels + g * pl.cog + co) * pl.out_h + oh) * pl.out_w + f.rw[r];
-      T* dst = out + co * cols + (u - u0) * mw;
+      const T* src = dy + ((n * pl.out_channels + g * pl.cog + co) * pl.out_h + oh) * pl.out_w +
+                     f.rw[r] + c0 * pl.stride_w;
+      T* dst = out + (co - co0) * cols + (u - u0) * width;
       if (pl.stride_w == 1) {
-        std::memcpy(dst, src, mw * sizeof(T));
+        std::memcpy(dst, src, width * sizeof(T));
       } else {
-        for (int64_t c = 0; c < mw; ++c)
+        for (int64_t c = 0; c < width; ++c)
           dst[c] = src[c * pl.stride_w];
       }
     }
@@ -201,64 +247,107 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   for (int64_t i = 0; i < pl.groups * f.count; ++i)
     a_at[i + 1] = a_at[i] + gemm::packed_whole_a_elems<T>(pl.cog, f.rows(i % f.count, pl.cig));
   const Workspace<T> packed(a_at.back());
-  parallel_for(threads, pl.groups, [&](int64_t g) {
-    const Workspace<T> wg(pl.cig * pl.taps * pl.cog);
-    phase_weight(pl, f, w, g, wg.data());
-    for (int64_t r = 0; r < f.count; ++r) {
-      const gemm::View<T> a{wg.data() + f.w_at[r], 1, pl.cog};  // (co, (ci, j)) of the rows
-      gemm::pack_whole_a(a, pl.cog, f.rows(r, pl.cig), packed.data() + a_at[g * f.count + r]);
-    }
-  });
-  // Tasks: (group, phase, piece of plane rows). Pieces hold about kPieceBytes of X_r and Y_r,
-  // then are cut smaller until there are two tasks a thread (the cut changes no bit).
-  const int64_t k_max = pl.cig * f.max_taps;
-  std::vector<int64_t> rows_per(f.count);
-  const auto count = [&] {
-    int64_t c = 0;
-    for (int64_t r = 0; r < f.count; ++r)
-      c += f.mw[r] == 0 ? 0 : ceil_div(pl.batch * f.mh[r], rows_per[r]);
-    return c * pl.groups;
-  };
-  for (int64_t r = 0; r < f.count; ++r)
-    rows_per[r] = piece_rows(f.mw[r], (k_max + pl.cog) * elem);
-  while (count() < 2 * int64_t{threads} &&
-         std::any_of(rows_per.begin(), rows_per.end(), [](int64_t v) { return v > 1; })) {
-    for (int64_t& v : rows_per)
-      v = ceil_div(v, int64_t{2});
+  {
+    const Workspace<T> rearranged(pl.groups * pl.cig * pl.taps * pl.cog);
+    pack_phase_weights(
+        pl, f, w, rearranged.data(),
+        [&](T* wr) {
+          std::vector<PackedBlock<T>> bs;
+          for (int64_t i = 0; i < pl.groups * f.count; ++i) {
+            const int64_t g = i / f.count, r = i % f.count;
+            const T* a = wr + g * pl.cig * pl.taps * pl.cog + f.w_at[r];
+            bs.push_back({{a, 1, pl.cog}, pl.cog, f.rows(r, pl.cig), packed.data() + a_at[i]});
+          }
+          return bs;
+        },
+        threads);
   }
-  std::vector<int64_t> task_at(f.count + 1, 0);  // per group
-  for (int64_t r = 0; r < f.count; ++r)
-    task_at[r + 1] = task_at[r] + (f.mw[r] == 0 ? 0 : ceil_div(pl.batch * f.mh[r], rows_per[r]));
-  const int64_t max_cols = *std::max_element(rows_per.begin(), rows_per.end()) *
-                           std::max<int64_t>(1, *std::max_element(f.mw.begin(), f.mw.end()));
+  // Tasks: (group, run of items, band of plane rows, part of the output channels, piece of plane
+  // columns), every phase of them, so that a task writes whole runs of y's rows (phases of one row
+  // in different tasks shared its cache lines: 0.7x at 16 threads). Whole items first, then halved
+  // until there are two tasks a thread, then bands, then parts of the output channels of at least
+  // kForwardPartRows (each builds X_r again, a part's rows-th of its product: 1-D layers have one
+  // plane row an item), then pieces of a row (rows longer than kPieceBytes are cut in any case).
+  // Each phase's part goes through X_r and Y_r in pieces of about kPieceBytes. No cut changes a
+  // bit.
+  const int64_t k_max = pl.cig * f.max_taps, per_col = (k_max + pl.cog) * elem;
+  const int64_t m_max = *std::max_element(f.mh.begin(), f.mh.end());
+  const int64_t w_max = *std::max_element(f.mw.begin(), f.mw.end());
+  int64_t items = pl.batch, band = m_max, co_parts = 1;
+  int64_t width = std::min(w_max, std::max(kMinPieceColumns, kPieceBytes / per_col));
+  const auto count = [&] {
+    return pl.groups * ceil_div(pl.batch, items) * ceil_div(m_max, band) * ceil_div(w_max, width) *
+           co_parts;
+  };
+  while (count() < 2 * int64_t{threads}) {
+    if (items > 1) {
+      items = ceil_div(items, int64_t{2});
+    } else if (band > 1) {
+      band = ceil_div(band, int64_t{2});
+    } else if (pl.cog >= 2 * co_parts * kForwardPartRows) {
+      co_parts *= 2;
+    } else if (width >= 2 * kMinPieceColumns) {
+      width = ceil_div(width, int64_t{2});
+    } else {
+      break;
+    }
+  }
+  const int64_t runs = ceil_div(pl.batch, items), bands = ceil_div(m_max, band);
+  const int64_t pieces = ceil_div(w_max, width);
+  // Parts of whole register tiles' rows: gemm_packed_a takes the packed weight's rows from a
+  // multiple of them.
+  const int64_t co_step = gemm::round_up(ceil_div(pl.cog, co_parts), gemm::kRows);
+  std::vector<int64_t> rows_per(f.count);
+  int64_t max_cols = 0;
+  for (int64_t r = 0; r < f.count; ++r) {
+    const int64_t cw = std::min(width, f.mw[r]);
+    rows_per[r] =
+        std::min(piece_rows(cw, per_col), std::max<int64_t>(1, items * std::min(band, f.mh[r])));
+    max_cols = std::max(max_cols, rows_per[r] * cw);
+  }
   const int64_t x_elems = k_max * max_cols, y_elems = pl.cog * max_cols;
   const int64_t scratch = gemm::scratch_elems<T>(pl.cog, max_cols, std::max<int64_t>(1, k_max));
   parallel_for(
-      threads, pl.groups * task_at.back(),
+      threads, pl.groups * runs * bands * co_parts * pieces,
       [&] { return Workspace<T>(x_elems + y_elems + scratch); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t g = t / task_at.back(), tr = t % task_at.back();
-        const int64_t r =
-            std::upper_bound(task_at.begin(), task_at.end(), tr) - task_at.begin() - 1;
-        const int64_t mh = f.mh[r], mw = f.mw[r];
-        const int64_t u0 = (tr - task_at[r]) * rows_per[r];
-        const int64_t u1 = std::min(pl.batch * mh, u0 + rows_per[r]);
-        const int64_t cols = (u1 - u0) * mw, k = f.rows(r, pl.cig);
+        const int64_t pc = t % pieces, part = t / pieces % co_parts;
+        const int64_t bi = t / (pieces * co_parts) % bands;
+        const int64_t run = t / (pieces * co_parts * bands) % runs;
+        const int64_t g = t / (pieces * co_parts * bands * runs);
+        const int64_t co0 = std::min(pl.cog, part * co_step);
+        const int64_t co1 = std::min(pl.cog, co0 + co_step);
+        if (co0 == co1) return;
+        const int64_t n0 = run * items, n1 = std::min(pl.batch, n0 + items);
+        const int64_t m0 = bi * band, m1 = m0 + band;
         T* xs = ws.data();
         T* ys = xs + x_elems;
-        phase_x(pl, f, r, x, g, u0, u1, xs);
-        gemm::gemm_packed_a(pl.cog, cols, k, packed.data() + a_at[g * f.count + r], pl.cog, 0,
-                            gemm::View<T>{xs, cols, 1}, ys, cols, false, ys + y_elems);
-        for (int64_t co = 0; co < pl.cog; ++co) {
-          const int64_t c = g * pl.cog + co;
-          const T bias = b != nullptr ? b[c] : T(0);
-          const T* src = ys + co * cols;
-          for (int64_t u = u0; u < u1; ++u) {
-            const int64_t n = u / mh, oh = u % mh * pl.stride_h + f.rh[r];
-            T* dst = y + ((n * pl.out_channels + c) * pl.out_h + oh) * pl.out_w + f.rw[r];
-            const T* s = src + (u - u0) * mw;
-            for (int64_t m = 0; m < mw; ++m)
-              dst[m * pl.stride_w] = s[m] + bias;
+        for (int64_t r = 0; r < f.count; ++r) {
+          const int64_t mh = f.mh[r], mw = f.mw[r], k = f.rows(r, pl.cig);
+          const int64_t c0 = std::min(mw, pc * width), c1 = std::min(mw, c0 + width);
+          if (c0 == c1 || m0 >= mh) continue;
+          // The task's plane rows u = n * mh + m: whole items, or one item's band.
+          const int64_t u_begin = bands == 1 ? n0 * mh : n0 * mh + m0;
+          const int64_t u_end = bands == 1 ? n1 * mh : n0 * mh + std::min(m1, mh);
+          const int64_t cw = c1 - c0;
+          for (int64_t u0 = u_begin; u0 < u_end; u0 += rows_per[r]) {
+            const int64_t u1 = std::min(u_end, u0 + rows_per[r]), cols = (u1 - u0) * cw;
+            phase_x(pl, f, r, x, g, 0, k, u0, u1, c0, c1, xs);
+            gemm::gemm_packed_a(co1 - co0, cols, k, packed.data() + a_at[g * f.count + r], pl.cog,
+                                co0, gemm::View<T>{xs, cols, 1}, ys, cols, false, ys + y_elems);
+            for (int64_t co = co0; co < co1; ++co) {
+              const int64_t c = g * pl.cog + co;
+              const T bias = b != nullptr ? b[c] : T(0);
+              const T* src = ys + (co - co0) * cols;
+              for (int64_t u = u0; u < u1; ++u) {
+                const int64_t n = u / mh, oh = u % mh * pl.stride_h + f.rh[r];
+                T* dst = y + ((n * pl.out_channels + c) * pl.out_h + oh) * pl.out_w + f.rw[r] +
+                         c0 * pl.stride_w;
+                const T* sr = src + (u - u0) * cw;
+                for (int64_t m = 0; m < cw; ++m)
+                  dst[m * pl.stride_w] = sr[m] + bias;
+              }
+            }
           }
         }
       });
@@ -268,76 +357,128 @@ template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   const Phases f = phases_of(pl);
   const int64_t elem = sizeof(T);
-  // The weight of every group and phase as the products' A (cig|T_r| x cog), packed once.
-  std::vector<int64_t> a_at(pl.groups * f.count + 1, 0);
-  for (int64_t i = 0; i < pl.groups * f.count; ++i) {
-    const int64_t m = f.rows(i % f.count, pl.cig);
-    a_at[i + 1] = a_at[i] + gemm::packed_whole_a_elems<T>(m, pl.cog);
-  }
-  const Workspace<T> packed(a_at.back());
-  parallel_for(threads, pl.groups, [&](int64_t g) {
-    const Workspace<T> wg(pl.cig * pl.taps * pl.cog);
-    phase_weight(pl, f, w, g, wg.data());
-    for (int64_t r = 0; r < f.count; ++r) {
-      const gemm::View<T> a{wg.data() + f.w_at[r], pl.cog, 1};
-      gemm::pack_whole_a(a, f.rows(r, pl.cig), pl.cog, packed.data() + a_at[g * f.count + r]);
-    }
-  });
-  // The plane rows a band of input rows [ih0, ih1) reads in phase r: [ih0 + min q, ih1 + max q)
-  // within the plane.
-  std::vector<int64_t> qlo(f.count, 0), qhi(f.count, 0);
+  // The plane rows and columns a band of input rows [ih0, ih1) and columns [iw0, iw1) reads in
+  // phase r: [ih0 + min qh, ih1 + max qh) and [iw0 + min qw, iw1 + max qw) within the plane.
+  std::vector<int64_t> qlo(f.count, 0), qhi(f.count, 0), wlo(f.count, 0), whi(f.count, 0);
   for (int64_t r = 0; r < f.count; ++r) {
     for (size_t j = 0; j < f.taps[r].size(); ++j) {
-      qlo[r] = j == 0 ? f.taps[r][j].qh : std::min(qlo[r], f.taps[r][j].qh);
-      qhi[r] = j == 0 ? f.taps[r][j].qh : std::max(qhi[r], f.taps[r][j].qh);
+      const Tap& tp = f.taps[r][j];
+      qlo[r] = j == 0 ? tp.qh : std::min(qlo[r], tp.qh);
+      qhi[r] = j == 0 ? tp.qh : std::max(qhi[r], tp.qh);
+      wlo[r] = j == 0 ? tp.qw : std::min(wlo[r], tp.qw);
+      whi[r] = j == 0 ? tp.qw : std::max(whi[r], tp.qw);
     }
   }
-  // Tasks: (group, run of items, band of input rows). Whole items while one item's largest phase
-  // (dy's plane and Z_r) fits kPieceBytes, several a task; else one item in bands. Then cut
-  // smaller until there are two tasks a thread; the cut changes no bit.
+  // Tasks: (group, run of items, band of input rows, part of the input channels, piece of the
+  // input columns). Whole items while one item's largest phase (dy's plane and Z_r) fits
+  // kPieceBytes, several a task; else one item in bands, and rows longer than that in pieces.
   const int64_t k_max = pl.cig * f.max_taps;
   int64_t item_cols = 0;
   for (int64_t r = 0; r < f.count; ++r)
     item_cols = std::max(item_cols, f.mh[r] * f.mw[r]);
   const int64_t per_col = (k_max + pl.cog) * elem;
-  int64_t items = 1, band = pl.in_h;
+  const int64_t reach_h = (pl.kernel_h - 1) * pl.dil_h / pl.stride_h;
+  const int64_t reach_w = (pl.kernel_w - 1) * pl.dil_w / pl.stride_w;
+  const int64_t w_max = *std::max_element(f.mw.begin(), f.mw.end());
+  int64_t items = 1, band = pl.in_h, width = pl.in_w;
   if (item_cols * per_col <= kPieceBytes) {
     items =
         std::clamp<int64_t>(kPieceBytes / std::max<int64_t>(1, item_cols * per_col), 1, pl.batch);
+  } else if ((1 + reach_h) * w_max * per_col <= kPieceBytes) {
+    band = std::clamp<int64_t>(kPieceBytes / (per_col * w_max) - reach_h, 1, pl.in_h);
   } else {
-    const int64_t mw_max = *std::max_element(f.mw.begin(), f.mw.end());
-    band = std::clamp<int64_t>(
-        kPieceBytes / (per_col * mw_max) - (pl.kernel_h - 1) * pl.dil_h / pl.stride_h, 1, pl.in_h);
+    band = 1;
+    width = std::min(pl.in_w,
+                     std::max(kMinPieceColumns, kPieceBytes / ((1 + reach_h) * per_col) - reach_w));
   }
+  // For the threads: fewer items a task; then bands while each band's reach of dy read again is
+  // at most a quarter of it; then parts of the input channels of at least kMinPartRows x 2 rows
+  // of Z_r (each part copies dy's planes again: parts of one channel, 16 rows, made the copies as
+  // long as the products, 0.65x at 16 threads); then pieces of the rows, and bands of any height.
+  const int64_t min_part = std::max<int64_t>(1, ceil_div(2 * kMinPartRows, f.max_taps));
+  int64_t ci_parts = 1;
   const auto count = [&] {
-    return pl.groups * ceil_div(pl.batch, items) * ceil_div(pl.in_h, band);
+    return pl.groups * ceil_div(pl.batch, items) * ceil_div(pl.in_h, band) *
+           ceil_div(pl.in_w, width) * ci_parts;
   };
-  while (count() < 2 * int64_t{threads} && (items > 1 || band > 1)) {
+  while (count() < 2 * int64_t{threads}) {
     if (items > 1) {
       items = ceil_div(items, int64_t{2});
-    } else {
+    } else if (band >= 8 * std::max<int64_t>(1, reach_h)) {
       band = ceil_div(band, int64_t{2});
+    } else if (ceil_div(pl.cig, 2 * ci_parts) >= min_part) {
+      ci_parts *= 2;
+    } else if (width >= 2 * std::max(kMinPieceColumns, 4 * reach_w)) {
+      width = ceil_div(width, int64_t{2});
+    } else if (band > 1) {
+      band = ceil_div(band, int64_t{2});
+    } else {
+      break;
     }
   }
+  const int64_t ci_step = ceil_div(pl.cig, ci_parts);
+  // The weight of every group, phase and part of the input channels as the products' A
+  // (rows (ci, j) of the part x cog), packed once.
+  const int64_t blocks = pl.groups * f.count * ci_parts;
+  std::vector<int64_t> a_at(blocks + 1, 0);
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t r = i / ci_parts % f.count, ci0 = std::min(pl.cig, i % ci_parts * ci_step);
+    const int64_t nci = std::min(pl.cig, ci0 + ci_step) - ci0;
+    a_at[i + 1] = a_at[i] + gemm::packed_whole_a_elems<T>(nci * f.rows(r, 1), pl.cog);
+  }
+  const Workspace<T> packed(a_at.back());
+  {
+    const Workspace<T> rearranged(pl.groups * pl.cig * pl.taps * pl.cog);
+    pack_phase_weights(
+        pl, f, w, rearranged.data(),
+        [&](T* wr) {
+          std::vector<PackedBlock<T>> bs;
+          for (int64_t i = 0; i < blocks; ++i) {
+            const int64_t part = i % ci_parts, r = i / ci_parts % f.count;
+            const int64_t g = i / (ci_parts * f.count), nt = f.rows(r, 1);
+            const int64_t ci0 = std::min(pl.cig, part * ci_step);
+            const int64_t nci = std::min(pl.cig, ci0 + ci_step) - ci0;
+            const T* a = wr + g * pl.cig * pl.taps * pl.cog + f.w_at[r] + ci0 * nt * pl.cog;
+            bs.push_back({{a, pl.cog, 1}, nci * nt, pl.cog, packed.data() + a_at[i]});
+          }
+          return bs;
+        },
+        threads);
+  }
+
   const int64_t runs = ceil_div(pl.batch, items), bands = ceil_div(pl.in_h, band);
-  // A phase's columns for a task: its items x the plane rows its band reads x mw.
+  const int64_t pieces = ceil_div(pl.in_w, width);
+  // A phase's columns for a task: its items x the plane rows its band reads x the plane columns
+  // its piece reads.
   int64_t max_cols = 0;
   for (int64_t r = 0; r < f.count; ++r) {
     const int64_t rows = std::min(f.mh[r], band + qhi[r] - qlo[r]);
-    max_cols = std::max(max_cols, items * rows * f.mw[r]);
+    const int64_t cols = std::min(f.mw[r], width + whi[r] - wlo[r]);
+    max_cols = std::max(max_cols, items * rows * cols);
   }
   const int64_t dy_elems = pl.cog * max_cols, z_elems = k_max * max_cols;
   const int64_t scratch = gemm::scratch_elems<T>(std::max<int64_t>(1, k_max), max_cols, pl.cog);
   parallel_for(
-      threads, pl.groups * runs * bands, [&] { return Workspace<T>(dy_elems + z_elems + scratch); },
+      threads, pl.groups * runs * bands * pieces * ci_parts,
+      [&] { return Workspace<T>(dy_elems + z_elems + scratch); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t bi = t % bands, run = t / bands % runs, g = t / (bands * runs);
+        const int64_t part = t % ci_parts, pc = t / ci_parts % pieces;
+        const int64_t bi = t / (ci_parts * pieces) % bands;
+        const int64_t run = t / (ci_parts * pieces * bands) % runs;
+        const int64_t g = t / (ci_parts * pieces * bands * runs);
+        const int64_t ci0 = std::min(pl.cig, part * ci_step);
+        const int64_t ci1 = std::min(pl.cig, ci0 + ci_step);
+        if (ci0 == ci1) return;
         const int64_t n0 = run * items, n1 = std::min(pl.batch, n0 + items);
         const int64_t ih0 = bi * band, ih1 = std::min(pl.in_h, ih0 + band);
+        const int64_t iw0 = pc * width, iw1 = std::min(pl.in_w, iw0 + width);
         for (int64_t n = n0; n < n1; ++n)
-          for (int64_t ci = 0; ci < pl.cig; ++ci)
-            std::fill_n(dx + ((n * pl.in_channels + g * pl.cig + ci) * pl.in_h + ih0) * pl.in_w,
-                        (ih1 - ih0) * pl.in_w, T(0));
+          for (int64_t ci = ci0; ci < ci1; ++ci)
+            for (int64_t ih = ih0; ih < ih1; ++ih)
+              std::fill(
+                  dx + ((n * pl.in_channels + g * pl.cig + ci) * pl.in_h + ih) * pl.in_w + iw0,
+                  dx + ((n * pl.in_channels + g * pl.cig + ci) * pl.in_h + ih) * pl.in_w + iw1,
+                  T(0));
         T* ds = ws.data();
         T* zs = ds + dy_elems;
         for (int64_t r = 0; r < f.count; ++r) {
@@ -345,28 +486,33 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
           if (nt == 0 || mw == 0) continue;
           const int64_t a0 = std::clamp<int64_t>(ih0 + qlo[r], 0, f.mh[r]);
           const int64_t a1 = std::clamp<int64_t>(ih1 + qhi[r], a0, f.mh[r]);
-          if (a0 == a1) continue;
-          const int64_t rows = a1 - a0, cols = (n1 - n0) * rows * mw;
-          phase_dy(pl, f, r, dy + n0 * pl.out_channels * pl.out_h * pl.out_w, g, 0,
-                   (n1 - n0) * rows, rows, a0, ds);
-          gemm::gemm_packed_a(nt * pl.cig, cols, pl.cog, packed.data() + a_at[g * f.count + r],
-                              nt * pl.cig, 0, gemm::View<T>{ds, cols, 1}, zs, cols, false,
-                              zs + z_elems);
-          for (int64_t ci = 0; ci < pl.cig; ++ci) {
+          const int64_t b0 = std::clamp<int64_t>(iw0 + wlo[r], 0, mw);
+          const int64_t b1 = std::clamp<int64_t>(iw1 + whi[r], b0, mw);
+          if (a0 == a1 || b0 == b1) continue;
+          const int64_t rows = a1 - a0, bw = b1 - b0, cols = (n1 - n0) * rows * bw;
+          phase_dy(pl, f, r, dy + n0 * pl.out_channels * pl.out_h * pl.out_w, g, 0, pl.cog, 0,
+                   (n1 - n0) * rows, rows, a0, b0, b1, ds);
+          const int64_t zm = (ci1 - ci0) * nt;
+          gemm::gemm_packed_a(zm, cols, pl.cog,
+                              packed.data() + a_at[(g * f.count + r) * ci_parts + part], zm, 0,
+                              gemm::View<T>{ds, cols, 1}, zs, cols, false, zs + z_elems);
+          for (int64_t ci = ci0; ci < ci1; ++ci) {
             for (int64_t j = 0; j < nt; ++j) {
               const Tap& tp = f.taps[r][j];
-              const int64_t i0 = std::max<int64_t>(0, -tp.qw);
-              const int64_t i1 = std::min<int64_t>(pl.in_w, mw - tp.qw);
+              // Columns iw of the piece whose plane column iw + qw is among the copied ones.
+              const int64_t i0 = std::max(iw0, b0 - tp.qw);
+              const int64_t i1 = std::min(iw1, b1 - tp.qw);
               if (i0 >= i1) continue;
-              const T* zrow = zs + (ci * nt + j) * cols;
+              const T* zrow = zs + ((ci - ci0) * nt + j) * cols;
               for (int64_t n = n0; n < n1; ++n) {
                 for (int64_t ih = ih0; ih < ih1; ++ih) {
                   const int64_t m = ih + tp.qh;
                   if (m < a0 || m >= a1) continue;
-                  T* d = dx + ((n * pl.in_channels + g * pl.cig + ci) * pl.in_h + ih) * pl.in_w;
-                  const T* z = zrow + ((n - n0) * rows + m - a0) * mw + tp.qw;
-                  for (int64_t iw = i0; iw < i1; ++iw)
-                    d[iw] += z[iw];
+                  T* d =
+                      dx + ((n * pl.in_channels + g * pl.cig + ci) * pl.in_h + ih) * pl.in_w + i0;
+                  const T* z = zrow + ((n - n0) * rows + m - a0) * bw + (i0 + tp.qw - b0);
+                  for (int64_t c = 0; c < i1 - i0; ++c)
+                    d[c] += z[c];
                 }
               }
             }
@@ -375,20 +521,26 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
       });
 }
 
-// wgrad's cut of each phase's reduction: columns of the whole batch's plane rows, in pieces of
-// `rows_per` plane rows (one product each, added in order) and `slices` slices (partial sums added
-// in slice order). Both follow the shape only.
+// wgrad's cut of each phase's reduction over the columns of the whole batch's plane rows: each
+// row in `chunks` chunks of `width` columns (rows longer than a piece), the reduction's steps q
+// = u * chunks + chunk; pieces of `steps` steps (one product each, added in order; whole rows
+// when chunks is 1, else one chunk), and `slices` slices of the steps (partial sums added in
+// slice order). All follow the shape only.
 struct WgradCut {
-  std::vector<int64_t> rows_per;  // per phase
+  std::vector<int64_t> chunks, width, steps;  // per phase
   int64_t slices = 1;
 };
 
 WgradCut wgrad_cut(const Plan& pl, const Phases& f, int64_t elem) {
   WgradCut c;
   const int64_t per_col = (pl.cig * f.max_taps + pl.cog) * elem;
+  const int64_t most = std::max(kMinPieceColumns, kPieceBytes / per_col);  // columns a piece
   int64_t columns = 0, reached = 0;
   for (int64_t r = 0; r < f.count; ++r) {
-    c.rows_per.push_back(piece_rows(f.mw[r], per_col));
+    const int64_t mw = std::max<int64_t>(1, f.mw[r]);
+    c.chunks.push_back(ceil_div(mw, most));
+    c.width.push_back(ceil_div(mw, c.chunks.back()));
+    c.steps.push_back(c.chunks.back() > 1 ? 1 : std::max<int64_t>(1, most / mw));
     if (!f.taps[r].empty()) {
       columns = std::max(columns, pl.batch * f.mh[r] * f.mw[r]);
       ++reached;
@@ -400,6 +552,10 @@ WgradCut wgrad_cut(const Plan& pl, const Phases& f, int64_t elem) {
   c.slices = std::clamp<int64_t>(std::min(wanted, columns / kMinSliceColumns), 1, kMaxSlices);
   c.slices =
       std::max<int64_t>(1, std::min(c.slices, kMaxPartialBytes / std::max<int64_t>(1, w_bytes)));
+  // A piece needs no more steps than a slice has.
+  for (int64_t r = 0; r < f.count; ++r)
+    c.steps[r] = std::min(
+        c.steps[r], std::max<int64_t>(1, ceil_div(pl.batch * f.mh[r] * c.chunks[r], c.slices)));
   return c;
 }
 
@@ -416,32 +572,59 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   const int64_t k_max = pl.cig * f.max_taps;
   int64_t max_cols = 0;
   for (int64_t r = 0; r < f.count; ++r)
-    max_cols = std::max(max_cols, cut.rows_per[r] * f.mw[r]);
+    max_cols = std::max(max_cols, cut.steps[r] * cut.width[r]);
   const int64_t x_elems = k_max * max_cols, dy_elems = pl.cog * max_cols;
   const int64_t scratch =
       gemm::scratch_elems<T>(std::max<int64_t>(1, k_max), pl.cog, std::max<int64_t>(1, max_cols));
+  // Each (slice, group, phase) in parts for the threads, of its rows (ci, j) where X_r has more
+  // rows than dy's plane, else of its output channels: each task copies the other operand whole.
+  // A product's rows or columns, cut, change no bit.
+  int64_t reached = 0;
+  for (int64_t r = 0; r < f.count; ++r)
+    reached += f.taps[r].empty() ? 0 : 1;
+  const bool by_rows = k_max > pl.cog;
+  // Parts of at least kMinWgradPart rows or columns: with 16 the 16-thread wgrads of 8 -> 384 k3
+  // and 96 -> 384 k5 copied the whole operand 24-30 times (0.7x).
+  const int64_t parts_max = std::max<int64_t>(1, (by_rows ? k_max : pl.cog) / kMinWgradPart);
+  const int64_t cuts = std::clamp<int64_t>(
+      ceil_div(2 * int64_t{threads}, slices * pl.groups * std::max<int64_t>(1, reached)), 1,
+      parts_max);
   parallel_for(
-      threads, slices * pl.groups * f.count,
+      threads, slices * pl.groups * f.count * cuts,
       [&] { return Workspace<T>(x_elems + dy_elems + scratch); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t r = t % f.count, g = t / f.count % pl.groups, s = t / (f.count * pl.groups);
+        const int64_t part = t % cuts, r = t / cuts % f.count;
+        const int64_t g = t / (cuts * f.count) % pl.groups;
+        const int64_t s = t / (cuts * f.count * pl.groups);
         const int64_t nt = static_cast<int64_t>(f.taps[r].size()), mh = f.mh[r], mw = f.mw[r];
-        if (nt == 0) return;
-        T* acc = parts.data() + (s * pl.groups + g) * group_elems + f.w_at[r];
         const int64_t k = nt * pl.cig, total = pl.batch * mh;
-        const int64_t u_begin = total * s / slices, u_end = total * (s + 1) / slices;
-        if (u_begin == u_end || mw == 0) {
-          std::fill_n(acc, k * pl.cog, T(0));
+        // This task's rows [i0, i1) and output channels [co0, co1).
+        const int64_t extent = by_rows ? k : pl.cog, step = ceil_div(extent, cuts);
+        const int64_t lo = std::min(extent, part * step), hi = std::min(extent, lo + step);
+        const int64_t i0 = by_rows ? lo : 0, i1 = by_rows ? hi : k;
+        const int64_t co0 = by_rows ? 0 : lo, co1 = by_rows ? pl.cog : hi;
+        if (nt == 0 || i0 == i1 || co0 == co1) return;
+        T* acc = parts.data() + (s * pl.groups + g) * group_elems + f.w_at[r] + i0 * pl.cog + co0;
+        const int64_t chunks = cut.chunks[r], steps = total * chunks;
+        const int64_t q_begin = steps * s / slices, q_end = steps * (s + 1) / slices;
+        if (q_begin == q_end || mw == 0) {
+          for (int64_t i = i0; i < i1; ++i)
+            std::fill_n(acc + (i - i0) * pl.cog, co1 - co0, T(0));
           return;
         }
         T* xs = ws.data();
         T* ds = xs + x_elems;
-        for (int64_t u0 = u_begin; u0 < u_end; u0 += cut.rows_per[r]) {
-          const int64_t u1 = std::min(u_end, u0 + cut.rows_per[r]), cols = (u1 - u0) * mw;
-          phase_x(pl, f, r, x, g, u0, u1, xs);
-          phase_dy(pl, f, r, dy, g, u0, u1, mh, 0, ds);
-          gemm::gemm(k, pl.cog, cols, gemm::View<T>{xs, cols, 1}, gemm::View<T>{ds, 1, cols}, acc,
-                     pl.cog, u0 != u_begin, ds + dy_elems);
+        for (int64_t q0 = q_begin; q0 < q_end; q0 += cut.steps[r]) {
+          // Whole rows [u0, u1), or one chunk [c0, c1) of row u0.
+          const int64_t q1 = std::min(q_end, q0 + cut.steps[r]);
+          const int64_t u0 = q0 / chunks, u1 = chunks > 1 ? u0 + 1 : q1;
+          const int64_t c0 = chunks > 1 ? q0 % chunks * cut.width[r] : 0;
+          const int64_t c1 = chunks > 1 ? std::min(mw, c0 + cut.width[r]) : mw;
+          const int64_t cols = (u1 - u0) * (c1 - c0);
+          phase_x(pl, f, r, x, g, i0, i1, u0, u1, c0, c1, xs);
+          phase_dy(pl, f, r, dy, g, co0, co1, u0, u1, mh, 0, c0, c1, ds);
+          gemm::gemm(i1 - i0, co1 - co0, cols, gemm::View<T>{xs, cols, 1},
+                     gemm::View<T>{ds, 1, cols}, acc, pl.cog, q0 != q_begin, ds + dy_elems);
         }
       });
   // dw[g*cig + ci, co, tap_j] = the slices' partials in slice order.
@@ -473,38 +656,43 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
 namespace {
 
 // What every pass needs: strides within kMaxPhaseStride, sizes in bounds, and a column buffer of
-// (ci, tap) rows at least 4x thinner than the (co, tap) one (X_r and Z_r hold cig x taps rows over
-// about x's positions, dy's phase planes cog x stride rows): at 64 -> 192 k8x7 s2, 2.5x thinner,
-// the planes' edges cost more than the buffer saved (0.7x-0.8x).
+// (ci, tap) rows thinner than the (co, tap) one by a factor (the gain) of at least 2. X_r and Z_r
+// hold cig x taps rows over about x's positions, dy's phase planes cog x stride rows. The products
+// also cover the planes' positions past x's reach (out_hw against stride x in_hw): a quarter more
+// than x's, or up to half the gain. At 64 -> 192 k8x7 s2 on 2 x 5 (gain 2.5, the planes 1.95x x's
+// positions) every pass lost (0.6x-0.8x); 48 -> 256 k8 on 4 x 7 (4.9, 3.25x) the forward (0.55x);
+// 12 -> 32 k7 s2 on 19 x 19 (2.2, 1.1x) won 2.4x.
 bool phase_gemm_common(const Plan& pl, int64_t elem_bytes) {
   if (pl.stride_h > kMaxPhaseStride || pl.stride_w > kMaxPhaseStride) return false;
   if (pl.batch < 1 || pl.in_h < 1 || pl.in_w < 1 || pl.out_h < 1 || pl.out_w < 1) return false;
+  // Enough positions to pay for rearranging the weight per phase: one 6 x 6 image (24 -> 384 k8
+  // s2) lost at 16 threads (0.45x), the weight's copies about the whole pass.
+  if (int128{pl.batch} * pl.in_hw < kMinPositions) return false;
   // (In 128 bits: the geometry accepts sizes whose products overflow.)
   const int128 per_col = (int128{pl.cig} * pl.taps + pl.cog) * elem_bytes;
   if (per_col * pl.out_w > kPieceBytes * int128{16}) return false;
   if (int128{pl.in_channels} * pl.rows * elem_bytes * 2 > kMaxPartialBytes) return false;
-  const int128 phase_rows = int128{pl.cig} * pl.taps + int128{pl.cog} * pl.stride_h * pl.stride_w;
-  return 4 * phase_rows <= int128{pl.cog} * pl.taps;
+  const int128 phases = int128{pl.stride_h} * pl.stride_w;
+  const int128 phase_rows = int128{pl.cig} * pl.taps + int128{pl.cog} * phases;
+  const int128 rows = int128{pl.cog} * pl.taps;
+  // gain = rows / phase_rows >= 2; out_hw / (phases x in_hw) <= 5/4 or gain / 2 (cross-multiplied).
+  const int128 in_hw = phases * pl.in_hw;
+  return 2 * phase_rows <= rows &&
+         (4 * int128{pl.out_hw} <= 5 * in_hw || 2 * int128{pl.out_hw} * phase_rows <= in_hw * rows);
 }
 
 }  // namespace
 
 // Each pass's product must be one the GEMM's tile fills, measured on random layers at AVX-512
 // (docs/performance.md): forward's reduction cig x |T_r|, at least kMinDepth on average over the
-// phases, and cog rows; and its planes' positions past x's reach (out_hw against stride x in_hw)
-// at most twice what the thinner buffer saves (48 -> 256 k8 on 4 x 7 at 3.25x the positions:
-// 0.55x). dgrad's reduction is cog, and with fewer than 8 input channels the phase and few-rows
-// loops won (0.1x-0.8x here). wgrad's rows are cig x |T_r| and its columns cog.
+// phases, and cog rows. dgrad's reduction is cog, and with fewer than 8 input channels the phase
+// and few-rows loops won (0.1x-0.8x here). wgrad's rows are cig x |T_r| and its columns cog.
 constexpr int64_t kMinDepth = 16;
 bool phase_gemm_forward_suits(const Plan& pl, int64_t elem_bytes) {
   // Rows of 4 or more: on 3 x 3 images the copies of runs of 3 cost more than the thinner buffer
   // saved (grouped 8 -> 64 k8 s2: 0.8x-0.9x).
-  if (!phase_gemm_common(pl, elem_bytes) || pl.cog < 16 || pl.in_w < 4) return false;
-  const int128 phases = int128{pl.stride_h} * pl.stride_w;
-  if (int128{pl.cig} * pl.taps < kMinDepth * phases) return false;
-  // positions / (phases x in_hw) <= (cog x taps) / (2 x phase rows), cross-multiplied.
-  const int128 phase_rows = int128{pl.cig} * pl.taps + int128{pl.cog} * phases;
-  return int128{pl.out_hw} * 2 * phase_rows <= phases * pl.in_hw * pl.cog * pl.taps;
+  return phase_gemm_common(pl, elem_bytes) && pl.cog >= 16 && pl.in_w >= 4 &&
+         int128{pl.cig} * pl.taps >= kMinDepth * int128{pl.stride_h} * pl.stride_w;
 }
 bool phase_gemm_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   return phase_gemm_common(pl, elem_bytes) && pl.cog >= 48 && pl.cig >= 8;
@@ -519,6 +707,13 @@ bool phase_gemm_dgrad_first(const Plan& pl, int64_t elem_bytes) {
   return gemm::kVecRegisters >= 32 && 2 * pl.cig * elem_bytes >= gemm::kVecBytes &&
          pl.cig * elem_bytes < gemm::kVecBytes &&
          4 * int128{pl.out_hw} <= 5 * int128{pl.stride_h} * pl.stride_w * pl.in_hw;
+}
+
+bool phase_gemm_wgrad_first(const Plan& pl, int64_t elem_bytes) {
+  // Up to kPhaseFewInMaxChannels input channels, the planes' positions at most 1.5x x's: grouped
+  // 16 -> 192 k3x8 on 12 x 12 at 1.94x lost to the direct kernel (0.85x).
+  return gemm::kVecRegisters >= 32 && pl.cig <= 8 &&
+         2 * int128{pl.out_hw} <= 3 * int128{pl.stride_h} * pl.stride_w * pl.in_hw;
 }
 
 void phase_gemm_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,

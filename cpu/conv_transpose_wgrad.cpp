@@ -759,12 +759,12 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
   // Few input channels by phases before the direct wgrad (which takes 8 at AVX-512): 8 -> 96
   // k8 s2 and 8 -> 64 k4 s2 1.3x-1.4x faster; but not on few columns (0.8x).
   const bool few_columns_fit = few_columns_wide_fit(pl, w_numel * static_cast<int64_t>(sizeof(T)));
-  // By stride phases on the input channels' side first for up to kPhaseFewInMaxChannels input
-  // channels (at AVX-512): against the phase tiles and the direct kernel's sparse lanes 1.4x-6x
+  // By stride phases on the input channels' side first for up to 8 input channels (at AVX-512):
+  // against the phase tiles and the direct kernel's sparse lanes 1.3x-6x
   // (3 -> 256 k8, 8 -> 384 k3, 8 -> 96 k8 s2, grouped 8 -> 64 k8 s2 on 3 x 3); with more, after
   // the direct kernel, which won with 12-24 (0.7x there).
   const bool phases = phase_gemm_wgrad_suits(pl, sizeof(T));
-  if (phases && gemm::kVecRegisters >= 32 && pl.cig <= kPhaseFewInMaxChannels) {
+  if (phases && phase_gemm_wgrad_first(pl, sizeof(T))) {
     phase_gemm_wgrad(pl, x, dy, dw, threads);
     return;
   }

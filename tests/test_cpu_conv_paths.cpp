@@ -89,9 +89,11 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(2, {2, 8, 4, 5}, {8, 48, 8, 8}, true, {2, 2}, {7, 7}, {0, 0}, {2, 2},
                              1)},
       // A stride-1 1-D layer (one phase), 4 sequences of 1100: wgrad's reduction in 2 slices
-      // added in order; dgrad's tasks an item each.
+      // added in order (in float64 its rows in 2 chunks); with threads the forward's tasks take
+      // parts of the output channels and pieces of the rows, dgrad's parts of the input channels
+      // and pieces.
       {"phase GEMMs, 1-D, wgrad in slices",
-       conv_case_from_shapes(1, {4, 8, 1100}, {8, 64, 8}, false, {1}, {3}, {0}, {1}, 1)},
+       conv_case_from_shapes(1, {4, 8, 1100}, {8, 96, 8}, false, {1}, {3}, {0}, {1}, 1)},
       // 8 -> 128 k3 on one 38 x 40 image: a plane larger than a piece, so dgrad goes in bands of
       // rows, each reading its band's reach of dy again (the forward takes the direct kernel).
       {"phase GEMMs, dgrad in bands",
