@@ -1,11 +1,12 @@
 // The three conv passes by output stride phases with the products on the input channels' side,
-// for layers with few input channels per group against many output channels x taps
-// (phase_gemm_suits). The GEMM paths of conv_transpose.cpp and conv_transpose_wgrad.cpp move a
-// column buffer of (co, kh, kw) rows, rows = cog x taps, per input position: forward's product
-// writes it (a reduction over cig only) and col2im reads it; dgrad's and wgrad's im2col copies dy
-// taps times into it and a product cig rows thin reads it. With 8 input channels against 64
-// output channels x 64 taps that buffer is 16 products deep per element, and moving it bound the
-// passes. Here the buffer holds (ci, tap) rows instead, cig x taps, cog / cig times fewer.
+// for layers with few input channels per group against many output channels x taps (the shapes
+// phase_gemm_forward_suits, phase_gemm_dgrad_suits and phase_gemm_wgrad_suits take). The GEMM
+// paths of conv_transpose.cpp and conv_transpose_wgrad.cpp move a column buffer of (co, kh, kw)
+// rows, rows = cog x taps, per input position: forward's product writes it (a reduction over cig
+// only) and col2im reads it; dgrad's and wgrad's im2col copies dy taps times into it and a product
+// cig rows thin reads it. With 8 input channels against 64 output channels x 64 taps that buffer
+// is 16 products deep per element, and moving it bound the passes. Here the buffer holds (ci,
+// tap) rows instead, cig x taps, cog / cig times fewer.
 //
 // Along one axis, output o = i*s + k*d - p. Writing k*d - p = q*s + r (0 <= r < s), o = (i + q)*s
 // + r: tap k adds input i into phase r of the output (o = r, r + s, ...) at plane position m = i +
