@@ -756,9 +756,6 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
     depthwise_wgrad(pl, x, dy, dw, threads);
     return;
   }
-  // Few input channels by phases before the direct wgrad (which takes 8 at AVX-512): 8 -> 96
-  // k8 s2 and 8 -> 64 k4 s2 1.3x-1.4x faster; but not on few columns (0.8x).
-  const bool few_columns_fit = few_columns_wide_fit(pl, w_numel * static_cast<int64_t>(sizeof(T)));
   // By stride phases on the input channels' side first for up to 8 input channels (at AVX-512):
   // against the phase tiles and the direct kernel's sparse lanes 1.3x-6x
   // (3 -> 256 k8, 8 -> 384 k3, 8 -> 96 k8 s2, grouped 8 -> 64 k8 s2 on 3 x 3); with more, after
@@ -768,6 +765,9 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
     phase_gemm_wgrad(pl, x, dy, dw, threads);
     return;
   }
+  // Few input channels by phases before the direct wgrad (which takes 8 at AVX-512): 8 -> 96
+  // k8 s2 and 8 -> 64 k4 s2 1.3x-1.4x faster; but not on few columns (0.8x).
+  const bool few_columns_fit = few_columns_wide_fit(pl, w_numel * static_cast<int64_t>(sizeof(T)));
   if (few_input_channels(pl) && !few_columns_fit && phase_wgrad_suits(pl, sizeof(T))) {
     phase_wgrad(pl, x, dy, dw, threads);
     return;
