@@ -495,12 +495,85 @@ inline int64_t few_columns_parts(int64_t tasks, int64_t pairs, int threads) {
   return best;
 }
 
+// The columns past the last whole vector (49 columns: 3 vectors and 1) as dot products along the
+// reduction instead of one more vector of the register tile, which costs the same multiplies for
+// 1 column as for L: 49 columns took the time of 64 (a 7 x 7 image, batch 1: a decoder's first
+// layer at inference). Here a column costs 1/L of a vector's multiplies, the weight rows are
+// read as vectors along the reduction, and `bt` holds the columns transposed (column j's rows at
+// bt + j * bt_ld). out[r * out_ld + j] = (out's value if `resume`, else 0) + the sum over
+// k < k_count of a_rows[r][k] bt[j * bt_ld + k], summed in L lanes by k mod L and the lanes then
+// added in order: one chain per element for a given shape, whatever the task.
+template <class T, int R, int J>
+void few_columns_dot(const T* const* a_rows, const T* bt, int64_t bt_ld, int64_t k_count, T* out,
+                     int64_t out_ld, int stored_rows, bool resume) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  Vec acc[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j)
+      acc[r][j] = Vec{};
+  const auto step = [&](int64_t k, auto load) {
+    Vec b[J];
+    for (int j = 0; j < J; ++j)
+      b[j] = load(bt + j * bt_ld + k);
+    for (int r = 0; r < R; ++r) {
+      const Vec a = load(a_rows[r] + k);
+      for (int j = 0; j < J; ++j)
+        acc[r][j] += a * b[j];
+    }
+  };
+  int64_t k = 0;
+  for (; k + L <= k_count; k += L) {
+    step(k, [](const T* p) {
+      Vec v;
+      std::memcpy(&v, p, sizeof(Vec));
+      return v;
+    });
+  }
+  if (k < k_count) step(k, [n = k_count - k](const T* p) { return load_first<Vec>(p, n); });
+  for (int r = 0; r < stored_rows; ++r) {
+    for (int j = 0; j < J; ++j) {
+      T sum = acc[r][j][0];
+      for (int l = 1; l < L; ++l)
+        sum += acc[r][j][l];
+      T& o = out[r * out_ld + j];
+      o = resume ? o + sum : sum;
+    }
+  }
+}
+
+// few_columns_dot over a row block of kFewRows rows, J columns, in sub-blocks of rows that keep
+// R x J accumulators within three quarters of the vector registers.
+template <class T, int J>
+void few_columns_dot_block(const T* const* a_rows, const T* bt, int64_t bt_ld, int64_t k_count,
+                           T* out, int64_t out_ld, int rows, bool resume) {
+  constexpr int kAccumulators = gemm::kVecRegisters * 3 / 4;
+  constexpr int R = std::clamp(kAccumulators / J, 1, kFewRows);
+  for (int r0 = 0; r0 < rows; r0 += R) {
+    const T* sub[R];
+    for (int r = 0; r < R; ++r)  // rows past the block's repeat its last: not stored
+      sub[r] = a_rows[std::min(r0 + r, rows - 1)];
+    few_columns_dot<T, R, J>(sub, bt, bt_ld, k_count, out + r0 * out_ld, out_ld,
+                             std::min(R, rows - r0), resume);
+  }
+}
+
+// dgrad_few_columns takes the columns past its whole vectors by dot products (few_columns_dot)
+// when they are at most a quarter of a vector: each reads its weight rows as vectors and sums its
+// lanes at the end, so a column costs about a sixth of a vector, not 1/L, and with half a vector
+// left the padded vector was as fast or faster (docs/performance.md, twenty-seventh session).
+template <class T>
+inline constexpr int kMaxDotColumns = gemm::kLanes<T> / 4;
+
 template <class T>
 void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   constexpr int L = gemm::kLanes<T>;
   const int64_t columns = pl.batch * pl.in_hw;
   const int64_t ld = gemm::round_up(columns, L);  // zero columns up to whole vectors
-  const int64_t vecs = ld / L;
+  // The tiles' vectors, then the columns left to dot products (none where too many are left:
+  // they take a last, partial vector of the tiles).
+  const int64_t rest = columns % L <= kMaxDotColumns<T> ? columns % L : 0;
+  const int64_t vecs = ceil_div(columns - rest, int64_t{L});
   const int64_t row_blocks = ceil_div(pl.cig, int64_t{kFewRows});
   const int64_t row_bytes = ld * static_cast<int64_t>(sizeof(T));
   const bool in_runs = pl.rows * row_bytes > kColsInL2Bytes;
@@ -514,7 +587,9 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
   const int64_t pairs = ceil_div(vecs, int64_t{2});
   const int64_t parts = few_columns_parts(pl.groups * tasks_per_group, pairs, threads);
   const Workspace<T> cols(pl.groups * pl.rows * ld);
-  few_columns_cols(pl, dy, ld, cols.data(), threads);
+  const Workspace<T> tail(pl.groups * rest * pl.rows);
+  few_columns_cols(pl, dy, ld, cols.data(), threads, rest > 0 ? tail.data() : nullptr,
+                   columns - rest);
   parallel_for(
       threads, pl.groups * tasks_per_group * parts,
       [&] { return Workspace<T>(per_task * kFewRows * ld); },
@@ -522,10 +597,13 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
         const int64_t t = task / parts, part = task % parts;
         const int64_t g = t / tasks_per_group, b0 = t % tasks_per_group * per_task;
         const int64_t b1 = std::min(row_blocks, b0 + per_task);
-        // The part's vectors [v_begin, v_end) and columns [c_begin, c_end) of dx.
+        // The part's vectors [v_begin, v_end) and columns [c_begin, c_end) of dx; the last part
+        // also takes the columns left to dot products.
         const int64_t v_begin = pairs * part / parts * 2;
         const int64_t v_end = std::min(vecs, pairs * (part + 1) / parts * 2);
-        const int64_t c_begin = v_begin * L, c_end = std::min(columns, v_end * L);
+        const bool dots = rest > 0 && part == parts - 1;
+        const int64_t c_begin = v_begin * L;
+        const int64_t c_end = dots ? columns : std::min(columns, v_end * L);
         const T* c = cols.data() + g * pl.rows * ld;
         for (int64_t k0 = 0; k0 < pl.rows; k0 += run) {
           const int64_t kc = std::min(run, pl.rows - k0);
@@ -544,6 +622,12 @@ void dgrad_few_columns(const Plan& pl, const T* dy, const T* w, T* dx, int threa
                 few_columns_tile<T, kFewRows, 1>(w_rows, c + k0 * ld + v0 * L, ld, kc, o + v0 * L,
                                                  ld, kFewRows, false, k0 > 0);
               }
+            }
+            if (dots) {
+              gemm::with_count<kMaxDotColumns<T>>(static_cast<int>(rest), [&]<int J>() {
+                few_columns_dot_block<T, J>(w_rows, tail.data() + g * rest * pl.rows + k0, pl.rows,
+                                            kc, o + columns - rest, ld, rows, k0 > 0);
+              });
             }
             if (k0 + kc < pl.rows) continue;  // the block's sums are taken up by the next run
             for (int r = 0; r < rows; ++r) {

@@ -1109,9 +1109,12 @@ inline bool few_columns_wide_fit(const Plan& pl, int64_t w_bytes) {
 // built in parallel over blocks of output channels: on small images im2col's cost is per row, not
 // per element. Blocks of at most kChannelsPerTask channels, smaller where that gives fewer than
 // twice the threads' tasks: 128 channels in 8 blocks were a third of DCGAN 256 -> 128's dgrad
-// (4 x 4 images), run by 8 of 16 threads. A copy changes no bit however it is cut.
+// (4 x 4 images), run by 8 of 16 threads. A copy changes no bit however it is cut. With `tail`,
+// each task also writes its rows' columns [tail_from, batch x in_hw) transposed: column
+// tail_from + j of row k of group g at tail[(g * (columns - tail_from) + j) * rows + k].
 template <class T>
-void few_columns_cols(const Plan& pl, const T* dy, int64_t ld, T* cols, int threads) {
+void few_columns_cols(const Plan& pl, const T* dy, int64_t ld, T* cols, int threads,
+                      T* tail = nullptr, int64_t tail_from = 0) {
   constexpr int64_t kChannelsPerTask = 16;
   const int64_t columns = pl.batch * pl.in_hw;
   const int64_t wanted = std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, pl.groups),
@@ -1125,6 +1128,13 @@ void few_columns_cols(const Plan& pl, const T* dy, int64_t ld, T* cols, int thre
     for (int64_t r = 0; r < (co1 - co0) * pl.taps; ++r)
       std::fill(c + r * ld + columns, c + (r + 1) * ld, T(0));
     im2col_block(pl, dy, g, ColBlock{0, pl.batch, 0, pl.in_hw}, co0, co1, c, ld);
+    if (tail == nullptr) return;
+    const int64_t width = columns - tail_from;
+    for (int64_t j = 0; j < width; ++j) {
+      T* t_j = tail + (g * width + j) * pl.rows + co0 * pl.taps;
+      for (int64_t r = 0; r < (co1 - co0) * pl.taps; ++r)
+        t_j[r] = c[r * ld + tail_from + j];
+    }
   });
 }
 

@@ -302,6 +302,14 @@ std::vector<PathCase> path_cases() {
       {"dgrad few columns, reduction in runs",
        conv_case_from_shapes(2, {1, 200, 6, 10}, {200, 80, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
+      // 49 columns (7 x 7), one past whole vectors at every level: dgrad_few_columns takes the
+      // last by dot products (few_columns_dot), in 2 groups of 94 input channels (a last row
+      // block partial) and 80 x 4 x 4 = 1280 rows, past L2's share: its sums run in runs, each
+      // taken up again (3 runs in float32, 5 in float64 at AVX-512), and at 2, 5 and 16
+      // threads the vectors are cut into parts, the dot products going with the last.
+      {"dgrad few columns, one column past whole vectors",
+       conv_case_from_shapes(2, {1, 188, 7, 7}, {188, 80, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
+                             {1, 1}, 2)},
       // dgrad and wgrad on few rows (dgrad_few_rows, wgrad_few_rows) in 2 groups of 3 input
       // channels and 1 output channel (5 rows, partial tiles both ways): 1100 positions, wgrad's
       // in chunks of 512, 512 and 76, dgrad's last tile of positions partial.
