@@ -226,8 +226,7 @@ void phase_dy(const Plan& pl, const Phases& f, int64_t r, const T* dy, int64_t g
       if (pl.stride_w == 1) {
         std::memcpy(dst, src, width * sizeof(T));
       } else {
-        for (int64_t c = 0; c < width; ++c)
-          dst[c] = src[c * pl.stride_w];
+        gather_strided(dst, src, width, pl.stride_w);
       }
     }
   }
