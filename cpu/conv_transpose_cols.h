@@ -1039,6 +1039,80 @@ inline void store_first(T* p, Vec v, int64_t n) {
   std::copy_n(lanes, n, p);
 }
 
+#if defined(__AVX512F__)
+// Lanes J*L/S to (J+1)*L/S - 1 of v, each repeated S times: part J of v spread S apart.
+template <int S, int J, class Vec, std::size_t... I>
+inline Vec spread_part(Vec v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, v, static_cast<int>((J * sizeof...(I) + I) / S)...);
+}
+
+// v's lanes 0, S, 2S, ... below `lanes` stored at p, p + S, ...; no other element of p's is
+// written.
+template <int S, class T, class Vec>
+inline void store_every(T* p, Vec v, int lanes) {
+  constexpr int L = sizeof(Vec) / sizeof(T);
+  constexpr unsigned every = [] {
+    unsigned m = 0;
+    for (int l = 0; l < L; l += S)
+      m |= 1u << l;
+    return m;
+  }();
+  const unsigned mask = lanes >= L ? every : every & ((1u << std::max(lanes, 0)) - 1);
+  if constexpr (sizeof(T) == 4) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>(mask), reinterpret_cast<__m512>(v));
+  } else {
+    _mm512_mask_storeu_pd(p, static_cast<__mmask8>(mask), reinterpret_cast<__m512d>(v));
+  }
+}
+#endif
+
+// dst[i * stride] = src[i] + add for i in [0, n): the stores of a stride phase into y's rows. At
+// AVX-512 and strides 2 and 4 a vector of src at a time, its lanes spread S apart by a shuffle
+// per S vectors of the row and each of those stored under a mask of every S-th lane: no other
+// element is read or written (the row's other phases, another task's too, stay as they are),
+// and a masked-off lane past the row's end is not touched; a last vector of a quarter or more
+// is read and stored under masks too. Element by element, a stride-2 phase forward of long rows
+// spent a fifth of its time here. Each element is src[i] + add either way.
+template <class T>
+inline void scatter_strided(T* dst, const T* src, int64_t n, int64_t stride, T add) {
+  if (4 * n < gemm::kLanes<T>) {  // the rows of tiny planes: no dispatch on the stride
+    for (int64_t i = 0; i < n; ++i)
+      dst[i * stride] = src[i] + add;
+    return;
+  }
+  with_stride(stride, [&]<int64_t S>() {
+    const int64_t st = S != 0 ? S : stride;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (S == 2 || S == 4) {
+      typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+      constexpr int L = gemm::kLanes<T>;
+      for (; i < n; i += L) {
+        const int64_t count = std::min<int64_t>(L, n - i);
+        if (4 * count < L) break;  // a few elements: the loop below
+        Vec v;
+        if (count == L) {
+          std::memcpy(&v, src + i, sizeof(Vec));
+        } else {
+          v = load_first<Vec>(src + i, count);
+        }
+        v += add;
+        T* out = dst + i * S;
+        const int lanes = static_cast<int>((count - 1) * S + 1);  // through the last element
+        [&]<int... J>(std::integer_sequence<int, J...>) {
+          (store_every<S>(out + J * L, spread_part<S, J>(v, std::make_index_sequence<L>{}),
+                          lanes - J * L),
+           ...);
+        }
+        (std::make_integer_sequence<int, S>{});
+      }
+    }
+#endif
+    for (; i < n; ++i)
+      dst[i * st] = src[i] + add;
+  });
+}
+
 // The few-columns register tile: out[r * out_ld + v * L + lane] = sum over k < k_count, in order,
 // of a_rows[r][k] b[k * b_ld + v * L + lane], for R rows of A read in place (a row pointer each)
 // by V vectors of B. The first `stored_rows` rows are stored, by streaming stores when `stream`

@@ -343,9 +343,7 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
                 const int64_t n = u / mh, oh = u % mh * pl.stride_h + f.rh[r];
                 T* dst = y + ((n * pl.out_channels + c) * pl.out_h + oh) * pl.out_w + f.rw[r] +
                          c0 * pl.stride_w;
-                const T* sr = src + (u - u0) * cw;
-                for (int64_t m = 0; m < cw; ++m)
-                  dst[m * pl.stride_w] = sr[m] + bias;
+                scatter_strided(dst, src + (u - u0) * cw, cw, pl.stride_w, bias);
               }
             }
           }

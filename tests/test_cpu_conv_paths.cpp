@@ -88,6 +88,14 @@ std::vector<PathCase> path_cases() {
       {"phase GEMMs, phases no tap reaches",
        conv_case_from_shapes(2, {2, 8, 4, 5}, {8, 48, 8, 8}, true, {2, 2}, {7, 7}, {0, 0}, {2, 2},
                              1)},
+      // Strides 2 and 4 on rows of 37 and 19 inputs with a bias: the forward stores each phase's
+      // rows a vector at a time under masks of every second or fourth lane (AVX-512), the last
+      // vector partial, and dgrad and wgrad gather dy's phases by shuffles.
+      {"phase GEMMs, stride 2, long rows",
+       conv_case_from_shapes(1, {2, 8, 37}, {8, 64, 8}, true, {2}, {3}, {1}, {1}, 1)},
+      {"phase GEMMs, stride 4, long rows",
+       conv_case_from_shapes(2, {2, 8, 3, 19}, {8, 64, 8, 8}, true, {4, 4}, {2, 2}, {0, 3}, {1, 1},
+                             1)},
       // A stride-1 1-D layer (one phase), 4 sequences of 1100: wgrad's reduction in 2 slices
       // added in order (in float64 its rows in 2 chunks); with threads the forward's tasks take
       // parts of the output channels and pieces of the rows, dgrad's parts of the input channels
