@@ -27,6 +27,7 @@
 // the phases and taps in a fixed order; wgrad's reduction over the columns is cut by the shape
 // only, into slices added in order.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -56,6 +57,18 @@ constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
 // Z_r, and wgrad's parts of its products at least kMinWgradPart rows or columns.
 constexpr int64_t kMinPartRows = 16;
 constexpr int64_t kMinWgradPart = 48;
+
+// A flat task index as coordinates over `extents`, the last varying fastest (the tasks' order
+// in every parallel loop here).
+template <std::size_t N>
+std::array<int64_t, N> grid_index(int64_t t, const std::array<int64_t, N>& extents) {
+  std::array<int64_t, N> at{};
+  for (std::size_t i = N; i-- > 0;) {
+    at[i] = t % extents[i];
+    t /= extents[i];
+  }
+  return at;
+}
 
 // A tap of one axis: its index and its plane shift q.
 struct AxisTap {
@@ -157,7 +170,7 @@ void pack_phase_weights(const Plan& pl, const Phases& f, const T* w, T* rearrang
                         int threads) {
   const int64_t group_elems = pl.cig * pl.taps * pl.cog;
   parallel_for(threads, pl.groups * f.count * pl.cig, [&](int64_t t) {
-    const int64_t ci = t % pl.cig, r = t / pl.cig % f.count, g = t / (pl.cig * f.count);
+    const auto [g, r, ci] = grid_index<3>(t, {pl.groups, f.count, pl.cig});
     phase_weight(pl, f, w, g, r, ci, rearranged + g * group_elems + f.w_at[r]);
   });
   const std::vector<PackedBlock<T>> bs = blocks(rearranged);
@@ -311,10 +324,8 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
       threads, pl.groups * runs * bands * co_parts * pieces,
       [&] { return Workspace<T>(x_elems + y_elems + scratch); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t pc = t % pieces, part = t / pieces % co_parts;
-        const int64_t bi = t / (pieces * co_parts) % bands;
-        const int64_t run = t / (pieces * co_parts * bands) % runs;
-        const int64_t g = t / (pieces * co_parts * bands * runs);
+        const auto [g, run, bi, part, pc] =
+            grid_index<5>(t, {pl.groups, runs, bands, co_parts, pieces});
         const int64_t co0 = std::min(pl.cog, part * co_step);
         const int64_t co1 = std::min(pl.cog, co0 + co_step);
         if (co0 == co1) return;
@@ -460,10 +471,8 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
       threads, pl.groups * runs * bands * pieces * ci_parts,
       [&] { return Workspace<T>(dy_elems + z_elems + scratch); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t part = t % ci_parts, pc = t / ci_parts % pieces;
-        const int64_t bi = t / (ci_parts * pieces) % bands;
-        const int64_t run = t / (ci_parts * pieces * bands) % runs;
-        const int64_t g = t / (ci_parts * pieces * bands * runs);
+        const auto [g, run, bi, pc, part] =
+            grid_index<5>(t, {pl.groups, runs, bands, pieces, ci_parts});
         const int64_t ci0 = std::min(pl.cig, part * ci_step);
         const int64_t ci1 = std::min(pl.cig, ci0 + ci_step);
         if (ci0 == ci1) return;
@@ -591,9 +600,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
       threads, slices * pl.groups * f.count * cuts,
       [&] { return Workspace<T>(x_elems + dy_elems + scratch); },
       [&](Workspace<T>& ws, int64_t t) {
-        const int64_t part = t % cuts, r = t / cuts % f.count;
-        const int64_t g = t / (cuts * f.count) % pl.groups;
-        const int64_t s = t / (cuts * f.count * pl.groups);
+        const auto [s, g, r, part] = grid_index<4>(t, {slices, pl.groups, f.count, cuts});
         const int64_t nt = static_cast<int64_t>(f.taps[r].size()), mh = f.mh[r], mw = f.mw[r];
         const int64_t k = nt * pl.cig, total = pl.batch * mh;
         // This task's rows [i0, i1) and output channels [co0, co1).
