@@ -148,92 +148,14 @@ inline void micro_kernel(int64_t kc, const T* __restrict a, const T* __restrict 
   }
 }
 
-// f.template operator()<N>() for the N in [1, Max] equal to n, nothing for other n: a count known
-// only at run time (a tile's positions or channels, a short copy's elements) picked from
-// instances compiled for each, whose register arrays and copies then have fixed sizes.
-template <int Max, class F>
-inline void with_count(int n, F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) {
-    ((n == I + 1 ? f.template operator()<I + 1>() : void()), ...);
-  }
-  (std::make_integer_sequence<int, Max>{});
-}
-
-// Columns [0, J) of an mr-row corner of C, for a panel's last columns past its whole vectors:
-// A's packed panel holds a step's MR rows side by side, so each column goes as MR rows in
-// ceil(MR / L) vectors times a broadcast of B's element, one multiply per L rows, where one more
-// vector of the register tile costs a multiply per row for up to L columns (a last panel of 1
-// to 4 columns cost as much as 16). Each element sums its kc products in order from zero and
-// then adds C's value when accumulating: the register tile's chain, bit for bit, so a product's
-// bits do not depend on where its columns fall in the panels.
-template <class T, int J>
-inline void column_kernel(int64_t kc, const T* a, const T* b, T* c, int64_t ldc, bool accumulate,
-                          int mr, int64_t ldb) {
-  typedef T Vec __attribute__((vector_size(kVecBytes)));
-  constexpr int L = kLanes<T>, MR = kRows, AV = (MR + L - 1) / L;
-  Vec acc[AV][J];
-  for (int v = 0; v < AV; ++v)
-    for (int j = 0; j < J; ++j)
-      acc[v][j] = Vec{};
-  const auto step = [&](const Vec(&av)[AV], const T* bk) {
-    for (int j = 0; j < J; ++j) {
-      const T bj = bk[j];
-      for (int v = 0; v < AV; ++v)
-        acc[v][j] += av[v] * bj;
-    }
-  };
-  // A step's rows as whole vectors: past MR they read the next step's rows, lanes never stored;
-  // the last step's are copied, so nothing past the panel is read.
-  Vec av[AV];
-  for (int64_t k = 0; k + 1 < kc; ++k) {
-    for (int v = 0; v < AV; ++v)
-      std::memcpy(&av[v], a + k * MR + v * L, kVecBytes);
-    step(av, b + k * ldb);
-  }
-  if (kc > 0) {
-    T last[AV * L] = {};
-    std::memcpy(last, a + (kc - 1) * MR, sizeof(T) * MR);
-    for (int v = 0; v < AV; ++v)
-      std::memcpy(&av[v], last + v * L, kVecBytes);
-    step(av, b + (kc - 1) * ldb);
-  }
-  for (int v = 0; v < AV; ++v) {
-    for (int l = 0; l < L && v * L + l < mr; ++l) {
-      for (int j = 0; j < J; ++j) {
-        T& out = c[(v * L + l) * ldc + j];
-        out = accumulate ? out + acc[v][j][l] : acc[v][j][l];
-      }
-    }
-  }
-}
-
-// The most columns past a panel's whole vectors that run_tile takes by column_kernel rather
-// than one more vector of the register tile: up to half a vector at AVX-512 (its chains, one a
-// column, wait on the multiply's latency, so with more the padded vector was as fast); none
-// below it, where the register tile is 6 rows and a vector of 8 or fewer lanes is as cheap as
-// the column chains (9-14 columns ran 0.84x with them at AVX2).
-template <class T>
-inline constexpr int kMaxColumnKernel = kVecRegisters == 32 ? kLanes<T> / 2 : 0;
-
 // The tile for an mr x nr corner: the smallest of MR/3, 2MR/3 (when MR divides by 3), MR rows and
-// 1 or 2 vectors that covers it, or the whole vectors of nr and column_kernel for a few columns
-// past them. B's rows are ldb apart: a packed panel's by default.
+// 1 or 2 vectors that covers it. B's rows are ldb apart: a packed panel's by default.
 template <class T>
 inline void run_tile(int64_t kc, const T* a, const T* b, T* c, int64_t ldc, bool accumulate, int mr,
                      int nr, int64_t ldb = kCols<T>) {
   constexpr int MR = kRows, L = kLanes<T>;
   constexpr int R1 = MR % 3 == 0 ? MR / 3 : MR, R2 = MR % 3 == 0 ? 2 * MR / 3 : MR;
   static_assert(kVecsPerRow == 2, "run_tile picks 1 or 2 vectors");
-  if constexpr (kMaxColumnKernel < T >> 0) {
-    const int rest = nr % L;
-    if (rest != 0 && rest <= kMaxColumnKernel<T>) {
-      if (nr > rest) run_tile(kc, a, b, c, ldc, accumulate, mr, nr - rest, ldb);
-      with_count<kMaxColumnKernel<T>>(rest, [&]<int J>() {
-        column_kernel<T, J>(kc, a, b + (nr - rest), c + (nr - rest), ldc, accumulate, mr, ldb);
-      });
-      return;
-    }
-  }
   const bool one = nr <= L;
   if (mr <= R1) {
     one ? micro_kernel<T, R1, 1>(kc, a, b, c, ldc, accumulate, mr, nr, ldb)
@@ -269,6 +191,17 @@ inline void transpose_square(Vec* v) {
     }
     transpose_square<Vec, L, B * 2>(v);
   }
+}
+
+// f.template operator()<N>() for the N in [1, Max] equal to n, nothing for other n: a count known
+// only at run time (a tile's positions or channels, a short copy's elements) picked from
+// instances compiled for each, whose register arrays and copies then have fixed sizes.
+template <int Max, class F>
+inline void with_count(int n, F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((n == I + 1 ? f.template operator()<I + 1>() : void()), ...);
+  }
+  (std::make_integer_sequence<int, Max>{});
 }
 
 // dst[t * dst_ld + i] = src[i * src_ld + t] for t < L and i < width, from `count` <= width <= L
