@@ -120,6 +120,45 @@ std::string packed_rows_case(int64_t whole_m, int64_t row0, int64_t m, int64_t n
   return "";
 }
 
+// A product's columns have the same bits whatever panel they fall in: C = A B on n columns (its
+// last panel partial, run by a narrower register tile) and on B widened to whole panels, with
+// and without accumulation. The conv passes cut a product's columns for the threads and promise
+// the same bits for any cut. Returns "" or what went wrong.
+template <class T>
+std::string column_bits_case(int64_t m, int64_t n, int64_t k, bool accumulate) {
+  const int64_t wide = g::round_up(n, g::kCols<T>);
+  std::vector<T> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * wide));
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<T>(gemm_value(6, i));
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<T>(gemm_value(7, i));
+  std::vector<T> narrow_c(static_cast<size_t>(m * n)), wide_c(static_cast<size_t>(m * wide));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < wide; ++j)
+      wide_c[i * wide + j] = static_cast<T>(gemm_value(8, i * wide + j));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      narrow_c[i * n + j] = wide_c[i * wide + j];
+  std::vector<T> scratch(static_cast<size_t>(g::scratch_elems<T>(m, wide, k)));
+  g::gemm<T>(m, n, k, {a.data(), k, 1}, {b.data(), wide, 1}, narrow_c.data(), n, accumulate,
+             scratch.data());
+  g::gemm<T>(m, wide, k, {a.data(), k, 1}, {b.data(), wide, 1}, wide_c.data(), wide, accumulate,
+             scratch.data());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (std::memcmp(&narrow_c[i * n + j], &wide_c[i * wide + j], sizeof(T)) != 0) {
+        std::ostringstream err;
+        err.precision(std::numeric_limits<T>::max_digits10);
+        err << "columns of " << n << " against " << wide << (accumulate ? ", +=" : "") << ": C["
+            << i << "," << j << "] is " << narrow_c[i * n + j] << ", " << wide_c[i * wide + j]
+            << " in the wider product";
+        return err.str();
+      }
+    }
+  }
+  return "";
+}
+
 // Every case at both precisions: sizes below, at and past one register tile, one cache block of
 // each dimension (kMc, kNc, kKc) and a reduction of zero; each with both layouts of A and B, and
 // with and without accumulation. Then row blocks of an A packed whole.
@@ -170,6 +209,22 @@ int run_checks() {
             ++failures;
             std::printf("cpu_gemm_check: %s: %s\n", precision == 0 ? "float" : "double", e.c_str());
           }
+        }
+      }
+    }
+  }
+  // Last panels of 1, 3, 19, 36, 8 and 24 columns (partial vectors after 0, 1 and 2 whole ones),
+  // over rows that leave a partial register tile and a reduction of two cache blocks.
+  for (int64_t n : {1, 3, 19, 36, 8, 24}) {
+    for (bool accumulate : {false, true}) {
+      for (int precision = 0; precision < 2; ++precision) {
+        const std::string e = precision == 0
+                                  ? column_bits_case<float>(2 * MR + 5, n, 300, accumulate)
+                                  : column_bits_case<double>(2 * MR + 5, n, 300, accumulate);
+        ++cases;
+        if (!e.empty()) {
+          ++failures;
+          std::printf("cpu_gemm_check: %s: %s\n", precision == 0 ? "float" : "double", e.c_str());
         }
       }
     }
