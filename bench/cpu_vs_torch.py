@@ -149,6 +149,11 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+# Below this, PyTorch's one-thread 512 x 512 matmul is not on an optimized BLAS (OpenBLAS, MKL
+# and oneDNN reach 40-150 GFLOP/s on one AVX2 or AVX-512 core; the reference BLAS 1-5).
+MIN_TORCH_MATMUL_GFLOPS = 15.0
+
+
 def main():
     if sys.argv[1:] == ["--torch-worker"]:
         torch_worker()
@@ -192,10 +197,21 @@ def main():
             cpu_name = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    torch_version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
-                                   check=True, capture_output=True, text=True).stdout.strip()
+    # PyTorch's version and its one-thread matmul rate: a build on the reference BLAS (a fresh
+    # Debian's python3-torch without OpenBLAS) runs its convolutions many times slower, and the
+    # ratios below would flatter tgrad.
+    probe = ("import time, torch; torch.set_num_threads(1); a = torch.randn(512, 512); a @ a; "
+             "t = time.perf_counter(); [a @ a for _ in range(5)]; "
+             "print(torch.__version__, 5 * 2 * 512 ** 3 / (time.perf_counter() - t) / 1e9)")
+    torch_version, matmul_gflops = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1")).stdout.split()
     print(f"# tgrad (commit {commit}) vs torch {torch_version}, {cpu_name}, {cpus} CPUs, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    if float(matmul_gflops) < MIN_TORCH_MATMUL_GFLOPS:
+        print(f"# warning: PyTorch's 512 x 512 matmul ran at {float(matmul_gflops):.1f} GFLOP/s on "
+              "one thread: it is likely on the reference BLAS (on Debian install "
+              "libopenblas0-openmp), so its times are no fair reference")
     print("# ratio = torch ms / tgrad ms (above 1: tgrad faster); medians of "
           f"{args.runs} runs per pass, {args.steps} training steps, the lower of "
           f"{max(1, args.rounds)} rounds")
