@@ -7,11 +7,14 @@ bench/train_step_torch.py's model), at 1 thread, 4 threads and every CPU. Prints
 thread count with the ratio PyTorch time / tgrad time (above 1: tgrad is faster) and the
 geometric mean. Each side is timed in --rounds rounds, tgrad's whole suite then PyTorch's, and
 each row keeps each side's lowest median: a shared or drifting host moves both sides alike
-within a round, and a single slow stretch does not decide a row. A bench tool only: tgrad
-itself never needs Python.
+within a round, and a single slow stretch does not decide a row. With --recheck R, the layers
+with a row under --recheck-below after the rounds are timed again, alone, in R more rounds of
+both sides (tgrad's layer, then PyTorch's, then the next layer): their two sides are then timed
+seconds apart rather than a whole suite apart, as both sides' other rows were. A bench tool
+only: tgrad itself never needs Python.
 
   python3 bench/cpu_vs_torch.py --build build-cpu [--threads 1,4,all] [--suite all] [--runs 5]
-                                [--rounds 2] [--random N [--seed S]]
+                                [--rounds 2] [--recheck 0] [--random N [--seed S]]
 
 --random N replaces the suites with N geometries drawn at random (seeded, so a seed names the same
 layers on every machine): 1-D and 2-D, any channel counts from 1 to 384, groups and depthwise,
@@ -145,6 +148,45 @@ def keep_min(times, key, ms):
     times[key] = min(times.get(key, math.inf), ms)
 
 
+def torch_times(threads, runs, steps, geometries, train):
+    """PyTorch's times from a child process (see the note at the top)."""
+    request = json.dumps(dict(threads=threads, runs=runs, steps=steps, geometries=geometries,
+                              train=train))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    return json.loads(subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--torch-worker"], input=request, env=env,
+        check=True, capture_output=True, text=True).stdout)
+
+
+def recheck(args, conv_bench, shapes, threads, geometries, index, tgrad_ms, torch_ms):
+    """Times again, a layer at a time, each conv layer with a row under args.recheck_below:
+    args.recheck rounds of tgrad's passes then PyTorch's, each side keeping its lowest. Every pass
+    of such a layer gets the same extra rounds on both sides. Returns the layers' ids."""
+    low = []
+    for (suite, ident, passname), ms in tgrad_ms.items():
+        if suite != "train" and torch_ms[(suite, ident, passname)] / ms < args.recheck_below:
+            if (suite, ident) not in low:
+                low.append((suite, ident))
+    if args.recheck <= 0:
+        return []
+    for _ in range(args.recheck):
+        for suite, ident in low:
+            if suite == "shape":  # a random layer: its spec, under the id shape1 in that run
+                sel = ["--shape", shapes[int(ident[len("shape"):]) - 1]]
+            else:
+                sel = ["--suite", suite, "--id", ident]
+            report = json.loads(run_json([conv_bench, "--json"] + sel +
+                                         ["--runs", str(args.runs), "--threads", str(threads)],
+                                         threads))
+            for r in report["results"]:
+                keep_min(tgrad_ms, (suite, ident, r["pass"]), r["ms"])
+            answer = torch_times(threads, args.runs, args.steps,
+                                 [geometries[index[(suite, ident)]]], [])
+            for passname, ms in answer["conv"][0].items():
+                keep_min(torch_ms, (suite, ident, passname), ms)
+    return [ident for _, ident in low]
+
+
 def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -166,6 +208,10 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="timed training steps (median)")
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of both sides; each row keeps each side's fastest")
+    ap.add_argument("--recheck", type=int, default=0,
+                    help="more rounds, layer by layer, for the layers with a low row")
+    ap.add_argument("--recheck-below", type=float, default=1.1,
+                    help="a layer is rechecked when one of its rows is under this ratio")
     ap.add_argument("--no-train", action="store_true", help="skip the training step")
     ap.add_argument("--json", help="also write every row to this file")
     ap.add_argument("--random", type=int, default=0,
@@ -214,7 +260,9 @@ def main():
               "libopenblas0-openmp), so its times are no fair reference")
     print("# ratio = torch ms / tgrad ms (above 1: tgrad faster); medians of "
           f"{args.runs} runs per pass, {args.steps} training steps, the lower of "
-          f"{max(1, args.rounds)} rounds")
+          f"{max(1, args.rounds)} rounds" +
+          (f"; layers with a row under {args.recheck_below} then {args.recheck} more rounds, "
+           "a layer at a time" if args.recheck > 0 else ""))
 
     rows = []
     for threads in thread_counts:
@@ -239,18 +287,17 @@ def main():
                     tg = json.loads(out.strip().splitlines()[-1])
                     keep_min(tgrad_ms, ("train", f"demo_{mode}", "step"), tg["median_ms"])
                     train.append((mode, tg["batch"]))
-            request = json.dumps(dict(threads=threads, runs=args.runs, steps=args.steps,
-                                      geometries=geometries, train=train))
-            env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-            answer = json.loads(subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--torch-worker"], input=request,
-                env=env, check=True, capture_output=True, text=True).stdout)
+            answer = torch_times(threads, args.runs, args.steps, geometries, train)
             for r in report["results"]:
                 keep_min(torch_ms, (r["suite"], r["id"], r["pass"]),
                          answer["conv"][index[(r["suite"], r["id"])]][r["pass"]])
             for mode, med in answer["train"].items():
                 keep_min(torch_ms, ("train", f"demo_{mode}", "step"), med)
+        rechecked = recheck(args, conv_bench, shapes, threads, geometries, index, tgrad_ms,
+                            torch_ms)
         print(f"\n## {threads} thread(s), tgrad CPU level {level}")
+        if rechecked:
+            print(f"(rechecked, {args.recheck} more rounds each: {', '.join(rechecked)})")
         print(f"{'suite':<9} {'id':<16} {'pass':<8} {'tgrad ms':>10} {'torch ms':>10} {'ratio':>7}")
         for key in tgrad_ms:
             suite, ident, passname = key
