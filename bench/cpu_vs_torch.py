@@ -33,7 +33,11 @@ import sys
 import time
 
 # PyTorch runs in a child process of its own (--torch-worker), never in this one: an idle
-# PyTorch's OpenMP threads in the parent took cores from tgrad's runs on the 16-core host.
+# PyTorch's OpenMP threads in the parent took cores from tgrad's runs on the 16-core host. The
+# child lives through a thread count's rounds; after each answer tgrad waits kOmpSettleSeconds,
+# past the time OpenMP's threads spin before they sleep (libgomp's spin, libiomp's 200 ms
+# KMP_BLOCKTIME), so that they are asleep while tgrad runs.
+kOmpSettleSeconds = 0.3
 
 
 def median_ms(runs, fn):
@@ -78,18 +82,20 @@ def torch_conv_passes(entry, runs):
 
 
 def torch_worker():
-    """The child's side: reads {threads, runs, steps, geometries, train} as JSON on stdin, times
-    every geometry's passes and the demo's steps in PyTorch, and prints the times as JSON."""
+    """The child's side: reads requests {threads, runs, steps, geometries, train}, one JSON line
+    each, on stdin until it closes; for each, times every geometry's passes and the demo's steps
+    in PyTorch and prints the times as one JSON line."""
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import train_step_torch  # the demo's model in PyTorch
-    req = json.load(sys.stdin)
-    torch.set_num_threads(req["threads"])
-    conv = [torch_conv_passes(entry, req["runs"]) for entry in req["geometries"]]
-    train = {}
-    for mode, batch in req["train"]:
-        train[mode] = train_step_torch.time_steps(mode, batch, 5, req["steps"], "cpu")[0]
-    json.dump(dict(conv=conv, train=train), sys.stdout)
+    for line in sys.stdin:
+        req = json.loads(line)
+        torch.set_num_threads(req["threads"])
+        conv = [torch_conv_passes(entry, req["runs"]) for entry in req["geometries"]]
+        train = {}
+        for mode, batch in req["train"]:
+            train[mode] = train_step_torch.time_steps(mode, batch, 5, req["steps"], "cpu")[0]
+        print(json.dumps(dict(conv=conv, train=train)), flush=True)
 
 
 def random_layers(count, seed):
@@ -148,17 +154,32 @@ def keep_min(times, key, ms):
     times[key] = min(times.get(key, math.inf), ms)
 
 
-def torch_times(threads, runs, steps, geometries, train):
-    """PyTorch's times from a child process (see the note at the top)."""
-    request = json.dumps(dict(threads=threads, runs=runs, steps=steps, geometries=geometries,
-                              train=train))
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    return json.loads(subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--torch-worker"], input=request, env=env,
-        check=True, capture_output=True, text=True).stdout)
+class TorchWorker:
+    """PyTorch in a child process (see the note at the top), started once per thread count and
+    asked for one set of times after another (an import of torch takes seconds)."""
+
+    def __init__(self, threads):
+        self.threads = threads
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--torch-worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+
+    def times(self, runs, steps, geometries, train):
+        self.proc.stdin.write(json.dumps(dict(threads=self.threads, runs=runs, steps=steps,
+                                              geometries=geometries, train=train)) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"cpu_vs_torch.py: the PyTorch worker stopped (exit {self.proc.wait()})")
+        time.sleep(kOmpSettleSeconds)
+        return json.loads(line)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
-def recheck(args, conv_bench, shapes, threads, geometries, index, tgrad_ms, torch_ms):
+def recheck(args, conv_bench, shapes, threads, worker, geometries, index, tgrad_ms, torch_ms):
     """Times again, a layer at a time, each conv layer with a row under args.recheck_below:
     args.recheck rounds of tgrad's passes then PyTorch's, each side keeping its lowest. Every pass
     of such a layer gets the same extra rounds on both sides. Returns the layers' ids."""
@@ -180,8 +201,7 @@ def recheck(args, conv_bench, shapes, threads, geometries, index, tgrad_ms, torc
                                          threads))
             for r in report["results"]:
                 keep_min(tgrad_ms, (suite, ident, r["pass"]), r["ms"])
-            answer = torch_times(threads, args.runs, args.steps,
-                                 [geometries[index[(suite, ident)]]], [])
+            answer = worker.times(args.runs, args.steps, [geometries[index[(suite, ident)]]], [])
             for passname, ms in answer["conv"][0].items():
                 keep_min(torch_ms, (suite, ident, passname), ms)
     return [ident for _, ident in low]
@@ -267,6 +287,7 @@ def main():
     rows = []
     for threads in thread_counts:
         tgrad_ms, torch_ms, level = {}, {}, None
+        worker = TorchWorker(threads)
         for _ in range(max(1, args.rounds)):
             report = json.loads(run_json([conv_bench, "--json"] + workloads +
                                          ["--runs", str(args.runs), "--threads", str(threads)],
@@ -287,14 +308,15 @@ def main():
                     tg = json.loads(out.strip().splitlines()[-1])
                     keep_min(tgrad_ms, ("train", f"demo_{mode}", "step"), tg["median_ms"])
                     train.append((mode, tg["batch"]))
-            answer = torch_times(threads, args.runs, args.steps, geometries, train)
+            answer = worker.times(args.runs, args.steps, geometries, train)
             for r in report["results"]:
                 keep_min(torch_ms, (r["suite"], r["id"], r["pass"]),
                          answer["conv"][index[(r["suite"], r["id"])]][r["pass"]])
             for mode, med in answer["train"].items():
                 keep_min(torch_ms, ("train", f"demo_{mode}", "step"), med)
-        rechecked = recheck(args, conv_bench, shapes, threads, geometries, index, tgrad_ms,
-                            torch_ms)
+        rechecked = recheck(args, conv_bench, shapes, threads, worker, geometries, index,
+                            tgrad_ms, torch_ms)
+        worker.close()
         print(f"\n## {threads} thread(s), tgrad CPU level {level}")
         if rechecked:
             print(f"(rechecked, {args.recheck} more rounds each: {', '.join(rechecked)})")
