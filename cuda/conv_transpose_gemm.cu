@@ -52,9 +52,34 @@ __global__ void pack_kernel(const T* __restrict__ src, T* __restrict__ dst, int6
   }
 }
 
+// The same over a 2-D grid: x spans a plane's positions, y strides over the channels, and each
+// thread walks the chunk's items: no division per element (the flat kernel divides twice for
+// each). For planes of at least kThreads / 2 positions and channels x positions of at least
+// kPackPlanesMinThreads, so that the threads still fill the GPU while each walks nb items.
+constexpr int64_t kPackPlanesMinThreads = int64_t{1} << 17;
+template <class T, bool kPack>
+__global__ void pack_planes_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t n0,
+                                   int64_t nb, int64_t C, int P) {
+  const int p = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (p >= P) return;
+  for (int64_t c = blockIdx.y; c < C; c += gridDim.y) {
+    for (int64_t nl = 0; nl < nb; ++nl) {
+      const int64_t packed = (c * nb + nl) * P + p, full = ((n0 + nl) * C + c) * P + p;
+      if constexpr (kPack) {
+        dst[packed] = src[full];
+      } else {
+        dst[full] = src[packed];
+      }
+    }
+  }
+}
+
 // cols[(co * taps + kh * kW + kw) * L + nl * Hi * Wi + ih * Wi + iw] = dy[n0 + nl, co, oh, ow]
 // with oh = ih * sH - pH + kh * dH (likewise ow), 0 outside dy. x of the grid spans the L
-// columns (coalesced writes), y strides over the rows; L < 2^31 (the workspace budget).
+// columns (coalesced writes), y strides over the output channels, and each thread writes every
+// tap of its column for them: its column's (nl, ih, iw) is divided out once, where a thread per
+// (row, column) divided four times for each element it copied (the GEMM path's dgrad and wgrad
+// spend their copies' time on integer work, not on memory). L < 2^31 (the workspace budget).
 template <class T>
 __global__ void im2col_kernel(const T* __restrict__ dy, T* __restrict__ cols, Plane32 q, int64_t Co,
                               int64_t n0, int L) {
@@ -65,15 +90,17 @@ __global__ void im2col_kernel(const T* __restrict__ dy, T* __restrict__ cols, Pl
   const int ih = pos / q.Wi, iw = pos - ih * q.Wi;
   const int oh0 = ih * q.sH - q.pH, ow0 = iw * q.sW - q.pW;
   const T* dyn = dy + (n0 + nl) * Co * out_plane;
-  const int64_t rows = Co * taps;
-  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
-    const int co = static_cast<int>(row / taps), tap = static_cast<int>(row - int64_t{co} * taps);
-    const int kh = tap / q.kW, kw = tap - kh * q.kW;
-    const int oh = oh0 + kh * q.dH, ow = ow0 + kw * q.dW;
-    T v = T(0);
-    if (oh >= 0 && oh < q.Ho && ow >= 0 && ow < q.Wo)
-      v = dyn[int64_t{co} * out_plane + oh * q.Wo + ow];
-    cols[row * L + l] = v;
+  for (int64_t co = blockIdx.y; co < Co; co += gridDim.y) {
+    const T* plane = dyn + co * out_plane;
+    T* out = cols + co * taps * L + l;
+    for (int kh = 0; kh < q.kH; ++kh) {
+      const int oh = oh0 + kh * q.dH;
+      const bool row_in = oh >= 0 && oh < q.Ho;
+      for (int kw = 0; kw < q.kW; ++kw, out += L) {
+        const int ow = ow0 + kw * q.dW;
+        *out = row_in && ow >= 0 && ow < q.Wo ? plane[oh * q.Wo + ow] : T(0);
+      }
+    }
   }
 }
 
@@ -185,6 +212,18 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
     const int64_t L = nb * positions;
     const int64_t packed_n = p.Ci * L;
     const auto pack = [&](const T* src, T* dst, bool to_packed) {
+      if (positions >= kThreads / 2 && p.Ci * positions >= kPackPlanesMinThreads) {
+        const dim3 grid = grid_2d(positions, p.Ci);
+        if (to_packed) {
+          pack_planes_kernel<T, true><<<grid, kThreads>>>(src, dst, n0, nb, p.Ci,
+                                                          static_cast<int>(positions));
+        } else {
+          pack_planes_kernel<T, false><<<grid, kThreads>>>(src, dst, n0, nb, p.Ci,
+                                                           static_cast<int>(positions));
+        }
+        TGRAD_CUDA_CHECK_LAUNCH("pack_planes_kernel");
+        return;
+      }
       with_index_type(packed_n, [&](auto tag) {
         using I = decltype(tag);
         if (to_packed) {
@@ -199,7 +238,7 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
     };
     const auto im2col = [&](const T* dy) {
       im2col_kernel<T>
-          <<<grid_2d(L, p.Co * taps), kThreads>>>(dy, cols, q, p.Co, n0, static_cast<int>(L));
+          <<<grid_2d(L, p.Co), kThreads>>>(dy, cols, q, p.Co, n0, static_cast<int>(L));
       TGRAD_CUDA_CHECK_LAUNCH("im2col_kernel");
     };
     switch (pass) {
