@@ -215,11 +215,11 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
       if (positions >= kThreads / 2 && p.Ci * positions >= kPackPlanesMinThreads) {
         const dim3 grid = grid_2d(positions, p.Ci);
         if (to_packed) {
-          pack_planes_kernel<T, true><<<grid, kThreads>>>(src, dst, n0, nb, p.Ci,
-                                                          static_cast<int>(positions));
+          pack_planes_kernel<T, true>
+              <<<grid, kThreads>>>(src, dst, n0, nb, p.Ci, static_cast<int>(positions));
         } else {
-          pack_planes_kernel<T, false><<<grid, kThreads>>>(src, dst, n0, nb, p.Ci,
-                                                           static_cast<int>(positions));
+          pack_planes_kernel<T, false>
+              <<<grid, kThreads>>>(src, dst, n0, nb, p.Ci, static_cast<int>(positions));
         }
         TGRAD_CUDA_CHECK_LAUNCH("pack_planes_kernel");
         return;
@@ -237,8 +237,7 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
       });
     };
     const auto im2col = [&](const T* dy) {
-      im2col_kernel<T>
-          <<<grid_2d(L, p.Co), kThreads>>>(dy, cols, q, p.Co, n0, static_cast<int>(L));
+      im2col_kernel<T><<<grid_2d(L, p.Co), kThreads>>>(dy, cols, q, p.Co, n0, static_cast<int>(L));
       TGRAD_CUDA_CHECK_LAUNCH("im2col_kernel");
     };
     switch (pass) {
