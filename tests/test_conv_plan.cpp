@@ -772,8 +772,9 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
       } else if (pass == ConvPass::dgrad) {
         EXPECT_TRUE(a.kernel == batch || a.kernel == "gemm") << a.describe();
       } else {
-        // wgrad: batch-wgmma at both precisions (K spans the batch's positions).
-        EXPECT_EQ(a.kernel, batch) << a.describe();
+        // wgrad: batch-wgmma at "highest" (K spans the batch's positions); at "high" its 256
+        // input channels take the GEMM path's TF32 GEMM (run 223).
+        EXPECT_EQ(a.kernel, precision == Precision::high ? "gemm" : batch) << a.describe();
       }
       // forward and dgrad: the row kernels give way to the batch kernels on short 2-D rows
       // before looking at their tiles.
@@ -886,8 +887,9 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_EQ(m64_forced.batch.bm, 64) << m64_forced.describe();
   EXPECT_EQ(m64_forced.batch.smem_bytes,
             cuda::batch_wgmma_smem_bytes(64, 128, m64_forced.batch.channels_last));
-  // M = 512: forward, stride-1 and stride-2 dgrad stay on the batch kernels (on 8.0,
-  // batch-igemm); past 512 rows, and for a dgrad with stride > 4 past 256, the GEMM path.
+  // M = 512: the forward stays on the batch kernels (on 8.0, batch-igemm); past 512 rows, for a
+  // dgrad with stride > 4 past 256, and for a dgrad at "high" from 512 (run 223), the GEMM path;
+  // at "highest" the stride-1 and stride-2 dgrads with M = 512 stay on batch-wgmma.
   const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 1024, 512, 28, 2, 2, 0);
   const ConvPlan wide_fwd = plan_conv(ConvPass::forward, geometry(wide, Precision::high),
                                       DType::float32, DeviceCaps::h100());
@@ -896,10 +898,19 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
       plan_conv(ConvPass::forward, geometry(wide, Precision::high), DType::float32, a100).kernel,
       "batch-igemm");
   const ConvLayerSpec wide_s1 = bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1);
-  EXPECT_EQ(kernel_of(ConvPass::dgrad, wide_s1, Precision::high), "batch-wgmma");
   ConvLayerSpec wide_s2 = wide;
   std::swap(wide_s2.in_channels, wide_s2.out_channels);  // dgrad M = C_in = 512
-  EXPECT_EQ(kernel_of(ConvPass::dgrad, wide_s2, Precision::high), "batch-wgmma");
+  for (const ConvLayerSpec& m512 : {wide_s1, wide_s2}) {
+    EXPECT_EQ(kernel_of(ConvPass::dgrad, m512, Precision::highest), "batch-wgmma");
+    const ConvPlan d = plan_conv(ConvPass::dgrad, geometry(m512, Precision::high), DType::float32,
+                                 DeviceCaps::h100());
+    EXPECT_EQ(d.kernel, "gemm") << d.describe();
+    EXPECT_NE(reason_of(d, "batch-wgmma").find("dgrad at \"high\" with M=512 >= 512"),
+              std::string::npos)
+        << d.describe();
+  }
+  // M = 256 at "high" stays (the GEMM path won and lost there by about a tenth).
+  EXPECT_EQ(kernel_of(ConvPass::dgrad, l, Precision::high), "batch-wgmma");
   const ConvPlan m1024 = plan_conv(ConvPass::dgrad, geometry(wide, Precision::high), DType::float32,
                                    DeviceCaps::h100());  // M = C_in = 1024
   EXPECT_EQ(m1024.kernel, "gemm") << m1024.describe();
@@ -1015,7 +1026,8 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
 // "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1 dgrad with
 // M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
 // (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy, run 69);
-// the x8 dgrads with M >= 256 stay on the GEMM path. RGB and mono outputs (DCGAN's and pix2pix's
+// the x8 dgrads with M >= 256 stay on the GEMM path, and so do the dgrads with M >= 512 (U-Net
+// 512 -> 256, DeconvNet deconv5: run 223). RGB and mono outputs (DCGAN's and pix2pix's
 // last layers, Conv-TasNet's decoder) run the thin kernels; other calls with few channels per
 // group (grouped layers) the direct kernels. A row
 // kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
@@ -1034,7 +1046,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"dcgan_g4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"dcgan_g5", "thin", "thin", "thin", "thin"},
       {"unet_up1", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
-      {"unet_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"unet_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"unet_up3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
       {"unet_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"cyclegan_up1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
@@ -1057,7 +1069,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"grouped_g8", "direct", "direct", "direct", "direct"},
       {"fcn_up2_dw", "thin", "depthwise", "thin", "depthwise"},
       {"depthwise_256", "thin", "depthwise", "thin", "depthwise"},
-      {"deconvnet_5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"deconvnet_5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"deconvnet_1", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-igemm"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
@@ -1081,10 +1093,10 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
 // (docs/performance.md).
 // "highest": batch-wgmma's 3xTF32 takes every layer but those with few channels per group
 // (grouped_g8: direct) and the depthwise ones, the RGB and mono outputs included (it was faster
-// than the thin and direct kernels there). "high": batch-wgmma takes every layer but those with 512
-// input channels or more and HiFi-GAN V3's first x8 (a grid of 32 CTAs: the GEMM path), DeconvNet
-// deconv1 (64 channels at stride 1: the split-K kernel), and the layers with few channels per group
-// (direct, depthwise).
+// than the thin and direct kernels there). "high": batch-wgmma takes every layer but those with
+// 256 input channels or more (the GEMM path; 512 or more before run 223) and HiFi-GAN V3's first
+// x8 (a grid of 32 CTAs: the GEMM path), DeconvNet deconv1 (64 channels at stride 1: the split-K
+// kernel), and the layers with few channels per group (direct, depthwise).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
   struct Row {
     const char *id, *highest, *high;
@@ -1092,25 +1104,25 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
   const Row rows[] = {
       {"dcgan_g1", "batch-wgmma", "batch-wgmma"},
       {"dcgan_g2", "batch-wgmma", "gemm"},
-      {"dcgan_g3", "batch-wgmma", "batch-wgmma"},
+      {"dcgan_g3", "batch-wgmma", "gemm"},
       {"dcgan_g4", "batch-wgmma", "batch-wgmma"},
       {"dcgan_g5", "batch-wgmma", "batch-wgmma"},
       {"unet_up1", "batch-wgmma", "gemm"},
       {"unet_up2", "batch-wgmma", "gemm"},
-      {"unet_up3", "batch-wgmma", "batch-wgmma"},
+      {"unet_up3", "batch-wgmma", "gemm"},
       {"unet_up4", "batch-wgmma", "batch-wgmma"},
-      {"cyclegan_up1", "batch-wgmma", "batch-wgmma"},
+      {"cyclegan_up1", "batch-wgmma", "gemm"},
       {"cyclegan_up2", "batch-wgmma", "batch-wgmma"},
       {"pix2pix_out", "batch-wgmma", "batch-wgmma"},
       {"hifigan_v1_up1", "batch-wgmma", "gemm"},
-      {"hifigan_v1_up2", "batch-wgmma", "batch-wgmma"},
+      {"hifigan_v1_up2", "batch-wgmma", "gemm"},
       {"hifigan_v1_up3", "batch-wgmma", "batch-wgmma"},
       {"hifigan_v1_up4", "batch-wgmma", "batch-wgmma"},
       {"hifigan_v3_up1", "batch-wgmma", "gemm"},
       {"hifigan_v3_up2", "batch-wgmma", "batch-wgmma"},
       {"hifigan_v3_up3", "batch-wgmma", "batch-wgmma"},
       {"encodec_up8", "batch-wgmma", "gemm"},
-      {"encodec_up5", "batch-wgmma", "batch-wgmma"},
+      {"encodec_up5", "batch-wgmma", "gemm"},
       {"encodec_up4", "batch-wgmma", "batch-wgmma"},
       {"encodec_up2", "batch-wgmma", "batch-wgmma"},
       {"convtasnet_dec", "batch-wgmma", "direct"},
@@ -1205,10 +1217,10 @@ TEST(ConvPlan, BatchWgmmaCopiesSrcChannelsLastWhereItPays) {
 // wgrad's batch-wgmma: float32 on a 9.0 device with the sm_90a code, 1xTF32 128 x 128 tiles at
 // "high", 3xTF32 128 x 64 (or 64 x 128 for at most 64 rows) at "highest"; K (the batch's
 // positions) cut into slices of at least 16 steps that cover it once; and the measured
-// preferences, each named: grids under a quarter of the SMs go to the GEMM path, and so do 512
-// input channels or more at "high"; C_in <= 32 (or <= 64 at stride 1 at "high") to the split-K
-// kernel; few channels to the direct kernels, but at "highest" it keeps outputs narrow through
-// C_out alone. Forced, it runs all of them.
+// preferences, each named: grids under a quarter of the SMs go to the GEMM path, and so do 256
+// input channels or more at "high" (512 before run 223); C_in <= 32 (or <= 64 at stride 1 at
+// "high") to the split-K kernel; few channels to the direct kernels, but at "highest" it keeps
+// outputs narrow through C_out alone. Forced, it runs all of them.
 TEST(ConvPlan, WgradBatchWgmmaTakesBothPrecisionsAndNamesItsPreferences) {
   const DeviceCaps h100 = DeviceCaps::h100();
   const auto plan = [&](const ConvLayerSpec& l, Precision precision = Precision::high,
@@ -1289,11 +1301,12 @@ TEST(ConvPlan, WgradBatchWgmmaTakesBothPrecisionsAndNamesItsPreferences) {
     const char *kernel_high, *reason_high, *kernel_highest, *reason_highest;
   };
   const Case cases[] = {
-      {bench::layer2d("t", "t", 8, 512, 256, 52, 2, 2, 0), "gemm", "C_in/groups=512 >= 512",
+      {bench::layer2d("t", "t", 8, 512, 256, 52, 2, 2, 0), "gemm", "C_in/groups=512 >= 256",
        "batch-wgmma", ""},
-      // 32 CTAs of 128 x 128 at "high", 64 of 128 x 64 at "highest" (HiFi-GAN V3's first x8).
-      {bench::layer1d("t", "t", 16, 256, 128, 32, 16, 8, 4), "gemm",
-       "32 CTAs for 132 SMs (under a quarter)", "batch-wgmma", ""},
+      // HiFi-GAN V3's first x8: 256 input channels at "high" (32 CTAs of 128 x 128 too), 64 CTAs
+      // of 128 x 64 at "highest".
+      {bench::layer1d("t", "t", 16, 256, 128, 32, 16, 8, 4), "gemm", "C_in/groups=256 >= 256",
+       "batch-wgmma", ""},
       {bench::layer1d("t", "t", 8, 128, 64, 32, 16, 8, 4), "gemm",
        "8 CTAs for 132 SMs (under a quarter)", "gemm", "16 CTAs for 132 SMs (under a quarter)"},
       {bench::layer1d("t", "t", 16, 32, 64, 131072, 3, 2, 1), "mma.sync",
