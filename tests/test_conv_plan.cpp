@@ -910,7 +910,9 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
         << d.describe();
   }
   // M = 256 at "high" stays (the GEMM path won and lost there by about a tenth).
-  EXPECT_EQ(kernel_of(ConvPass::dgrad, l, Precision::high), "batch-wgmma");
+  // (At batch 128: 128 CTAs. At 64 the grid would cover under half the SMs: the GEMM path.)
+  const ConvLayerSpec m256 = bench::layer2d("t", "t", 128, 256, 128, 8, 4, 2, 1);
+  EXPECT_EQ(kernel_of(ConvPass::dgrad, m256, Precision::high), "batch-wgmma");
   const ConvPlan m1024 = plan_conv(ConvPass::dgrad, geometry(wide, Precision::high), DType::float32,
                                    DeviceCaps::h100());  // M = C_in = 1024
   EXPECT_EQ(m1024.kernel, "gemm") << m1024.describe();
