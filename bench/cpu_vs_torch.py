@@ -34,10 +34,10 @@ import time
 
 # PyTorch runs in a child process of its own (--torch-worker), never in this one: an idle
 # PyTorch's OpenMP threads in the parent took cores from tgrad's runs on the 16-core host. The
-# child lives through a thread count's rounds; after each answer tgrad waits kOmpSettleSeconds,
+# child lives through a thread count's rounds; after each answer tgrad waits OMP_SETTLE_SECONDS,
 # past the time OpenMP's threads spin before they sleep (libgomp's spin, libiomp's 200 ms
 # KMP_BLOCKTIME), so that they are asleep while tgrad runs.
-kOmpSettleSeconds = 0.3
+OMP_SETTLE_SECONDS = 0.3
 
 
 def median_ms(runs, fn):
@@ -171,7 +171,7 @@ class TorchWorker:
         line = self.proc.stdout.readline()
         if not line:
             sys.exit(f"cpu_vs_torch.py: the PyTorch worker stopped (exit {self.proc.wait()})")
-        time.sleep(kOmpSettleSeconds)
+        time.sleep(OMP_SETTLE_SECONDS)
         return json.loads(line)
 
     def close(self):
@@ -183,13 +183,13 @@ def recheck(args, conv_bench, shapes, threads, worker, geometries, index, tgrad_
     """Times again, a layer at a time, each conv layer with a row under args.recheck_below:
     args.recheck rounds of tgrad's passes then PyTorch's, each side keeping its lowest. Every pass
     of such a layer gets the same extra rounds on both sides. Returns the layers' ids."""
+    if args.recheck <= 0:
+        return []
     low = []
     for (suite, ident, passname), ms in tgrad_ms.items():
         if suite != "train" and torch_ms[(suite, ident, passname)] / ms < args.recheck_below:
             if (suite, ident) not in low:
                 low.append((suite, ident))
-    if args.recheck <= 0:
-        return []
     for _ in range(args.recheck):
         for suite, ident in low:
             if suite == "shape":  # a random layer: its spec, under the id shape1 in that run

@@ -1071,8 +1071,8 @@ inline void store_every(T* p, Vec v, int lanes) {
 // per S vectors of the row and each of those stored under a mask of every S-th lane: no other
 // element is read or written (the row's other phases, another task's too, stay as they are),
 // and a masked-off lane past the row's end is not touched; a last vector of a quarter or more
-// is read and stored under masks too. Element by element, a stride-2 phase forward of long rows
-// spent a fifth of its time here. Each element is src[i] + add either way.
+// is read and stored under masks too. Element by element, such stores were a large share of a
+// stride-2 phase forward of long rows. Each element is src[i] + add either way.
 template <class T>
 inline void scatter_strided(T* dst, const T* src, int64_t n, int64_t stride, T add) {
   if (4 * n < gemm::kLanes<T>) {  // the rows of tiny planes: no dispatch on the stride

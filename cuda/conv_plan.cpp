@@ -637,11 +637,9 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     if (M > kBatchIgemmMaxPreferredM)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
              ": the GEMM path's column traffic is small next to its GEMM's speed";
-    //   A dgrad at "high" from kHighDgradGemmMinM: since the GEMM path's im2col stopped dividing
-    //   per element (run 223, every suite dgrad forced to it at "high") its TF32 GEMM won at M =
-    //   512 (U-Net 512 -> 256 1.58x, DeconvNet deconv5 1.17x), and at 256 won and lost by about
-    //   a tenth each way (DCGAN 256 -> 128 and EnCodec x5 ahead, U-Net 256 -> 128 and CycleGAN
-    //   256 -> 128 behind): the rule keeps 256 here.
+    //   A dgrad at "high" from kHighDgradGemmMinM: with every suite dgrad forced to the GEMM
+    //   path at "high", its TF32 GEMM won at M = 512, while at 256 it won and lost by about a
+    //   tenth each way, so 256 stays here (docs/performance.md, "Runs 223-224").
     if (in.pass == ConvPass::dgrad && g.precision == Precision::high && M >= kHighDgradGemmMinM)
       return "dgrad at \"high\" with M=" + std::to_string(M) +
              " >= " + std::to_string(kHighDgradGemmMinM) + ": the GEMM path's TF32 GEMM";
@@ -751,10 +749,9 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   // where another kernel reuses what it loads better, that kernel is faster:
   // - C_in/groups >= kBatchWgradGemmMinCin: the GEMM path's cuBLAS GEMM (M = C_in) earns back its
   //   column buffer (DCGAN 512 -> 256, U-Net 1024 -> 512 and 512 -> 256, EnCodec x8, HiFi-GAN
-  //   V1 x8, DeconvNet deconv5: 1.2x-2x faster); since its im2col stopped dividing per element
-  //   (run 223) from 256 too: every such suite layer 1.07x-1.55x faster there (DCGAN 256 -> 128,
-  //   U-Net 256 -> 128, CycleGAN 256 -> 128, HiFi-GAN V1's second x8, EnCodec x5), while at 128
-  //   and under this kernel kept most (U-Net 128 -> 64 and EnCodec x4 2.3x faster here);
+  //   V1 x8, DeconvNet deconv5); since its im2col stopped dividing per element, from 256 too
+  //   (every such suite layer faster there), while at 128 and under this kernel kept most
+  //   (docs/performance.md, "Runs 223-224");
   // - a grid under a quarter of the SMs (a short K in few tiles: HiFi-GAN V3's first x8) leaves
   //   most of the GPU idle, while the GEMM path's GEMM spans it;
   // - C_in/groups <= 32, or <= 64 with stride 1: the split-K mma.sync kernel's 32-row warp tiles

@@ -78,8 +78,8 @@ __global__ void pack_planes_kernel(const T* __restrict__ src, T* __restrict__ ds
 // with oh = ih * sH - pH + kh * dH (likewise ow), 0 outside dy. x of the grid spans the L
 // columns (coalesced writes), y strides over the output channels, and each thread writes every
 // tap of its column for them: its column's (nl, ih, iw) is divided out once, where a thread per
-// (row, column) divided four times for each element it copied (the GEMM path's dgrad and wgrad
-// spend their copies' time on integer work, not on memory). L < 2^31 (the workspace budget).
+// (row, column) divided four times for each element it copied and the copy was bound by that
+// integer work, not by memory. L < 2^31 (the workspace budget).
 template <class T>
 __global__ void im2col_kernel(const T* __restrict__ dy, T* __restrict__ cols, Plane32 q, int64_t Co,
                               int64_t n0, int L) {

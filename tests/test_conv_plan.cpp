@@ -773,7 +773,7 @@ TEST(ConvPlan, MostlyEmptyTilesGiveWayToBatchIgemmOrTheGemmPath) {
         EXPECT_TRUE(a.kernel == batch || a.kernel == "gemm") << a.describe();
       } else {
         // wgrad: batch-wgmma at "highest" (K spans the batch's positions); at "high" its 256
-        // input channels take the GEMM path's TF32 GEMM (run 223).
+        // input channels take the GEMM path's TF32 GEMM.
         EXPECT_EQ(a.kernel, precision == Precision::high ? "gemm" : batch) << a.describe();
       }
       // forward and dgrad: the row kernels give way to the batch kernels on short 2-D rows
@@ -888,7 +888,7 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_EQ(m64_forced.batch.smem_bytes,
             cuda::batch_wgmma_smem_bytes(64, 128, m64_forced.batch.channels_last));
   // M = 512: the forward stays on the batch kernels (on 8.0, batch-igemm); past 512 rows, for a
-  // dgrad with stride > 4 past 256, and for a dgrad at "high" from 512 (run 223), the GEMM path;
+  // dgrad with stride > 4 past 256, and for a dgrad at "high" from 512, the GEMM path;
   // at "highest" the stride-1 and stride-2 dgrads with M = 512 stay on batch-wgmma.
   const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 1024, 512, 28, 2, 2, 0);
   const ConvPlan wide_fwd = plan_conv(ConvPass::forward, geometry(wide, Precision::high),
@@ -1029,7 +1029,7 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
 // M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
 // (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy, run 69);
 // the x8 dgrads with M >= 256 stay on the GEMM path, and so do the dgrads with M >= 512 (U-Net
-// 512 -> 256, DeconvNet deconv5: run 223). RGB and mono outputs (DCGAN's and pix2pix's
+// 512 -> 256, DeconvNet deconv5). RGB and mono outputs (DCGAN's and pix2pix's
 // last layers, Conv-TasNet's decoder) run the thin kernels; other calls with few channels per
 // group (grouped layers) the direct kernels. A row
 // kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
@@ -1096,7 +1096,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
 // "highest": batch-wgmma's 3xTF32 takes every layer but those with few channels per group
 // (grouped_g8: direct) and the depthwise ones, the RGB and mono outputs included (it was faster
 // than the thin and direct kernels there). "high": batch-wgmma takes every layer but those with
-// 256 input channels or more (the GEMM path; 512 or more before run 223) and HiFi-GAN V3's first
+// 256 input channels or more (the GEMM path) and HiFi-GAN V3's first
 // x8 (a grid of 32 CTAs: the GEMM path), DeconvNet deconv1 (64 channels at stride 1: the split-K
 // kernel), and the layers with few channels per group (direct, depthwise).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
@@ -1220,7 +1220,7 @@ TEST(ConvPlan, BatchWgmmaCopiesSrcChannelsLastWhereItPays) {
 // "high", 3xTF32 128 x 64 (or 64 x 128 for at most 64 rows) at "highest"; K (the batch's
 // positions) cut into slices of at least 16 steps that cover it once; and the measured
 // preferences, each named: grids under a quarter of the SMs go to the GEMM path, and so do 256
-// input channels or more at "high" (512 before run 223); C_in <= 32 (or <= 64 at stride 1 at
+// input channels or more at "high"; C_in <= 32 (or <= 64 at stride 1 at
 // "high") to the split-K kernel; few channels to the direct kernels, but at "highest" it keeps
 // outputs narrow through C_out alone. Forced, it runs all of them.
 TEST(ConvPlan, WgradBatchWgmmaTakesBothPrecisionsAndNamesItsPreferences) {
