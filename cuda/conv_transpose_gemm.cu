@@ -129,6 +129,39 @@ __global__ void col2im_kernel(const T* __restrict__ cols, const T* __restrict__ 
   }
 }
 
+// The same over a 2-D grid, for planes of at least kThreads / 2 positions and channels x
+// positions of at least kPackPlanesMinThreads: x spans y's plane, y strides over the output
+// channels, and each thread finds its position's runs of taps once (gather_run) and walks the
+// chunk's items, where the flat kernel divided out the element's item, channel and position and
+// tested every tap against the stride for each element. The same sums in the same order.
+template <class T>
+__global__ void col2im_planes_kernel(const T* __restrict__ cols, const T* __restrict__ bias,
+                                     T* __restrict__ y_chunk, Plane32 q, RunSteps st, int64_t Co,
+                                     int64_t nb) {
+  const int out_plane = q.Ho * q.Wo;
+  const int pos = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (pos >= out_plane) return;
+  const int oh = pos / q.Wo, ow = pos - oh * q.Wo;
+  const TapRun rh = gather_run(oh, q.kH, q.pH, q.dH, q.sH, q.Hi);
+  const TapRun rw = gather_run(ow, q.kW, q.pW, q.dW, q.sW, q.Wi);
+  const int positions = q.Hi * q.Wi, taps = q.kH * q.kW;
+  const int64_t L = nb * positions;
+  for (int64_t co = blockIdx.y; co < Co; co += gridDim.y) {
+    for (int64_t nl = 0; nl < nb; ++nl) {
+      const T* base = cols + co * taps * L + nl * positions;
+      T acc = T(0);
+      for (int jh = 0; jh < rh.n; ++jh) {
+        const int kh = rh.k0 + jh * st.k_h, ih = rh.i0 - jh * st.i_h;
+        for (int jw = 0; jw < rw.n; ++jw) {
+          const int kw = rw.k0 + jw * st.k_w, iw = rw.i0 - jw * st.i_w;
+          acc += base[(kh * q.kW + kw) * L + ih * q.Wi + iw];
+        }
+      }
+      y_chunk[(nl * Co + co) * out_plane + pos] = bias ? acc + bias[co] : acc;
+    }
+  }
+}
+
 // A 2-D grid: x covers `inner` items in blocks of kThreads, y strides over `outer`.
 dim3 grid_2d(int64_t inner, int64_t outer) {
   return dim3(static_cast<unsigned>(ceil_div(inner, kThreads)),
@@ -248,6 +281,12 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
         const int64_t total = nb * p.Co * out_plane;
         T* y_chunk = t.out.data_ptr<T>() + n0 * p.Co * out_plane;
         const T* bias = t.bias ? t.bias->data_ptr<T>() : nullptr;
+        if (out_plane >= kThreads / 2 && p.Co * out_plane >= kPackPlanesMinThreads) {
+          col2im_planes_kernel<T><<<grid_2d(out_plane, p.Co), kThreads>>>(cols, bias, y_chunk, q,
+                                                                          run_steps(q), p.Co, nb);
+          TGRAD_CUDA_CHECK_LAUNCH("col2im_planes_kernel");
+          break;
+        }
         with_index_type(total, [&](auto tag) {
           using I = decltype(tag);
           col2im_kernel<T, I>
