@@ -4,7 +4,10 @@
 //   forward: cols[g] (Cog*taps, L) = W[g]^T xp[g]; y = col2im(cols) + bias (gather kernel);
 //   dgrad:   cols = im2col(dy) (Co*taps, L); dxp[g] (Cig, L) = W[g] cols[g]; dx = unpack(dxp);
 //   wgrad:   cols = im2col(dy); dW[g] (Cig, Cog*taps) += xp[g] cols[g]^T, chunk after chunk.
-// W[g] is the weight's (Cig, Cog*taps) block of group g; the groups are the GEMM batch.
+// W[g] is the weight's (Cig, Cog*taps) block of group g; the groups are the GEMM batch. With one
+// group and large planes (gemm_per_sample) forward and dgrad skip the packed copy: the GEMM is
+// batched over the chunk's samples instead, reading x and writing dx in place, the columns of
+// sample nl at column offset nl * H_in * W_in of the same buffer.
 // Deterministic: each kernel writes every element once from a fixed-order sum, cuBLAS GEMMs are
 // run-to-run reproducible on one GPU model, and wgrad adds the chunks in batch order.
 #include <cublas_v2.h>
@@ -226,7 +229,9 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
   const Plane32 q = plane32(p);
   const int64_t taps = p.kH * p.kW, positions = p.Hi * p.Wi, out_plane = p.Ho * p.Wo;
   const int64_t cogk = p.Cog * taps;
-  const int64_t per_sample = gemm_workspace_per_sample(g);
+  const bool per_item = pass != ConvPass::wgrad && gemm_per_sample(g);
+  // Without the packed operand a sample needs only its columns.
+  const int64_t per_sample = per_item ? p.Co * taps * positions : gemm_workspace_per_sample(g);
   const int64_t nb_max =
       std::clamp<int64_t>(kGemmWorkspaceBytes / (per_sample * int64_t{sizeof(T)}), 1, p.N);
   std::shared_ptr<void> storage = alloc.allocate(nb_max * per_sample * int64_t{sizeof(T)}, device);
@@ -275,9 +280,15 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
     };
     switch (pass) {
       case ConvPass::forward: {
-        pack(t.a.data_ptr<T>(), packed, true);
-        gemm<T>(handle, g.precision, true, false, cogk, L, p.Cig, w, cogk, p.Cig * cogk, packed, L,
-                p.Cig * L, T(0), cols, L, cogk * L, p.G);
+        if (per_item) {
+          gemm<T>(handle, g.precision, true, false, cogk, positions, p.Ci, w, cogk, 0,
+                  t.a.data_ptr<T>() + n0 * p.Ci * positions, positions, p.Ci * positions, T(0),
+                  cols, L, positions, nb);
+        } else {
+          pack(t.a.data_ptr<T>(), packed, true);
+          gemm<T>(handle, g.precision, true, false, cogk, L, p.Cig, w, cogk, p.Cig * cogk, packed,
+                  L, p.Cig * L, T(0), cols, L, cogk * L, p.G);
+        }
         const int64_t total = nb * p.Co * out_plane;
         T* y_chunk = t.out.data_ptr<T>() + n0 * p.Co * out_plane;
         const T* bias = t.bias ? t.bias->data_ptr<T>() : nullptr;
@@ -297,6 +308,12 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
       }
       case ConvPass::dgrad:
         im2col(t.a.data_ptr<T>());
+        if (per_item) {
+          gemm<T>(handle, g.precision, false, false, p.Ci, positions, cogk, w, cogk, 0, cols, L,
+                  positions, T(0), t.out.data_ptr<T>() + n0 * p.Ci * positions, positions,
+                  p.Ci * positions, nb);
+          break;
+        }
         gemm<T>(handle, g.precision, false, false, p.Cig, L, cogk, w, cogk, p.Cig * cogk, cols, L,
                 cogk * L, T(0), packed, L, p.Cig * L, p.G);
         pack(packed, t.out.data_ptr<T>(), false);
