@@ -161,11 +161,40 @@ bool wide_groups_first(const PlanInput& in) {
          cig * cog > kDirectFirstGroupProduct;
 }
 
+// Why a thin output's forward or dgrad goes to the GEMM path, or empty. With one group and
+// large planes (gemm_per_sample) the path multiplies each sample's plane where it lies, and when
+// the input channels are at least the column buffer's rows (C_in >= C_out x taps) its copies
+// are small next to x or dx. What then decides is the multiplies per input position, C_in x
+// C_out x taps, which the thin kernels do one FMA at a time: at "high" the GEMM path's TF32 GEMM
+// was as fast or faster on every such call from 2048 (forward 1.0x-2.3x, dgrad 1.03x-1.75x) and
+// slower under it (0.36x-0.92x); at "highest" its FP32 GEMM won on forwards from 4096 (1.09x-2.0x
+// on four of five) and lost on most dgrads, which stay (13 layers, docs/performance.md,
+// "Runs 225-228").
+constexpr int64_t kThinGemmMinWorkHigh = 2048, kThinGemmMinWorkHighest = 4096;
+
+std::string gemm_first(const PlanInput& in) {
+  const ConvGeometry& g = in.g;
+  if (!in.prefer || in.pass == ConvPass::wgrad || !gemm_per_sample(g)) return "";
+  const bool high = g.precision == Precision::high;
+  if (!high && in.pass != ConvPass::forward) return "";
+  const int64_t rows = g.out_channels * g.kernel[0] * g.kernel[1];
+  const int64_t work = g.in_channels * rows;
+  const int64_t min_work = high ? kThinGemmMinWorkHigh : kThinGemmMinWorkHighest;
+  if (g.in_channels < rows || work < min_work || !thin_call(in)) return "";
+  if (!gemm_path_declined(in.pass, g, g.precision, in.dtype).empty()) return "";
+  return "C_in x C_out x taps=" + std::to_string(work) + " >= " + std::to_string(min_work) +
+         " (C_in >= C_out x taps=" + std::to_string(rows) + ") over " +
+         std::to_string(g.in_size[0] * g.in_size[1]) +
+         " positions a sample: the GEMM path's "
+         "per-sample GEMMs";
+}
+
 // Empty when the rows above the thin and direct kernels keep the call; else why they give way
-// to them: a thin output the thin kernels run, or a narrow call the direct kernels can run,
-// while the speed preferences are on.
+// to them (or, gemm_first, to the GEMM path): a thin output the thin kernels run, or a narrow call
+// the direct kernels can run, while the speed preferences are on.
 std::string direct_first(const PlanInput& in) {
   if (!in.prefer) return "";
+  if (std::string gemm = gemm_first(in); !gemm.empty()) return gemm;
   if (thin_call(in)) {
     return "C_out/groups=" + std::to_string(in.g.out_channels_per_group()) +
            ": a thin output, the thin kernels";
@@ -338,6 +367,23 @@ std::string strided_dgrad_reason(const PlanInput& in, int64_t M) {
   return why;
 }
 
+// A dgrad at "high" with M = C_in/groups >= kHighDgradGemmMinM goes to the GEMM path when it
+// can take it, from the row and batch kernels alike. With every suite dgrad forced to the GEMM
+// path at "high", its TF32 GEMM won at M = 512 (run 223), and at 256 once its large planes
+// skipped the packed copy (gemm_per_sample): on three of the four layers 1.1x-1.3x, on the
+// fourth 0.92x (docs/performance.md, "Runs 225-227"). Empty when that is not the call.
+constexpr int64_t kHighDgradGemmMinM = 256;
+
+std::string high_dgrad_gemm(const PlanInput& in) {
+  const ConvGeometry& g = in.g;
+  const int64_t M = g.in_channels_per_group();
+  if (!in.prefer || in.pass != ConvPass::dgrad || g.precision != Precision::high ||
+      M < kHighDgradGemmMinM || !gemm_path_declined(in.pass, g, g.precision, in.dtype).empty())
+    return "";
+  return "dgrad at \"high\" with M=" + std::to_string(M) +
+         " >= " + std::to_string(kHighDgradGemmMinM) + ": the GEMM path's TF32 GEMM";
+}
+
 // ---- wgmma (sm_90a; forward and dgrad) ------------------------------------------------------
 
 std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
@@ -349,6 +395,7 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
            std::to_string(in.caps.sm_minor) + ": wgmma needs 9.0";
   if (!in.caps.wgmma_compiled) return "this build has no sm_90a code for the wgmma kernel";
   if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
+  if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
   if (batch_igemm_first(in, true).empty())
     return "the batch-positions kernels' tiles span rows and samples (short rows or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
@@ -417,6 +464,7 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   // it gives way on every 2-D call and on short 1-D calls (batch_igemm_first; measured in
   // docs/performance.md, runs 34 and 38).
   if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
+  if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
   if (batch_igemm_first(in, false).empty())
     return "the batch-positions kernels' tiles span rows and samples (2-D, or few positions)";
   IgemmProblem p = igemm_problem(in.pass, in.g);
@@ -479,7 +527,6 @@ constexpr int64_t kChannelsLastMinStride = 5;
 // plan in `plan`; else why not: what it cannot run, then (in.prefer) where the GEMM path measured
 // faster.
 constexpr int64_t kBatchIgemmMaxPreferredM = 512;
-constexpr int64_t kHighDgradGemmMinM = 512;
 constexpr int64_t kFewCtasMaxSteps = 16;
 
 // wgmma: the sm_90a instance (batch-wgmma), which multiplies with wgmma from shared memory
@@ -637,12 +684,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     if (M > kBatchIgemmMaxPreferredM)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
              ": the GEMM path's column traffic is small next to its GEMM's speed";
-    //   A dgrad at "high" from kHighDgradGemmMinM: with every suite dgrad forced to the GEMM
-    //   path at "high", its TF32 GEMM won at M = 512, while at 256 it won and lost by about a
-    //   tenth each way, so 256 stays here (docs/performance.md, "Runs 223-224").
-    if (in.pass == ConvPass::dgrad && g.precision == Precision::high && M >= kHighDgradGemmMinM)
-      return "dgrad at \"high\" with M=" + std::to_string(M) +
-             " >= " + std::to_string(kHighDgradGemmMinM) + ": the GEMM path's TF32 GEMM";
+    if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
     if (std::string strided = wide_strided_dgrad(in.pass, g, M); !strided.empty()) return strided;
   }
   return "";
@@ -876,6 +918,7 @@ bool sparse_forward(const PlanInput& in) {
 std::string rule_direct(const PlanInput& in, ConvPlan& plan) {
   if (std::string no = direct_path_declined(in.pass, in.g, in.dtype, &plan.direct); !no.empty())
     return no;
+  if (std::string gemm = gemm_first(in); !gemm.empty()) return gemm;
   if (!in.forced && !narrow_call(in.pass, in.g, in.dtype) && !(in.prefer && sparse_forward(in)))
     return "C_in/groups=" + std::to_string(in.g.in_channels_per_group()) +
            ", C_out/groups=" + std::to_string(in.g.out_channels_per_group()) +
@@ -896,6 +939,7 @@ std::string rule_thin(const PlanInput& in, ConvPlan& plan) {
     return no;
   if (in.forced) return "";
   if (!in.prefer) return "preferences off: the thin kernels run when forced";
+  if (std::string gemm = gemm_first(in); !gemm.empty()) return gemm;
   if (in.pass == ConvPass::forward && thin_use(in.g, plan.thin) < kThinMinUse) {
     std::ostringstream os;
     os.precision(2);

@@ -182,6 +182,18 @@ bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype) {
   return 2 * taps * cog >= inputs * block;
 }
 
+// Whether a thin call goes to the GEMM path instead (gemm_first): groups 1, at least 2048 input
+// positions a sample, C_in >= C_out x taps, and C_in x C_out x taps of at least 2048 at "high"
+// (forward and dgrad) or 4096 at "highest" (forward only).
+bool expect_gemm_first(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision precision) {
+  if (!expect_thin(pass, l, dtype) || l.groups != 1) return false;
+  const int64_t positions = l.dims == 2 ? l.in_size[0] * l.in_size[1] : l.in_size[0];
+  const int64_t rows = l.out_channels * (l.dims == 2 ? l.kernel[0] * l.kernel[1] : l.kernel[0]);
+  const bool high = precision == Precision::high;
+  if (!high && pass != ConvPass::forward) return false;
+  return positions >= 2048 && l.in_channels >= rows && l.in_channels * rows >= (high ? 2048 : 4096);
+}
+
 TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
   std::vector<ConvLayerSpec> layers = bench::decoder_layers();
   for (const ConvLayerSpec& s : s_workloads())
@@ -204,10 +216,13 @@ TEST(ConvPlan, EverySuiteLayerPlansAKnownKernelAndExplainsTheDeclines) {
           // decline take the GEMM path unless one sample's columns pass its workspace (S4, S5 in
           // float64), and only then the general kernels.
           const bool depthwise = g.groups == g.in_channels && g.groups == g.out_channels;
-          const bool thin = expect_thin(pass, l, dtype);
+          const bool gemm_first = expect_gemm_first(pass, l, dtype, precision);
+          const bool thin = expect_thin(pass, l, dtype) && !gemm_first;
           const bool dw_row =
               depthwise && !thin && (pass != ConvPass::wgrad || g.kernel[0] * g.kernel[1] <= 32);
-          if (thin) {
+          if (gemm_first) {
+            EXPECT_EQ(plan.kernel, "gemm") << config << ": " << plan.describe();
+          } else if (thin) {
             EXPECT_EQ(plan.kernel, "thin") << config << ": " << plan.describe();
           } else if (!dw_row && expect_direct(pass, l, dtype, precision)) {
             EXPECT_EQ(plan.kernel, "direct") << config << ": " << plan.describe();
@@ -888,7 +903,7 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_EQ(m64_forced.batch.smem_bytes,
             cuda::batch_wgmma_smem_bytes(64, 128, m64_forced.batch.channels_last));
   // M = 512: the forward stays on the batch kernels (on 8.0, batch-igemm); past 512 rows, for a
-  // dgrad with stride > 4 past 256, and for a dgrad at "high" from 512, the GEMM path;
+  // dgrad with stride > 4 past 256, and for a dgrad at "high" from 256, the GEMM path;
   // at "highest" the stride-1 and stride-2 dgrads with M = 512 stay on batch-wgmma.
   const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 1024, 512, 28, 2, 2, 0);
   const ConvPlan wide_fwd = plan_conv(ConvPass::forward, geometry(wide, Precision::high),
@@ -905,14 +920,29 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
     const ConvPlan d = plan_conv(ConvPass::dgrad, geometry(m512, Precision::high), DType::float32,
                                  DeviceCaps::h100());
     EXPECT_EQ(d.kernel, "gemm") << d.describe();
-    EXPECT_NE(reason_of(d, "batch-wgmma").find("dgrad at \"high\" with M=512 >= 512"),
+    EXPECT_NE(reason_of(d, "batch-wgmma").find("dgrad at \"high\" with M=512 >= 256"),
               std::string::npos)
         << d.describe();
   }
-  // M = 256 at "high" stays (the GEMM path won and lost there by about a tenth).
-  // (At batch 128: 128 CTAs. At 64 the grid would cover under half the SMs: the GEMM path.)
+  // M = 256 at "high" goes to the GEMM path too, from the row kernels as well (CycleGAN's
+  // 256 -> 128: mma.sync would take it once batch-wgmma declines); M = 128 stays, and at
+  // "highest" so does M = 256 (at batch 128: 128 CTAs; at 64 the grid would cover under half the
+  // SMs, the GEMM path by that rule).
   const ConvLayerSpec m256 = bench::layer2d("t", "t", 128, 256, 128, 8, 4, 2, 1);
-  EXPECT_EQ(kernel_of(ConvPass::dgrad, m256, Precision::high), "batch-wgmma");
+  const ConvLayerSpec m256_rows = bench::layer2d("t", "t", 4, 256, 128, 64, 3, 2, 1, 1);
+  for (const ConvLayerSpec& layer : {m256, m256_rows}) {
+    const ConvPlan d = plan_conv(ConvPass::dgrad, geometry(layer, Precision::high), DType::float32,
+                                 DeviceCaps::h100());
+    EXPECT_EQ(d.kernel, "gemm") << d.describe();
+    EXPECT_EQ(kernel_of(ConvPass::dgrad, layer, Precision::highest), "batch-wgmma");
+  }
+  EXPECT_NE(reason_of(plan_conv(ConvPass::dgrad, geometry(m256_rows, Precision::high),
+                                DType::float32, DeviceCaps::h100()),
+                      "mma.sync")
+                .find("dgrad at \"high\" with M=256 >= 256"),
+            std::string::npos);
+  const ConvLayerSpec m128 = bench::layer2d("t", "t", 128, 128, 64, 16, 4, 2, 1);
+  EXPECT_EQ(kernel_of(ConvPass::dgrad, m128, Precision::high), "batch-wgmma");
   const ConvPlan m1024 = plan_conv(ConvPass::dgrad, geometry(wide, Precision::high), DType::float32,
                                    DeviceCaps::h100());  // M = C_in = 1024
   EXPECT_EQ(m1024.kernel, "gemm") << m1024.describe();
@@ -1018,6 +1048,42 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
   EXPECT_DOUBLE_EQ(dgrad.batch.tap_use, 225.0 / 256.0);
 }
 
+// gemm_first's bounds, each on a layer the suite does not have: a thin output goes to the GEMM
+// path only with groups 1, at least 2048 input positions a sample, C_in >= C_out x taps, and
+// C_in x C_out x taps of at least 2048 at "high" (forward and dgrad) or 4096 at "highest"
+// (forward only; "Runs 225-228" in docs/performance.md).
+TEST(ConvPlan, ThinOutputsOverLargePlanesTakeTheGemmPathByTheirWork) {
+  const auto kernel = [](ConvPass pass, const ConvLayerSpec& l, Precision precision) {
+    return plan_conv(pass, geometry(l, precision), DType::float32, DeviceCaps::h100()).kernel;
+  };
+  // 64 -> 3 k4 s2 at 128 x 128: 3072 multiplies a position, between the two bounds.
+  const ConvLayerSpec mid = bench::layer2d("t", "t", 8, 64, 3, 128, 4, 2, 1);
+  EXPECT_EQ(kernel(ConvPass::forward, mid, Precision::high), "gemm");
+  EXPECT_EQ(kernel(ConvPass::dgrad, mid, Precision::high), "gemm");
+  EXPECT_EQ(kernel(ConvPass::forward, mid, Precision::highest), "thin");
+  EXPECT_EQ(kernel(ConvPass::dgrad, mid, Precision::highest), "thin");
+  const ConvPlan why = plan_conv(ConvPass::forward, geometry(mid, Precision::high), DType::float32,
+                                 DeviceCaps::h100());
+  EXPECT_NE(reason_of(why, "thin").find("C_in x C_out x taps=3072 >= 2048"), std::string::npos)
+      << why.describe();
+  // 256 -> 1 k16 s8 over 4000 steps: 4096, the "highest" bound; its dgrad stays thin there.
+  const ConvLayerSpec mono = bench::layer1d("t", "t", 16, 256, 1, 4000, 16, 8, 0);
+  EXPECT_EQ(kernel(ConvPass::forward, mono, Precision::highest), "gemm");
+  EXPECT_EQ(kernel(ConvPass::dgrad, mono, Precision::highest), "thin");
+  // 32 -> 3: 1536, under both.
+  const ConvLayerSpec light = bench::layer2d("t", "t", 8, 32, 3, 128, 4, 2, 1);
+  EXPECT_EQ(kernel(ConvPass::forward, light, Precision::high), "thin");
+  // 32 -> 4 k4: 2048 multiplies, but 64 column rows for 32 channels.
+  const ConvLayerSpec wide_cols = bench::layer2d("t", "t", 8, 32, 4, 128, 4, 2, 1);
+  EXPECT_EQ(kernel(ConvPass::forward, wide_cols, Precision::high), "thin");
+  // 128 -> 3 at 32 x 32: 1024 positions a sample, under 2048.
+  const ConvLayerSpec small = bench::layer2d("t", "t", 128, 128, 3, 32, 4, 2, 1);
+  EXPECT_EQ(kernel(ConvPass::forward, small, Precision::high), "thin");
+  // Two groups: no per-sample GEMMs.
+  const ConvLayerSpec grouped = bench::layer2d("t", "t", 8, 256, 4, 128, 4, 2, 1, 0, 2);
+  EXPECT_NE(kernel(ConvPass::forward, grouped, Precision::high), "gemm");
+}
+
 // The forward and dgrad kernel of every suite layer at both precisions with H100 caps, as the
 // forced A/B runs measured them (docs/performance.md, runs 34, 38 and 54). batch-igemm runs where
 // it was ahead: M <= 256 with enough CTAs, before the row kernels on 2-D rows under 512 (DCGAN,
@@ -1028,10 +1094,12 @@ TEST(ConvPlan, BatchKernelsLeaveTapsMostlyOutsideSrcToDirectOrTheGemmPath) {
 // "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1 dgrad with
 // M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
 // (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy, run 69);
-// the x8 dgrads with M >= 256 stay on the GEMM path, and so do the dgrads with M >= 512 (U-Net
-// 512 -> 256, DeconvNet deconv5). RGB and mono outputs (DCGAN's and pix2pix's
-// last layers, Conv-TasNet's decoder) run the thin kernels; other calls with few channels per
-// group (grouped layers) the direct kernels. A row
+// the x8 dgrads with M >= 256 stay on the GEMM path, and so do the dgrads with M >= 256 (U-Net
+// 512 -> 256 and 256 -> 128, DeconvNet deconv5, DCGAN 256 -> 128, CycleGAN 256 -> 128, EnCodec
+// x5; "Runs 225-228"). RGB and mono outputs (DCGAN's and pix2pix's last layers, Conv-TasNet's
+// decoder) run the thin kernels, except pix2pix's and Conv-TasNet's forwards and their dgrads
+// at "high" (large planes, many multiplies per position: the GEMM path's per-sample GEMMs);
+// other calls with few channels per group (grouped layers) the direct kernels. A row
 // kernel whose grid would fill under half the SMs gives way to the GEMM path (HiFi-GAN V3 x8
 // dgrad at "highest": 32 CTAs; run 52), and so do the batch kernels, but at "highest" not with
 // K loops of at most 16 steps (HiFi-GAN V3's first x8 forward: 64 CTAs of 16 steps on
@@ -1044,16 +1112,16 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   const Row rows[] = {
       {"dcgan_g1", "direct", "gemm", "direct", "gemm"},
       {"dcgan_g2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
-      {"dcgan_g3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"dcgan_g3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"dcgan_g4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"dcgan_g5", "thin", "thin", "thin", "thin"},
       {"unet_up1", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
       {"unet_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
-      {"unet_up3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"unet_up3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"unet_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
-      {"cyclegan_up1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"cyclegan_up1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"cyclegan_up2", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
-      {"pix2pix_out", "thin", "thin", "thin", "thin"},
+      {"pix2pix_out", "gemm", "thin", "gemm", "gemm"},
       {"hifigan_v1_up1", "batch-wgmma", "gemm", "gemm", "gemm"},
       {"hifigan_v1_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"hifigan_v1_up3", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
@@ -1062,10 +1130,10 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"hifigan_v3_up2", "batch-wgmma", "gemm", "batch-igemm", "gemm"},
       {"hifigan_v3_up3", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
       {"encodec_up8", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
-      {"encodec_up5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"encodec_up5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"encodec_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"encodec_up2", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
-      {"convtasnet_dec", "thin", "thin", "thin", "thin"},
+      {"convtasnet_dec", "gemm", "thin", "gemm", "gemm"},
       {"grouped_g2", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"grouped_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"grouped_g8", "direct", "direct", "direct", "direct"},

@@ -38,10 +38,12 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
   const Result ref = run(l, f64(in.x), f64(in.w), f64(in.b), f64(in.dy));
   const Result mag = run(l, mag64(in.x), mag64(in.w), mag64(in.b), mag64(in.dy));
   const testing::ConvSettingsGuard restore;
-  // Forced for the edges; the suite's layers run as planned: the thin row for the forward and
-  // dgrad, and for wgrad where the planner names it (at "highest" where batch-wgmma gives the
-  // call away, with a full block of 64 input channels or more; elsewhere the kernels that
-  // measured faster, at "high" on TF32: held to the TF32 budget).
+  // Forced for the edges (and for the suite's layers in WithinBudgetForced); as planned, each
+  // pass runs where the planner sends it: the thin row for most forwards and dgrads, the GEMM
+  // path for those of large planes with many multiplies per position (pix2pix's and
+  // Conv-TasNet's, gemm_first in cuda/conv_plan.cpp), and the thin wgrad only where the planner
+  // names it (at "highest" where batch-wgmma gives the call away, with a full block of 64 input
+  // channels or more). A pass off the thin row at "high" runs on TF32: held to the TF32 budget.
   if (!planned) set_conv_kernel("thin");
   ConvGeometry g = make_conv_transpose_geometry(bench::conv_args(l, batch));
   const Device cuda(kCUDA);
@@ -51,27 +53,31 @@ void check_layer(const ConvLayerSpec& l, int64_t batch, bool planned) {
     set_float32_matmul_precision(precision);
     const bool high = std::string(precision) == "high";
     g.precision = high ? Precision::high : Precision::highest;
-    const bool thin_wgrad =
-        !planned ||
-        cuda::conv_planned_kernel(cuda::ConvPass::wgrad, g, DType::float32, 0) == cuda::kKernelThin;
+    const auto on_thin = [&](cuda::ConvPass pass) {
+      return !planned || cuda::conv_planned_kernel(pass, g, DType::float32, 0) == cuda::kKernelThin;
+    };
+    const bool thin_fwd = on_thin(cuda::ConvPass::forward);
+    const bool thin_dgrad = on_thin(cuda::ConvPass::dgrad);
+    const bool thin_wgrad = on_thin(cuda::ConvPass::wgrad);
     const int64_t launches = cuda::conv_thin_launches();
     const Result got = run(l, in.x.to(cuda), in.w.to(cuda), in.b.to(cuda), in.dy.to(cuda));
-    // Full float32 at either precision: the float32 budget (the forward's sum has one more term,
-    // the bias).
-    EXPECT_TRUE(
-        within_budget(got.y, ref.y, mag.y, budget_factor(false, cig * in.taps + 1), "forward"));
-    EXPECT_TRUE(
-        within_budget(got.dx, ref.dx, mag.dx, budget_factor(false, cog * in.taps), "dgrad"));
+    // The thin kernels are full float32 at either precision: the float32 budget (the forward's
+    // sum has one more term, the bias).
+    EXPECT_TRUE(within_budget(got.y, ref.y, mag.y,
+                              budget_factor(high && !thin_fwd, cig * in.taps + 1), "forward"));
+    EXPECT_TRUE(within_budget(got.dx, ref.dx, mag.dx,
+                              budget_factor(high && !thin_dgrad, cog * in.taps), "dgrad"));
     EXPECT_TRUE(within_budget(got.dw, ref.dw, mag.dw,
                               budget_factor(high && !thin_wgrad, in.positions), "wgrad"));
-    EXPECT_EQ(cuda::conv_thin_launches() - launches, thin_wgrad ? 3 : 2);
+    EXPECT_EQ(cuda::conv_thin_launches() - launches,
+              int64_t{thin_fwd} + int64_t{thin_dgrad} + int64_t{thin_wgrad});
     for (cuda::ConvPass pass :
          {cuda::ConvPass::forward, cuda::ConvPass::dgrad, cuda::ConvPass::wgrad}) {
       const cuda::ConvPlan plan = cuda::last_conv_plan(pass);
-      if (pass == cuda::ConvPass::wgrad && !thin_wgrad) {
-        EXPECT_NE(plan.kernel, cuda::kKernelThin) << plan.describe();
-      } else {
+      if (on_thin(pass)) {
         EXPECT_EQ(plan.kernel, cuda::kKernelThin) << plan.describe();
+      } else {
+        EXPECT_NE(plan.kernel, cuda::kKernelThin) << plan.describe();
       }
     }
   }
@@ -91,6 +97,12 @@ class CudaThinSuite : public ::testing::TestWithParam<ConvLayerSpec> {};
 TEST_P(CudaThinSuite, WithinBudgetAsPlanned) {
   TGRAD_SKIP_WITHOUT_CUDA();
   check_layer(GetParam(), 2, /*planned=*/true);
+}
+
+// Every pass forced onto the thin kernels, those the planner sends elsewhere included.
+TEST_P(CudaThinSuite, WithinBudgetForced) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  check_layer(GetParam(), 2, /*planned=*/false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Suite, CudaThinSuite, ::testing::ValuesIn(thin_suite_layers()),
