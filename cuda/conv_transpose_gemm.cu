@@ -132,11 +132,16 @@ __global__ void col2im_kernel(const T* __restrict__ cols, const T* __restrict__ 
   }
 }
 
-// The same over a 2-D grid, for planes of at least kThreads / 2 positions and channels x
-// positions of at least kPackPlanesMinThreads: x spans y's plane, y strides over the output
-// channels, and each thread finds its position's runs of taps once (gather_run) and walks the
-// chunk's items, where the flat kernel divided out the element's item, channel and position and
-// tested every tap against the stride for each element. The same sums in the same order.
+// The same over a 3-D grid, for planes of at least kThreads / 2 positions: x spans y's plane,
+// y strides over the output channels, z splits the chunk's items into slices. Each thread finds
+// its position's runs of taps once (gather_run) and walks its slice's items, where the flat
+// kernel divided out the element's item, channel and position and tested every tap against the
+// stride for each element. Planes x channels under kPackPlanesMinThreads threads are
+// sliced over the items up to kCol2imSlicedThreads, so that small planes need not fall back on
+// the flat kernel (whose divisions made DCGAN 128 -> 64's col2im four times as long as its
+// GEMM); larger grids keep one slice, which measured faster there than short slices. The same
+// sums in the same order (docs/performance.md, "Runs 225-230").
+constexpr int64_t kCol2imSlicedThreads = int64_t{1} << 20;
 template <class T>
 __global__ void col2im_planes_kernel(const T* __restrict__ cols, const T* __restrict__ bias,
                                      T* __restrict__ y_chunk, Plane32 q, RunSteps st, int64_t Co,
@@ -149,8 +154,11 @@ __global__ void col2im_planes_kernel(const T* __restrict__ cols, const T* __rest
   const TapRun rw = gather_run(ow, q.kW, q.pW, q.dW, q.sW, q.Wi);
   const int positions = q.Hi * q.Wi, taps = q.kH * q.kW;
   const int64_t L = nb * positions;
+  const int64_t slice = (nb + gridDim.z - 1) / gridDim.z;
+  const int64_t n_begin = blockIdx.z * slice;
+  const int64_t n_end = n_begin + slice < nb ? n_begin + slice : nb;
   for (int64_t co = blockIdx.y; co < Co; co += gridDim.y) {
-    for (int64_t nl = 0; nl < nb; ++nl) {
+    for (int64_t nl = n_begin; nl < n_end; ++nl) {
       const T* base = cols + co * taps * L + nl * positions;
       T acc = T(0);
       for (int jh = 0; jh < rh.n; ++jh) {
@@ -292,9 +300,16 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
         const int64_t total = nb * p.Co * out_plane;
         T* y_chunk = t.out.data_ptr<T>() + n0 * p.Co * out_plane;
         const T* bias = t.bias ? t.bias->data_ptr<T>() : nullptr;
-        if (out_plane >= kThreads / 2 && p.Co * out_plane >= kPackPlanesMinThreads) {
-          col2im_planes_kernel<T><<<grid_2d(out_plane, p.Co), kThreads>>>(cols, bias, y_chunk, q,
-                                                                          run_steps(q), p.Co, nb);
+        if (out_plane >= kThreads / 2) {
+          dim3 grid = grid_2d(out_plane, p.Co);
+          const int64_t threads = int64_t{grid.x} * kThreads * grid.y;
+          const int64_t slices = p.Co * out_plane >= kPackPlanesMinThreads
+                                     ? 1
+                                     : ceil_div(kCol2imSlicedThreads, threads);
+          grid.z =
+              static_cast<unsigned>(std::clamp<int64_t>(slices, 1, std::min<int64_t>(nb, 65535)));
+          col2im_planes_kernel<T>
+              <<<grid, kThreads>>>(cols, bias, y_chunk, q, run_steps(q), p.Co, nb);
           TGRAD_CUDA_CHECK_LAUNCH("col2im_planes_kernel");
           break;
         }
