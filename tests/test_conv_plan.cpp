@@ -1082,6 +1082,15 @@ TEST(ConvPlan, ThinOutputsOverLargePlanesTakeTheGemmPathByTheirWork) {
   // Two groups: no per-sample GEMMs.
   const ConvLayerSpec grouped = bench::layer2d("t", "t", 8, 256, 4, 128, 4, 2, 1, 0, 2);
   EXPECT_NE(kernel(ConvPass::forward, grouped, Precision::high), "gemm");
+  // gemm_per_sample itself, the GEMM path's switch: groups 1, 2048 input positions a sample.
+  EXPECT_TRUE(cuda::gemm_per_sample(geometry(mid, Precision::high)));     // 16384 positions
+  EXPECT_TRUE(cuda::gemm_per_sample(geometry(mono, Precision::high)));    // 4000
+  EXPECT_FALSE(cuda::gemm_per_sample(geometry(small, Precision::high)));  // 1024
+  EXPECT_FALSE(cuda::gemm_per_sample(geometry(grouped, Precision::high)));
+  EXPECT_TRUE(cuda::gemm_per_sample(
+      geometry(bench::layer1d("t", "t", 2, 8, 8, 2048, 4, 2, 1), Precision::high)));
+  EXPECT_FALSE(cuda::gemm_per_sample(
+      geometry(bench::layer1d("t", "t", 2, 8, 8, 2047, 4, 2, 1), Precision::high)));
 }
 
 // The forward and dgrad kernel of every suite layer at both precisions with H100 caps, as the
