@@ -114,18 +114,18 @@ void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T*
   const int64_t per_thread = ceil_div(per_round * pl.in_hw, threads);
   const int64_t min_chunk = std::min(kMinChunkCols, pl.in_hw);
   int64_t chunk =
-      std::clamp<int64_t>(std::min(budget, ceil_div(per_thread, 16) * 16), min_chunk, pl.in_hw);
+      std::clamp<int64_t>(std::min(budget, gemm::round_up(per_thread, 16)), min_chunk, pl.in_hw);
   int64_t chunks = ceil_div(pl.in_hw, chunk);
   // A round of few tasks that the threads do not divide leaves some threads a task more than
-  // others: U-Net 256 -> 128's 100 x 100 image made 3 chunks for 2 threads, 1.033 ms where 4 of
-  // them take 0.85. Up to kBalanceTasks tasks a thread, the chunks are cut finer until the
-  // round's tasks are a multiple of the threads (a column's value does not depend on the cut).
+  // others (U-Net 256 -> 128's 100 x 100 image made 3 chunks for 2 threads). Up to kBalanceTasks
+  // tasks a thread, the chunks are cut finer until the round's tasks are a multiple of the
+  // threads (a column's value does not depend on the cut).
   constexpr int64_t kBalanceTasks = 4;
   if (threads > 1 && per_round * chunks < kBalanceTasks * threads) {
     for (int64_t want = chunks; want <= chunks + threads; ++want) {
       if (per_round * want % threads != 0) continue;
       const int64_t finer =
-          std::clamp<int64_t>(ceil_div(ceil_div(pl.in_hw, want), 16) * 16, min_chunk, pl.in_hw);
+          std::clamp<int64_t>(gemm::round_up(ceil_div(pl.in_hw, want), 16), min_chunk, pl.in_hw);
       if (per_round * ceil_div(pl.in_hw, finer) % threads != 0) continue;
       chunk = finer;
       chunks = ceil_div(pl.in_hw, chunk);

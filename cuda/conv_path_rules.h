@@ -28,9 +28,9 @@ inline int64_t gemm_workspace_per_sample(const ConvGeometry& g) {
 // Forward and dgrad on the GEMM path multiply each sample's plane where it lies in x or dx (one
 // GEMM per sample, batched: no packed copy, and no copy back) when the groups are 1 and a sample
 // has at least this many input positions. Under it a sample's GEMM is too short to fill the GPU
-// and the packed (C_in, batch x positions) operand's one long GEMM is faster; from 2048 up the
+// and the packed (C_in, batch x positions) operand's one long GEMM is faster; from there up the
 // per-sample GEMMs were faster on every suite layer, both passes and precisions
-// (docs/performance.md, "Runs 225-227").
+// (docs/performance.md, "Runs 225-230").
 inline constexpr int64_t kGemmPerSampleMinPositions = 2048;
 inline bool gemm_per_sample(const ConvGeometry& g) {
   return g.groups == 1 && g.in_size[0] * g.in_size[1] >= kGemmPerSampleMinPositions;

@@ -166,10 +166,9 @@ bool wide_groups_first(const PlanInput& in) {
 // the input channels are at least the column buffer's rows (C_in >= C_out x taps) its copies
 // are small next to x or dx. What then decides is the multiplies per input position, C_in x
 // C_out x taps, which the thin kernels do one FMA at a time: at "high" the GEMM path's TF32 GEMM
-// was as fast or faster on every such call from 2048 (forward 1.0x-2.3x, dgrad 1.03x-1.75x) and
-// slower under it (0.36x-0.92x); at "highest" its FP32 GEMM won on forwards from 4096 (1.09x-2.0x
-// on four of five) and lost on most dgrads, which stay (13 layers, docs/performance.md,
-// "Runs 225-228").
+// was as fast or faster on every such call measured from kThinGemmMinWorkHigh and slower under
+// it; at "highest" its FP32 GEMM won on most forwards from kThinGemmMinWorkHighest and lost on
+// most dgrads, which stay (docs/performance.md, "Runs 225-230").
 constexpr int64_t kThinGemmMinWorkHigh = 2048, kThinGemmMinWorkHighest = 4096;
 
 std::string gemm_first(const PlanInput& in) {
@@ -185,8 +184,7 @@ std::string gemm_first(const PlanInput& in) {
   return "C_in x C_out x taps=" + std::to_string(work) + " >= " + std::to_string(min_work) +
          " (C_in >= C_out x taps=" + std::to_string(rows) + ") over " +
          std::to_string(g.in_size[0] * g.in_size[1]) +
-         " positions a sample: the GEMM path's "
-         "per-sample GEMMs";
+         " positions a sample: the GEMM path's per-sample GEMMs";
 }
 
 // Empty when the rows above the thin and direct kernels keep the call; else why they give way
@@ -369,9 +367,9 @@ std::string strided_dgrad_reason(const PlanInput& in, int64_t M) {
 
 // A dgrad at "high" with M = C_in/groups >= kHighDgradGemmMinM goes to the GEMM path when it
 // can take it, from the row and batch kernels alike. With every suite dgrad forced to the GEMM
-// path at "high", its TF32 GEMM won at M = 512 (run 223), and at 256 once its large planes
-// skipped the packed copy (gemm_per_sample): on three of the four layers 1.1x-1.3x, on the
-// fourth 0.92x (docs/performance.md, "Runs 225-227"). Empty when that is not the call.
+// path at "high", its TF32 GEMM won at M = 512, and at 256 once its large planes skipped the
+// packed copy (gemm_per_sample) on three of the four layers, losing a little on the fourth
+// (docs/performance.md, "Runs 225-230"). Empty when that is not the call.
 constexpr int64_t kHighDgradGemmMinM = 256;
 
 std::string high_dgrad_gemm(const PlanInput& in) {

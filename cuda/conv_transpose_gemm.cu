@@ -138,7 +138,7 @@ __global__ void col2im_kernel(const T* __restrict__ cols, const T* __restrict__ 
 // kernel divided out the element's item, channel and position and tested every tap against the
 // stride for each element. Planes x channels under kPackPlanesMinThreads threads are
 // sliced over the items up to kCol2imSlicedThreads, so that small planes need not fall back on
-// the flat kernel (whose divisions made DCGAN 128 -> 64's col2im four times as long as its
+// the flat kernel (whose per-element divisions made small planes' col2im longer than their
 // GEMM); larger grids keep one slice, which measured faster there than short slices. The same
 // sums in the same order (docs/performance.md, "Runs 225-230").
 constexpr int64_t kCol2imSlicedThreads = int64_t{1} << 20;
@@ -297,7 +297,6 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
           gemm<T>(handle, g.precision, true, false, cogk, L, p.Cig, w, cogk, p.Cig * cogk, packed,
                   L, p.Cig * L, T(0), cols, L, cogk * L, p.G);
         }
-        const int64_t total = nb * p.Co * out_plane;
         T* y_chunk = t.out.data_ptr<T>() + n0 * p.Co * out_plane;
         const T* bias = t.bias ? t.bias->data_ptr<T>() : nullptr;
         if (out_plane >= kThreads / 2) {
@@ -313,6 +312,7 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvGeometry& g, co
           TGRAD_CUDA_CHECK_LAUNCH("col2im_planes_kernel");
           break;
         }
+        const int64_t total = nb * p.Co * out_plane;
         with_index_type(total, [&](auto tag) {
           using I = decltype(tag);
           col2im_kernel<T, I>
