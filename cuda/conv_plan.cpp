@@ -262,6 +262,7 @@ constexpr double kMinTileUse = 0.5;
 // when it takes it), and the kernel that takes it (batch-wgmma before batch-igemm) or null.
 const std::string& batch_declined(const PlanInput& in, bool wgmma, BatchIgemmPlan* out);
 const char* batch_kernel_taking(const PlanInput& in);
+std::string batch_prefers_gemm(const PlanInput& in);
 
 std::string low_use_reason(const PlanInput& in, double use, const std::string& what) {
   if (!in.prefer || use >= kMinTileUse) return "";
@@ -396,6 +397,7 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
   if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
   if (batch_igemm_first(in, true).empty())
     return "the batch-positions kernels' tiles span rows and samples (short rows or few positions)";
+  if (std::string gemm = batch_prefers_gemm(in); !gemm.empty()) return gemm;
   IgemmProblem p = igemm_problem(in.pass, in.g);
   // Row fold (see IgemmProblem::fold_m): at M <= 32 half of each 64-row tile would be empty, so
   // folding two output rows into one tile measured faster at both precisions (the numbers are
@@ -465,6 +467,7 @@ std::string rule_mma_sync(const PlanInput& in, ConvPlan& plan) {
   if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
   if (batch_igemm_first(in, false).empty())
     return "the batch-positions kernels' tiles span rows and samples (2-D, or few positions)";
+  if (std::string gemm = batch_prefers_gemm(in); !gemm.empty()) return gemm;
   IgemmProblem p = igemm_problem(in.pass, in.g);
   // Each shape first with 32 channels per step (fewer steps: each step's fixed costs, the
   // barrier and the window conversion, are paid less often), then 16 and 8 where shared memory
@@ -674,16 +677,23 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count && !short_loop)
       return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) + " SMs of " +
              std::to_string(steps) + " K steps (no split-K): the GEMM path";
-    // - Many output channels: the column buffer costs the GEMM path 8 bytes of traffic per
-    //   column and K row against 2*M flops, small next to its cuBLAS GEMM's higher rate at
-    //   M = 1024; up to 512 these kernels were the faster (run 54's benchmark mode, both
-    //   precisions, forward and dgrad), except on a dgrad with stride > 4 past M = 256, which
-    //   loads one src column in s.
-    if (M > kBatchIgemmMaxPreferredM)
+    // - Many output channels at "high": the column buffer costs the GEMM path 8 bytes of
+    //   traffic per column and K row against 2*M flops, small next to its TF32 cuBLAS GEMM's
+    //   higher rate at M = 1024; up to 512 these kernels were the faster (run 54's benchmark
+    //   mode, forward and dgrad). At "highest" the GEMM path's GEMM is float32 FMA, and 3xTF32
+    //   batch-wgmma was 1.0x-1.5x faster on every forward and dgrad past M = 512 timed (run
+    //   232: the suite's and seven layers outside it).
+    if (M > kBatchIgemmMaxPreferredM && g.precision == Precision::high)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
-             ": the GEMM path's column traffic is small next to its GEMM's speed";
+             " at \"high\": the GEMM path's column traffic is small next to its TF32 GEMM's speed";
     if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
-    if (std::string strided = wide_strided_dgrad(in.pass, g, M); !strided.empty()) return strided;
+    // A dgrad past stride 4 loads one src column in s; batch-wgmma reading the channels-last
+    // copy loads whole lines instead, and keeps such a dgrad at "highest" (1.08x-1.33x faster
+    // than the GEMM path on the five layers timed with grids of two waves or more, run 232;
+    // smaller grids go to the GEMM path by the few-CTAs rule above).
+    if (std::string strided = wide_strided_dgrad(in.pass, g, M);
+        !strided.empty() && !(wgmma && plan.channels_last))
+      return strided;
   }
   return "";
 }
@@ -706,6 +716,25 @@ const char* batch_kernel_taking(const PlanInput& in) {
   if (batch_declined(in, true, nullptr).empty()) return kKernelBatchWgmma;
   if (batch_declined(in, false, nullptr).empty()) return kKernelBatchIgemm;
   return nullptr;
+}
+
+// Where a batch-positions kernel could run a forward or dgrad but leaves it to the GEMM path for
+// speed (batch_igemm_check's preferences: few CTAs, taps mostly outside src, M > 512 at "high",
+// strided dgrads), the row kernels give way to the GEMM path too: they were slower than both on
+// such calls (1-D 1024 -> 512 k4 s2 on 64 positions a sample: wgmma 0.198 ms at "high" against
+// the GEMM path's 0.053, mma.sync 0.268 at "highest" against 0.124; run 232). Empty when that is
+// not the call, else the batch kernel's reason.
+std::string batch_prefers_gemm(const PlanInput& in) {
+  if (!in.prefer || in.pass == ConvPass::wgrad || batch_kernel_taking(in) != nullptr) return "";
+  if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
+  const PlanInput able{in.pass, in.g, in.dtype, in.caps, false, in.forced, std::nullopt, std::nullopt};
+  for (const bool wgmma : {true, false}) {
+    BatchIgemmPlan unused;
+    if (batch_igemm_check(able, unused, wgmma).empty())
+      return std::string("as ") + (wgmma ? kKernelBatchWgmma : kKernelBatchIgemm) + ": " +
+             batch_declined(in, wgmma, nullptr);
+  }
+  return "";
 }
 
 std::string rule_batch_igemm(const PlanInput& in, ConvPlan& plan) {

@@ -943,24 +943,43 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
             std::string::npos);
   const ConvLayerSpec m128 = bench::layer2d("t", "t", 128, 128, 64, 16, 4, 2, 1);
   EXPECT_EQ(kernel_of(ConvPass::dgrad, m128, Precision::high), "batch-wgmma");
+  // M > 512: the GEMM path at "high" (forward, and dgrad by either rule), batch-wgmma's 3xTF32
+  // at "highest", where the GEMM path's GEMM is float32 FMA.
   const ConvPlan m1024 = plan_conv(ConvPass::dgrad, geometry(wide, Precision::high), DType::float32,
                                    DeviceCaps::h100());  // M = C_in = 1024
   EXPECT_EQ(m1024.kernel, "gemm") << m1024.describe();
-  EXPECT_NE(reason_of(m1024, "batch-wgmma").find("M=1024 > 512"), std::string::npos)
-      << m1024.describe();
-  EXPECT_NE(reason_of(m1024, "batch-igemm").find("M=1024 > 512"), std::string::npos)
-      << m1024.describe();
+  const ConvLayerSpec wide_out = bench::layer2d("t", "t", 8, 2048, 1024, 14, 2, 2, 0);
+  const ConvPlan fwd1024 = plan_conv(ConvPass::forward, geometry(wide_out, Precision::high),
+                                     DType::float32, DeviceCaps::h100());  // M = C_out = 1024
+  EXPECT_EQ(fwd1024.kernel, "gemm") << fwd1024.describe();
+  for (const char* batch : {"batch-wgmma", "batch-igemm"}) {
+    EXPECT_NE(reason_of(fwd1024, batch).find("M=1024 > 512 at \"high\""), std::string::npos)
+        << fwd1024.describe();
+  }
+  EXPECT_EQ(kernel_of(ConvPass::dgrad, wide, Precision::highest), "batch-wgmma");
+  EXPECT_EQ(kernel_of(ConvPass::forward, wide_out, Precision::highest), "batch-wgmma");
+  EXPECT_EQ(kernel_of(ConvPass::dgrad, wide_out, Precision::highest), "batch-wgmma");
+  // A dgrad past stride 4 with M > 256: batch-wgmma reads the channels-last copy and keeps it at
+  // "highest" where its grid fills the GPU (EnCodec x8: 300 CTAs); batch-igemm, whose gathers
+  // load one src column in s, gives it to the GEMM path. On a small grid (8 samples of 64
+  // positions: 32 CTAs) the few-CTAs rule sends it to the GEMM path.
   const ConvLayerSpec wide_s8 = bench::layer1d("t", "t", 64, 512, 256, 75, 16, 8, 0);
   const ConvPlan s8_wide = plan_conv(ConvPass::dgrad, geometry(wide_s8, Precision::highest),
                                      DType::float32, DeviceCaps::h100());
-  EXPECT_EQ(s8_wide.kernel, "gemm") << s8_wide.describe();
-  EXPECT_NE(reason_of(s8_wide, "batch-igemm").find("dgrad with stride 8 and M=512 > 256"),
+  EXPECT_EQ(s8_wide.kernel, "batch-wgmma") << s8_wide.describe();
+  EXPECT_TRUE(s8_wide.batch.channels_last) << s8_wide.describe();
+  const ConvPlan s8_igemm =
+      plan_conv(ConvPass::dgrad, geometry(wide_s8, Precision::highest), DType::float32, a100);
+  EXPECT_EQ(s8_igemm.kernel, "gemm") << s8_igemm.describe();
+  EXPECT_NE(reason_of(s8_igemm, "batch-igemm").find("dgrad with stride 8 and M=512 > 256"),
             std::string::npos)
-      << s8_wide.describe();
-  EXPECT_NE(
-      reason_of(s8_wide, "mma.sync").find("dgrad with stride 8 and M=512 > 256: the GEMM path"),
-      std::string::npos)
-      << s8_wide.describe();
+      << s8_igemm.describe();
+  const ConvLayerSpec small_s8 = bench::layer1d("t", "t", 8, 512, 256, 64, 16, 8, 4);
+  const ConvPlan s8_small = plan_conv(ConvPass::dgrad, geometry(small_s8, Precision::highest),
+                                      DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(s8_small.kernel, "gemm") << s8_small.describe();
+  EXPECT_NE(reason_of(s8_small, "batch-wgmma").find("32 CTAs for 132 SMs"), std::string::npos)
+      << s8_small.describe();
   // dgrad with stride 8 (k16 s8, M = 128): batch-wgmma reads the channels-last copy, whose lines
   // are whole however wide the stride; stride 4 keeps the gather.
   const ConvLayerSpec s8 = bench::layer1d("t", "t", 64, 128, 64, 512, 16, 8, 4);
@@ -1098,7 +1117,8 @@ TEST(ConvPlan, ThinOutputsOverLargePlanesTakeTheGemmPathByTheirWork) {
 // it was ahead: M <= 256 with enough CTAs, before the row kernels on 2-D rows under 512 (DCGAN,
 // U-Net, CycleGAN, DeconvNet deconv1) and on 1-D calls of at most 2^17 positions (HiFi-GAN,
 // EnCodec x8 forward; dgrad at "highest" only); EnCodec's long layers keep wgmma / mma.sync,
-// wide M the GEMM path; float64 calls never reach it, grouped ones one GEMM per group. At
+// wide M the GEMM path at "high" (U-Net 1024 -> 512's dgrad; at "highest" batch-wgmma, run 232),
+// and so does EnCodec x8's dgrad at "highest" (its channels-last copy); float64 calls never reach it, grouped ones one GEMM per group. At
 // "highest", batch-wgmma's 3xTF32 takes those with M > 32 (run 103). At
 // "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1 dgrad with
 // M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
@@ -1124,7 +1144,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"dcgan_g3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"dcgan_g4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"dcgan_g5", "thin", "thin", "thin", "thin"},
-      {"unet_up1", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
+      {"unet_up1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"unet_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"unet_up3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"unet_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
@@ -1138,7 +1158,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"hifigan_v3_up1", "batch-wgmma", "gemm", "gemm", "gemm"},
       {"hifigan_v3_up2", "batch-wgmma", "gemm", "batch-igemm", "gemm"},
       {"hifigan_v3_up3", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
-      {"encodec_up8", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
+      {"encodec_up8", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"encodec_up5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"encodec_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"encodec_up2", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
@@ -1226,9 +1246,9 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
   }
 }
 
-// The row kernels (wgmma, mma.sync) give way to the GEMM path when their grid would cover under
-// half the SMs, naming the count; forced, or with preferences off, the row kernel runs the small
-// call.
+// The row kernels (wgmma, mma.sync) give way to the GEMM path when a grid would cover under half
+// the SMs, naming the count: theirs, or batch-wgmma's where it could run the call but gives it to
+// the GEMM path; forced, or with preferences off, the row kernel runs the small call.
 TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
   // HiFi-GAN V3 x8 dgrad: 16 samples of 256 positions, one 128-position tile pair a sample.
   const ConvLayerSpec small = bench::layer1d("t", "t", 16, 128, 64, 256, 16, 8, 4);
@@ -1236,7 +1256,9 @@ TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
   const ConvGeometry g = geometry(small, Precision::highest);
   const ConvPlan a = plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100());
   EXPECT_EQ(a.kernel, "gemm") << a.describe();
-  EXPECT_NE(reason_of(a, "mma.sync").find("32 CTAs for 132 SMs (under half)"), std::string::npos)
+  // The row kernels give way as batch-wgmma does, naming its grid.
+  EXPECT_NE(reason_of(a, "mma.sync").find("as batch-wgmma: 64 CTAs for 132 SMs"),
+            std::string::npos)
       << a.describe();
   // Four times the samples: the batch-positions grid fills the GPU and batch-wgmma (3xTF32 at
   // "highest", M = 128) takes the call first.
@@ -1255,6 +1277,21 @@ TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
   const ConvPlan c = plan_conv(ConvPass::dgrad, g, DType::float32, smaller);
   EXPECT_EQ(c.kernel, "batch-wgmma") << c.describe();
   EXPECT_EQ(c.describe().find("(under half)"), std::string::npos) << c.describe();
+  // A forward at "high" whose batch-positions grid covers under half the SMs (1-D 1024 -> 512, 16
+  // samples of 64 positions: 64 CTAs), where wgmma's own grid of 128 row tiles would keep it:
+  // both row kernels give way to the GEMM path with batch-wgmma's reason.
+  const ConvLayerSpec short_rows = bench::layer1d("t", "t", 16, 1024, 512, 64, 4, 2, 1);
+  const ConvPlan f = plan_conv(ConvPass::forward, geometry(short_rows, Precision::high),
+                               DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(f.kernel, "gemm") << f.describe();
+  for (const char* row : {"wgmma", "mma.sync"}) {
+    EXPECT_NE(reason_of(f, row).find("as batch-wgmma: 64 CTAs for 132 SMs"), std::string::npos)
+        << f.describe();
+  }
+  EXPECT_EQ(plan_conv(ConvPass::forward, geometry(short_rows, Precision::high), DType::float32,
+                      DeviceCaps::h100(), "", false)
+                .kernel,
+            "wgmma");
 }
 
 // batch-wgmma reads B from a channels-last copy of src when each src value feeds 1024
