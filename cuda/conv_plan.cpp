@@ -727,7 +727,15 @@ const char* batch_kernel_taking(const PlanInput& in) {
 std::string batch_prefers_gemm(const PlanInput& in) {
   if (!in.prefer || in.pass == ConvPass::wgrad || batch_kernel_taking(in) != nullptr) return "";
   if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
-  const PlanInput able{in.pass, in.g, in.dtype, in.caps, false, in.forced, std::nullopt, std::nullopt};
+  // The same call with preferences off (fresh verdicts): what the batch kernels can run.
+  const PlanInput able{in.pass,
+                       in.g,
+                       in.dtype,
+                       in.caps,
+                       /*prefer=*/false,
+                       in.forced,
+                       /*batch_igemm=*/std::nullopt,
+                       /*batch_wgmma=*/std::nullopt};
   for (const bool wgmma : {true, false}) {
     BatchIgemmPlan unused;
     if (batch_igemm_check(able, unused, wgmma).empty())

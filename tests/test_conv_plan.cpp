@@ -1118,10 +1118,10 @@ TEST(ConvPlan, ThinOutputsOverLargePlanesTakeTheGemmPathByTheirWork) {
 // U-Net, CycleGAN, DeconvNet deconv1) and on 1-D calls of at most 2^17 positions (HiFi-GAN,
 // EnCodec x8 forward; dgrad at "highest" only); EnCodec's long layers keep wgmma / mma.sync,
 // wide M the GEMM path at "high" (U-Net 1024 -> 512's dgrad; at "highest" batch-wgmma, run 232),
-// and so does EnCodec x8's dgrad at "highest" (its channels-last copy); float64 calls never reach it, grouped ones one GEMM per group. At
-// "highest", batch-wgmma's 3xTF32 takes those with M > 32 (run 103). At
-// "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1 dgrad with
-// M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
+// and so does EnCodec x8's dgrad at "highest" (its channels-last copy); float64 calls never reach
+// it, grouped ones one GEMM per group. At "highest", batch-wgmma's 3xTF32 takes those with M > 32
+// (run 103). At "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1
+// dgrad with M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
 // (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy, run 69);
 // the x8 dgrads with M >= 256 stay on the GEMM path, and so do the dgrads with M >= 256 (U-Net
 // 512 -> 256 and 256 -> 128, DeconvNet deconv5, DCGAN 256 -> 128, CycleGAN 256 -> 128, EnCodec
@@ -1257,8 +1257,7 @@ TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
   const ConvPlan a = plan_conv(ConvPass::dgrad, g, DType::float32, DeviceCaps::h100());
   EXPECT_EQ(a.kernel, "gemm") << a.describe();
   // The row kernels give way as batch-wgmma does, naming its grid.
-  EXPECT_NE(reason_of(a, "mma.sync").find("as batch-wgmma: 64 CTAs for 132 SMs"),
-            std::string::npos)
+  EXPECT_NE(reason_of(a, "mma.sync").find("as batch-wgmma: 64 CTAs for 132 SMs"), std::string::npos)
       << a.describe();
   // Four times the samples: the batch-positions grid fills the GPU and batch-wgmma (3xTF32 at
   // "highest", M = 128) takes the call first.
