@@ -681,16 +681,16 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     //   traffic per column and K row against 2*M flops, small next to its TF32 cuBLAS GEMM's
     //   higher rate at M = 1024; up to 512 these kernels were the faster (run 54's benchmark
     //   mode, forward and dgrad). At "highest" the GEMM path's GEMM is float32 FMA, and 3xTF32
-    //   batch-wgmma was 1.0x-1.5x faster on every forward and dgrad past M = 512 timed (run
-    //   232: the suite's and seven layers outside it).
+    //   batch-wgmma was the faster on every forward and dgrad past M = 512 timed, in the suite
+    //   and outside it (docs/performance.md, "Runs 231-235").
     if (M > kBatchIgemmMaxPreferredM && g.precision == Precision::high)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
              " at \"high\": the GEMM path's column traffic is small next to its TF32 GEMM's speed";
     if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
     // A dgrad past stride 4 loads one src column in s; batch-wgmma reading the channels-last
-    // copy loads whole lines instead, and keeps such a dgrad at "highest" (1.08x-1.33x faster
-    // than the GEMM path on the five layers timed with grids of two waves or more, run 232;
-    // smaller grids go to the GEMM path by the few-CTAs rule above).
+    // copy loads whole lines instead, and keeps such a dgrad at "highest": it was the faster on
+    // every such layer timed whose grid filled the GPU ("Runs 231-235"); smaller grids go to the
+    // GEMM path by the few-CTAs rule above.
     if (std::string strided = wide_strided_dgrad(in.pass, g, M);
         !strided.empty() && !(wgmma && plan.channels_last))
       return strided;
@@ -720,10 +720,10 @@ const char* batch_kernel_taking(const PlanInput& in) {
 
 // Where a batch-positions kernel could run a forward or dgrad but leaves it to the GEMM path for
 // speed (batch_igemm_check's preferences: few CTAs, taps mostly outside src, M > 512 at "high",
-// strided dgrads), the row kernels give way to the GEMM path too: they were slower than both on
-// such calls (1-D 1024 -> 512 k4 s2 on 64 positions a sample: wgmma 0.198 ms at "high" against
-// the GEMM path's 0.053, mma.sync 0.268 at "highest" against 0.124; run 232). Empty when that is
-// not the call, else the batch kernel's reason.
+// strided dgrads), the row kernels give way to the GEMM path too: ahead of the batch kernels in
+// the table, they kept such calls and ran them several times slower than the GEMM path (short 1-D
+// layers with many channels; docs/performance.md, "Runs 231-235"). Empty when that is not the
+// call, else the batch kernel's reason.
 std::string batch_prefers_gemm(const PlanInput& in) {
   if (!in.prefer || in.pass == ConvPass::wgrad || batch_kernel_taking(in) != nullptr) return "";
   if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
