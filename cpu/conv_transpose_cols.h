@@ -506,8 +506,8 @@ void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
 // vector is left, the last L i's before `end` go as one more vector whose lanes already added
 // carry -0.0, which leaves every value's bits as they were (x + -0.0 == x, -0.0 included): rows
 // of under two vectors (DCGAN's 32 x 32 RGB layer) would otherwise add half of each tap's row a
-// scalar at a time. A shorter tail stays scalar: as a vector, its
-// loads overlap the previous vector's stores.
+// scalar at a time. A shorter tail stays scalar: as a vector, its loads overlap the previous
+// vector's stores.
 template <class T>
 int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end, int64_t room) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
