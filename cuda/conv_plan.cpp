@@ -76,8 +76,8 @@ std::string tensor_core_reason(const PlanInput& in) {
 // 128 x 4; measured in docs/performance.md, "The direct kernels").
 // A float32 wgrad at "high" with groups 1 also needs few (co, tap) columns: past
 // kDirectWgradHighMaxCols the GEMM path's TF32 GEMM, whose N is those columns, was faster (DCGAN's
-// and pix2pix's RGB outputs, 3 x 16 columns: 0.130 / 0.187 ms against 0.152 / 0.276 ms direct;
-// Conv-TasNet's 1 x 16 columns the other way, 0.172 against 0.094 ms; runs 38 and 49).
+// and pix2pix's RGB outputs, 3 x 16 columns; Conv-TasNet's 1 x 16 columns the other way;
+// docs/performance.md, runs 38 and 49).
 constexpr int64_t kNarrowChannels = 8;
 constexpr int64_t kNarrowGroupProduct = 1024;
 constexpr int64_t kNarrowGroupProductWgrad = 2048;
@@ -787,7 +787,7 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   if (std::string no = batch_wgmma_declined(in); !no.empty()) return no;
   // Calls narrow through their groups alone (more than kNarrowChannels channels each side) stay
   // here: one GEMM per group in the grid measured faster than the direct kernel (groups 4 of
-  // 32 -> 16 channels: 0.051 against 0.088 ms, run 68).
+  // 32 -> 16 channels; docs/performance.md, run 68).
   if (std::string narrow = direct_first(in);
       !narrow.empty() && few_channels(in.g) && !narrow_wgrad_on_wgmma(in))
     return narrow;
