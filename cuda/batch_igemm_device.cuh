@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/conv_batch_igemm.h"
@@ -65,6 +66,88 @@ __device__ inline float batch_igemm_weight(const float* w, int64_t g, int64_t m,
                                            int64_t tap, int64_t C, int64_t M, int64_t taps,
                                            bool gather) {
   return gather ? w[((g * C + c) * M + m) * taps + tap] : w[((g * M + m) * C + c) * taps + tap];
+}
+
+// ---- Weight packing --------------------------------------------------------------------------
+// Both batch kernels pack W once a call into a layout of their own (the A operand). A block of
+// their pack kernels stages kPackRows rows m x kPackChannels channels c x up to kPackTaps taps of
+// one group's W in shared memory: read along w, whose taps are contiguous and then its rows
+// (forward) or channels (dgrad), and written along the packed layout, so that both sides move
+// whole runs. Each thread's kPackPerThread loads are issued before any is used, and the tile is
+// small enough that a layer's weights make hundreds of blocks: one thread a packed value, as
+// before, read w a row or channel stride apart and spent its time on 64-bit index divisions,
+// while larger tiles left small layers a few blocks of serial loads (docs/performance.md).
+inline constexpr int kPackRows = 32, kPackChannels = 4, kPackTaps = 8;
+inline constexpr int kPackTile = kPackRows * kPackChannels;
+inline constexpr int kPackPitch =
+    kPackTile + 1;  // floats a tap: the taps of a row in distinct banks
+inline constexpr int kPackThreads = 256;
+inline constexpr int kPackPerThread = kPackTaps * kPackTile / kPackThreads;
+
+// The pack grid: x over row tiles, y over 4-channel groups, z over (group, tap chunk); the
+// kernel strides over y and z past the grid's limits.
+inline dim3 batch_igemm_pack_grid(int64_t groups, int64_t taps, int64_t c_pad, int64_t m_pad) {
+  const int64_t chunks = groups * ((taps + kPackTaps - 1) / kPackTaps);
+  return dim3(static_cast<unsigned>((m_pad + kPackRows - 1) / kPackRows),
+              static_cast<unsigned>(std::min<int64_t>(c_pad / kPackChannels, 65535)),
+              static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+}
+
+// Calls store(g, tap, c, m, W[m, c, tap]) once for every m < m_pad, c < c_pad and tap of every
+// group, with zero outside M x C; kGather: forward's weights (batch_igemm_weight); kChannelsInner
+// orders the stores c % 4 fastest, then m (a layout [..][m][c % 4]), else m fastest (a layout
+// [..][c][m]). Launched with kPackThreads threads on batch_igemm_pack_grid. Every index is a
+// shift or a mask of the thread's slot (taps past the chunk idle their lanes): runtime divisions
+// here cost more than the copy.
+template <bool kGather, bool kChannelsInner, class Store>
+__device__ inline void batch_igemm_pack_tiles(const float* __restrict__ w, int groups, int C, int M,
+                                              int taps, int c_pad, int m_pad, const Store& store) {
+  static_assert((kPackTaps & (kPackTaps - 1)) == 0 && (kPackRows & (kPackRows - 1)) == 0 &&
+                    (kPackChannels & (kPackChannels - 1)) == 0,
+                "powers of two: slots split by shifts and masks");
+  __shared__ float tile[kPackTaps * kPackPitch];
+  const int m0 = static_cast<int>(blockIdx.x) * kPackRows;
+  const int chunks = (taps + kPackTaps - 1) / kPackTaps;
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int z = static_cast<int>(blockIdx.z); z < groups * chunks;
+       z += static_cast<int>(gridDim.z)) {
+    const int g = z / chunks, t0 = (z - g * chunks) * kPackTaps, tc = min(kPackTaps, taps - t0);
+    for (int c0 = static_cast<int>(blockIdx.y) * kPackChannels; c0 < c_pad;
+         c0 += static_cast<int>(gridDim.y) * kPackChannels) {
+      // Along w: taps fastest, then rows (forward: w[g*C + c][m][tap]) or channels (dgrad:
+      // w[g*M + m][c][tap]).
+      constexpr int kInner = kGather ? kPackRows : kPackChannels;
+      float v[kPackPerThread];
+#pragma unroll
+      for (int k = 0; k < kPackPerThread; ++k) {
+        const int i = tid + k * kPackThreads;
+        const int t = i % kPackTaps, rest = i / kPackTaps;
+        const int m = kGather ? rest % kInner : rest / kInner;
+        const int c4 = kGather ? rest / kInner : rest % kInner;
+        const bool in = t < tc && m0 + m < M && c0 + c4 < C;
+        v[k] = in ? batch_igemm_weight(w, g, m0 + m, c0 + c4, t0 + t, C, M, taps, kGather) : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kPackPerThread; ++k) {
+        const int i = tid + k * kPackThreads;
+        const int t = i % kPackTaps, rest = i / kPackTaps;
+        const int m = kGather ? rest % kInner : rest / kInner;
+        const int c4 = kGather ? rest / kInner : rest % kInner;
+        tile[t * kPackPitch + m * kPackChannels + c4] = v[k];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kPackPerThread; ++k) {
+        const int i = tid + k * kPackThreads;
+        const int t = i / kPackTile, r = i % kPackTile;
+        const int m = kChannelsInner ? r / kPackChannels : r % kPackRows;
+        const int c4 = kChannelsInner ? r % kPackChannels : r / kPackRows;
+        if (t < tc && m0 + m < m_pad)
+          store(g, t0 + t, c0 + c4, m0 + m, tile[t * kPackPitch + m * kPackChannels + c4]);
+      }
+      __syncthreads();  // the tile is refilled by the next channels or taps
+    }
+  }
 }
 
 // The CTA's phase (blockIdx.x % phases): both axes and their tap tables (kernel index, src offset),

@@ -77,23 +77,22 @@ static_assert(a_slot(0) == 0 && a_slot(8) == 1 && a_slot(1) == 2 && a_slot(15) =
               "a_slot interleaves rows g and g + 8");
 
 // Group after group, wp[(tap*c_pad + c)*m_pad + a_slot(m)] = tf32(W[m, c, tap]) (residual into
-// wp_small when split), zero outside M x C; W (one group's) is batch_igemm_weight's.
-__global__ void pack_kernel(const float* __restrict__ w, float* __restrict__ big,
-                            float* __restrict__ small, int64_t groups, int64_t C, int64_t M,
-                            int64_t taps, int64_t c_pad, int64_t m_pad, bool gather) {
-  const int64_t per_group = taps * c_pad * m_pad, total = groups * per_group;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
-       e += int64_t{gridDim.x} * blockDim.x) {
-    // e's slot holds row m (a_slot's inverse).
-    const int64_t slot = e % m_pad, c = e / m_pad % c_pad, tap = e / (m_pad * c_pad) % taps;
-    const int64_t m = (slot & ~int64_t{15}) | (slot & 1) << 3 | (slot >> 1 & 7);
-    float v = 0.0f;
-    if (m < M && c < C) v = batch_igemm_weight(w, e / per_group, m, c, tap, C, M, taps, gather);
-    uint32_t hi, residual;
-    split_tf32(v, hi, residual);
-    big[e] = __uint_as_float(hi);
-    if (small != nullptr) small[e] = __uint_as_float(residual);
-  }
+// wp_small when split), zero outside M x C; W (one group's) is batch_igemm_weight's. Staged by
+// batch_igemm_pack_tiles, m fastest (a_slot permutes rows within 16, so a tile's rows are one
+// run of slots).
+template <bool kGather>
+__global__ void __launch_bounds__(kPackThreads)
+    pack_kernel(const float* __restrict__ w, float* __restrict__ big, float* __restrict__ small,
+                int groups, int C, int M, int taps, int c_pad, int m_pad) {
+  const int64_t per_group = int64_t{taps} * c_pad * m_pad;
+  batch_igemm_pack_tiles<kGather, false>(
+      w, groups, C, M, taps, c_pad, m_pad, [&](int g, int tap, int c, int m, float v) {
+        const int64_t e = g * per_group + (int64_t{tap} * c_pad + c) * m_pad + a_slot(m);
+        uint32_t hi, residual;
+        split_tf32(v, hi, residual);
+        big[e] = __uint_as_float(hi);
+        if (small != nullptr) small[e] = __uint_as_float(residual);
+      });
 }
 
 template <class Cfg>
@@ -330,8 +329,12 @@ void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPl
       alloc.allocate(values * (plan.split ? 2 : 1) * int64_t{sizeof(float)}, device);
   float* big = static_cast<float*>(packed.get());
   float* small = plan.split ? big + values : nullptr;
-  pack_kernel<<<grid_for(values), kThreads>>>(w, big, small, g.groups, C, M, taps, plan.c_pad,
-                                              plan.m_pad, fwd);
+  const dim3 pack_grid = batch_igemm_pack_grid(g.groups, taps, plan.c_pad, plan.m_pad);
+  const auto pack = [&](auto kernel) {
+    kernel<<<pack_grid, kPackThreads>>>(w, big, small, i(g.groups), i(C), i(M), i(taps),
+                                        i(plan.c_pad), i(plan.m_pad));
+  };
+  fwd ? pack(pack_kernel<true>) : pack(pack_kernel<false>);
   TGRAD_CUDA_CHECK_LAUNCH("batch_igemm pack_kernel");
   args.a_big = big, args.a_small = small;
 

@@ -39,8 +39,9 @@
 //   load B of step s + 1 into registers -> wait for this thread's A copies of step s, fence its
 //   B stores of step s for the async proxy, wait for this warpgroup's wgmmas of step s - 1 ->
 //   barrier (step s is complete in shared memory; every warpgroup is done with step s - 1) ->
-//   copy A of step s + 2 into step s - 1's stage -> issue step s's wgmmas -> round and store B
-//   of step s + 1 (its stage was last read by step s - 2).
+//   issue step s's wgmmas and copy A of step s + 2 into step s - 1's stage (1xTF32 in that
+//   order, 3xTF32 the copies first) -> round and store B of step s + 1 (its stage was last read
+//   by step s - 2).
 // The B loads are in flight through the waits, the barrier and step s's multiplies, and two
 // CTAs per SM fill each other's barriers. Each output is written once from a fixed-order sum:
 // deterministic.
@@ -90,22 +91,22 @@ struct BwConfig {
 
 // Group after group, wp[((tap*(c_pad/4) + c/4)*m_pad + m)*4 + c % 4] = tf32(W[m, c, tap]), zero
 // outside M x C, and (3xTF32) small[...] its TF32 residual; W (one group's) is
-// batch_igemm_weight's, as in batch-igemm.
-__global__ void pack_kmajor_kernel(const float* __restrict__ w, float* __restrict__ wp,
-                                   float* __restrict__ small, int64_t groups, int64_t C, int64_t M,
-                                   int64_t taps, int64_t c_pad, int64_t m_pad, bool gather) {
-  const int64_t per_group = taps * c_pad * m_pad, total = groups * per_group;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
-       e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c4 = e % 4, m = e / 4 % m_pad, cg = e / (4 * m_pad) % (c_pad / 4);
-    const int64_t tap = e / (c_pad * m_pad) % taps, c = cg * 4 + c4;
-    float v = 0.0f;
-    if (m < M && c < C) v = batch_igemm_weight(w, e / per_group, m, c, tap, C, M, taps, gather);
-    uint32_t big, residual;
-    split_tf32(v, big, residual);
-    wp[e] = __uint_as_float(big);
-    if (small != nullptr) small[e] = __uint_as_float(residual);
-  }
+// batch_igemm_weight's, as in batch-igemm. Staged by batch_igemm_pack_tiles, c % 4 fastest.
+template <bool kGather>
+__global__ void __launch_bounds__(kPackThreads)
+    pack_kmajor_kernel(const float* __restrict__ w, float* __restrict__ wp,
+                       float* __restrict__ small, int groups, int C, int M, int taps, int c_pad,
+                       int m_pad) {
+  const int64_t per_group = int64_t{taps} * c_pad * m_pad;
+  batch_igemm_pack_tiles<kGather, true>(
+      w, groups, C, M, taps, c_pad, m_pad, [&](int g, int tap, int c, int m, float v) {
+        const int64_t e =
+            g * per_group + ((int64_t{tap} * (c_pad / 4) + c / 4) * m_pad + m) * 4 + c % 4;
+        uint32_t big, residual;
+        split_tf32(v, big, residual);
+        wp[e] = __uint_as_float(big);
+        if (small != nullptr) small[e] = __uint_as_float(residual);
+      });
 }
 
 // kCl: B from the channels-last copy (a.src_cl), each 16-byte group of 4 channels of a column
@@ -274,11 +275,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     wgmma_wait_all();              // this warpgroup's step s - 1
     if (s > 0) flush();
     __syncthreads();  // step s is complete in shared memory; every warpgroup is done with s - 1
-    if (s + kStages - 1 < steps) {
-      load_a(wr);
-      if constexpr (kCl) load_b_cl(wr);
-    }
-    cp_async_commit();
+    // The copies of step s + 2 go to step s - 1's stage, which every warpgroup is done with. At
+    // 1xTF32 they are issued after step s's four wgmmas: their address arithmetic, before them,
+    // held the tensor cores idle after each barrier. At 3xTF32 they go first: behind twelve
+    // wgmmas their data landed late (docs/performance.md).
+    const auto copy_ahead = [&] {
+      if (s + kStages - 1 < steps) {
+        load_a(wr);
+        if constexpr (kCl) load_b_cl(wr);
+      }
+      cp_async_commit();
+    };
+    if constexpr (Cfg::kSplit) copy_ahead();
     const uint32_t a_addr =
         base + static_cast<uint32_t>(rd * Cfg::kStageFloats * 4 + wgm * 64 * 16);
     wgmma_fence();
@@ -297,6 +305,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     };
     wgmma_tf32_step<Cfg::kN, Cfg::kSplit, kBK / 8>(acc, a_desc, b_desc);
     wgmma_commit();
+    if constexpr (!Cfg::kSplit) copy_ahead();
     rd = rd + 1 == kStages ? 0 : rd + 1;
     wr = wr + 1 == kStages ? 0 : wr + 1;
     // Step s + 1's stage (rd now) was last read by step s - 2, done before the barrier above.
@@ -349,39 +358,53 @@ void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
 
 // dst[n][p][g][c] = tf32(src[n][g*C + c][p]) for c < C, 0 for C <= c < c_pad (p a pixel of the
 // plane): the channels-last copy B is read from; small (3xTF32, else null) gets the TF32
-// residuals. A 32 x 32 tile of (channel, pixel) a block, through shared memory, so that both the
-// reads (along pixels) and the writes (along channels) are whole lines.
-__global__ void to_channels_last_kernel(const float* __restrict__ src, float* __restrict__ dst,
-                                        float* __restrict__ small, int64_t N, int64_t groups,
-                                        int64_t C, int64_t c_pad, int64_t pixels) {
-  __shared__ float tile[32][33];
-  const int64_t p_tiles = (pixels + 31) / 32, c_tiles = c_pad / 32;
-  const int64_t tiles = N * groups * c_tiles * p_tiles;
+// residuals. A tile of 32 channels x kClCopyPixels pixels a block, through shared memory, so that
+// both the reads (along pixels) and the writes (along channels) are whole lines, eight of each a
+// thread in flight. The grid is pixel tiles x channel tiles x (sample, group), strided past its
+// limits: a flat tile index cost 64-bit divisions that left the copy compute-bound
+// (docs/performance.md).
+constexpr int kClCopyPixels = 64;
+__global__ void __launch_bounds__(256)
+    to_channels_last_kernel(const float* __restrict__ src, float* __restrict__ dst,
+                            float* __restrict__ small, int64_t N, int64_t groups, int64_t C,
+                            int64_t c_pad, int64_t pixels) {
+  __shared__ float tile[32][kClCopyPixels + 1];
   const int tx = static_cast<int>(threadIdx.x % 32), ty = static_cast<int>(threadIdx.x / 32);
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t pt = t % p_tiles, ct = t / p_tiles % c_tiles,
-                  g = t / (p_tiles * c_tiles) % groups;
-    const int64_t n = t / (p_tiles * c_tiles * groups);
-    const int64_t p0 = pt * 32, c0 = ct * 32;
-    // Read: row c (ty + 8i), pixels p0 + tx.
-    for (int i = 0; i < 4; ++i) {
-      const int64_t c = c0 + ty + 8 * i, p = p0 + tx;
-      tile[ty + 8 * i][tx] =
-          c < C && p < pixels ? src[((n * groups + g) * C + c) * pixels + p] : 0.0f;
-    }
-    __syncthreads();
-    // Write: pixel p0 + ty + 8i, channels c0 + tx.
-    for (int i = 0; i < 4; ++i) {
-      const int64_t p = p0 + ty + 8 * i;
-      if (p < pixels) {
-        const int64_t e = ((n * pixels + p) * groups + g) * c_pad + c0 + tx;
-        uint32_t big, residual;
-        split_tf32(tile[tx][ty + 8 * i], big, residual);
-        dst[e] = __uint_as_float(big);
-        if (small != nullptr) small[e] = __uint_as_float(residual);
+  const int64_t p0 = int64_t{blockIdx.x} * kClCopyPixels;
+  for (int64_t ng = blockIdx.z; ng < N * groups; ng += gridDim.z) {
+    const int64_t n = ng / groups, g = ng - n * groups;
+    for (int64_t c0 = int64_t{blockIdx.y} * 32; c0 < c_pad; c0 += int64_t{gridDim.y} * 32) {
+      // Read: channel c0 + ty + 8i, pixels p0 + tx + 32h.
+      const float* s = src + (ng * C + c0 + ty) * pixels + p0 + tx;
+      float v[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          v[i][h] = c0 + ty + 8 * i < C && p0 + tx + 32 * h < pixels
+                        ? s[int64_t{8 * i} * pixels + 32 * h]
+                        : 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          tile[ty + 8 * i][tx + 32 * h] = v[i][h];
+      __syncthreads();
+      // Write: pixel p0 + ty + 8i, channels c0 + tx.
+      const int64_t pixel_stride = groups * c_pad;
+      const int64_t d0 = ((n * pixels + p0 + ty) * groups + g) * c_pad + c0 + tx;
+#pragma unroll
+      for (int i = 0; i < kClCopyPixels / 8; ++i) {
+        if (p0 + ty + 8 * i < pixels) {
+          const int64_t e = d0 + int64_t{8 * i} * pixel_stride;
+          uint32_t big, residual;
+          split_tf32(tile[tx][ty + 8 * i], big, residual);
+          dst[e] = __uint_as_float(big);
+          if (small != nullptr) small[e] = __uint_as_float(residual);
+        }
       }
+      __syncthreads();  // the tile is rewritten by this block's next one
     }
-    __syncthreads();  // the tile is rewritten by this block's next one
   }
 }
 
@@ -402,8 +425,13 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
   std::shared_ptr<void> packed = alloc.allocate(planes * values * int64_t{sizeof(float)}, device);
   float* wp = static_cast<float*>(packed.get());
   float* wp_small = plan.split ? wp + values : nullptr;
-  pack_kmajor_kernel<<<grid_for(values), kThreads>>>(w, wp, wp_small, plan.groups, args.C, args.M,
-                                                     taps, plan.c_pad, plan.m_pad, args.gather);
+  const dim3 pack_grid = batch_igemm_pack_grid(plan.groups, taps, plan.c_pad, plan.m_pad);
+  const auto pack = [&](auto kernel) {
+    kernel<<<pack_grid, kPackThreads>>>(w, wp, wp_small, static_cast<int>(plan.groups), args.C,
+                                        args.M, static_cast<int>(taps),
+                                        static_cast<int>(plan.c_pad), static_cast<int>(plan.m_pad));
+  };
+  args.gather ? pack(pack_kmajor_kernel<true>) : pack(pack_kmajor_kernel<false>);
   TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma pack_kmajor_kernel");
   BiArgs a = args;
   a.a_big = wp, a.a_small = wp_small;
@@ -415,9 +443,11 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
     cl_copy = alloc.allocate(planes * cl_values * int64_t{sizeof(float)}, device);
     float* cl = static_cast<float*>(cl_copy.get());
     float* cl_small = plan.split ? cl + cl_values : nullptr;
-    const int64_t tiles = args.N * plan.groups * (plan.c_pad / 32) * ((pixels + 31) / 32);
-    to_channels_last_kernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, 65536)), 256>>>(
-        args.src, cl, cl_small, args.N, plan.groups, args.C, plan.c_pad, pixels);
+    const dim3 grid(static_cast<unsigned>((pixels + kClCopyPixels - 1) / kClCopyPixels),
+                    static_cast<unsigned>(std::min<int64_t>(plan.c_pad / 32, 65535)),
+                    static_cast<unsigned>(std::min<int64_t>(args.N * plan.groups, 65535)));
+    to_channels_last_kernel<<<grid, 256>>>(args.src, cl, cl_small, args.N, plan.groups, args.C,
+                                           plan.c_pad, pixels);
     TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma to_channels_last_kernel");
     a.src_cl = cl, a.src_cl_small = cl_small, a.cl_pixel = plan.groups * plan.c_pad;
   }
