@@ -51,6 +51,9 @@ __global__ void fill_uniform_kernel(float* p, int64_t n, uint64_t seed) {
 
 constexpr int kReduceBlocks = 1024;
 constexpr int kReduceThreads = 256;
+// cuDNN algorithms timed for the reference: Find's fastest few, whose order Find gets wrong
+// between near ties.
+constexpr size_t kCudnnCandidatesTimed = 4;
 
 // partials[2*b] = sum over block b's elements of (out - ref)^2, partials[2*b+1] of ref^2.
 template <class Ref>
@@ -363,7 +366,6 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
                     e.what());
       }
     }
-    ref = Tensor();
     tgrad::cuda_empty_cache();
 
     // Small operands stay in L2 between runs; cycle through enough sets to overflow it.
@@ -390,9 +392,37 @@ void bench_pass(const Options& opt, const cudaDeviceProp& prop, cudnnHandle_t ha
         g.precision = precisions[i];
         row.tgrad = time_runs(warmup, opt.repeats, sets,
                               [&](int s) { run_tgrad(g, pass, a[s], b[s], out[s]); });
-        row.cudnn = time_runs(warmup, opt.repeats, sets, [&](int s) {
+        const auto run_cudnn = [&](int s) {
           cudnn[i]->run(a[s].raw_data(), b[s].raw_data(), out[s].raw_data());
-        });
+        };
+        // Find times each algorithm once, and on small calls the order it reports changes from
+        // one process to the next (docs/performance.md): its fastest few are timed here as the
+        // reference is, and the fastest of them is the reference.
+        const std::vector<AlgoResult> candidates = cudnn[i]->candidates();
+        const size_t timed = std::min(candidates.size(), kCudnnCandidatesTimed);
+        if (timed > 1) {
+          size_t best = 0;
+          double best_ms = INFINITY;
+          for (size_t c = 0; c < timed; ++c) {
+            cudnn[i]->select(candidates[c]);
+            const double ms =
+                time_runs(warmup, std::max(3, opt.repeats / 2), sets, run_cudnn).median_ms;
+            if (ms < best_ms) best_ms = ms, best = c;
+          }
+          cudnn[i]->select(candidates[best]);
+          if (best != 0) {
+            // The errors belong to the algorithm that is timed.
+            cudnn[i]->run(a[0].raw_data(), b[0].raw_data(), out_cudnn.raw_data());
+            run_tgrad(g, pass, a[0], b[0], out_tgrad);
+            row.err_cudnn = relative_error<double>(out_cudnn, ref);
+            row.diff_tgrad_cudnn = relative_error<float>(out_tgrad, out_cudnn);
+            row.cudnn_algo = cudnn[i]->describe();
+            std::printf("  %s %-5s %-7s cuDNN timed %zu of Find's fastest: %s (err %.2e)\n",
+                        wl.id.c_str(), row.pass.c_str(), row.precision.c_str(), timed,
+                        row.cudnn_algo.c_str(), row.err_cudnn);
+          }
+        }
+        row.cudnn = time_runs(warmup, opt.repeats, sets, run_cudnn);
       } catch (const std::exception& e) {
         row.failure = e.what();
         std::printf("  %s %s %s: %s\n", wl.id.c_str(), row.pass.c_str(), row.precision.c_str(),

@@ -234,10 +234,11 @@ class CudnnConvTranspose {
     }
   }
 
-  // Times every algorithm with cuDNN's Find on these operands (out is overwritten) and keeps
-  // the fastest one the precision allows: "highest" runs with CUDNN_FMA_MATH (no tensor cores,
-  // so no TF32); "high" searches CUDNN_DEFAULT_MATH and CUDNN_TENSOR_OP_MATH (TF32 allowed, no
-  // down-conversion to half). The workspace offered to Find is capped at workspace_cap bytes.
+  // Times every algorithm with cuDNN's Find on these operands (out is overwritten), keeps the
+  // ones the precision allows as candidates() and selects Find's fastest: "highest" runs with
+  // CUDNN_FMA_MATH (no tensor cores, so no TF32); "high" searches CUDNN_DEFAULT_MATH and
+  // CUDNN_TENSOR_OP_MATH (TF32 allowed, no down-conversion to half). The workspace offered to
+  // Find is capped at workspace_cap bytes.
   void choose_algorithm(const void* a, const void* b, void* out, size_t workspace_cap,
                         bool deterministic_only) {
     const std::vector<cudnnMathType_t> maths =
@@ -258,23 +259,34 @@ class CudnnConvTranspose {
       for (const AlgoResult& r : find(a, b, out))
         results.push_back(r);
     }
-    const AlgoResult* best = nullptr;
+    std::stable_sort(results.begin(), results.end(),
+                     [](const AlgoResult& x, const AlgoResult& y) { return x.ms < y.ms; });
+    candidates_.clear();
     for (const AlgoResult& r : results) {
       if (r.status != CUDNN_STATUS_SUCCESS || r.workspace > workspace_.size()) continue;
       if (r.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
       if (precision_ == tgrad::Precision::highest && r.math == CUDNN_TENSOR_OP_MATH) continue;
       if (deterministic_only && !r.deterministic) continue;
-      if (best == nullptr || r.ms < best->ms) best = &r;
+      const auto same = [&](const AlgoResult& c) { return c.algo == r.algo && c.math == r.math; };
+      if (std::none_of(candidates_.begin(), candidates_.end(), same)) candidates_.push_back(r);
     }
-    TGRAD_CHECK(best != nullptr, "conv_bench: cuDNN found no usable algorithm for ",
+    TGRAD_CHECK(!candidates_.empty(), "conv_bench: cuDNN found no usable algorithm for ",
                 pass_name(pass_), " at precision ", precision_name(precision_), " (",
                 results.size(), " tried, workspace cap ", workspace_cap, " bytes)");
-    choice_ = *best;
-    // highest keeps FMA on the descriptor whatever Find reported; high runs the math type the
-    // winning algorithm was timed with, as frameworks do.
-    set_math(precision_ == tgrad::Precision::highest ? CUDNN_FMA_MATH : choice_.math);
+    select(candidates_.front());
+  }
+
+  // The usable algorithms Find reported (one per algorithm and math type), fastest first by
+  // Find's own timing.
+  const std::vector<AlgoResult>& candidates() const { return candidates_; }
+
+  // Runs `r` (one of candidates()) from now on. highest keeps FMA on the descriptor whatever
+  // Find reported; high runs the math type the algorithm was timed with, as frameworks do.
+  void select(const AlgoResult& r) {
+    choice_ = r;
+    set_math(precision_ == tgrad::Precision::highest ? CUDNN_FMA_MATH : r.math);
     workspace_ = DeviceBuffer();
-    workspace_ = DeviceBuffer(choice_.workspace);
+    workspace_ = DeviceBuffer(r.workspace);
   }
 
   // out = pass(a, b) with the chosen algorithm, on the legacy default stream.
@@ -398,6 +410,7 @@ class CudnnConvTranspose {
   tgrad::Precision precision_;
   TensorDescriptor big_;    // the transposed conv's y (N, C_out, H_out, W_out)
   TensorDescriptor small_;  // the transposed conv's x (N, C_in, H_in, W_in)
+  std::vector<AlgoResult> candidates_;
   FilterDescriptor filter_;
   ConvolutionDescriptor conv_;
   DeviceBuffer workspace_;
