@@ -237,8 +237,11 @@ def main():
     ap.add_argument("--random", type=int, default=0,
                     help="time this many random geometries instead of the suites")
     ap.add_argument("--seed", type=int, default=1, help="the random geometries' seed")
+    ap.add_argument("--shape", action="append", default=[],
+                    help="a geometry in conv_bench's keys instead of the suites (repeatable), "
+                         "e.g. \"n=32 ci=64 co=32 h=4 w=4 k=4 s=2 p=1\"")
     args = ap.parse_args()
-    shapes = random_layers(args.random, args.seed) if args.random > 0 else []
+    shapes = args.shape or (random_layers(args.random, args.seed) if args.random > 0 else [])
     workloads = (["--suite", args.suite] if not shapes
                  else [a for spec in shapes for a in ("--shape", spec)])
 

@@ -506,10 +506,13 @@ void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
 // vector is left, the last L i's before `end` go as one more vector whose lanes already added
 // carry -0.0, which leaves every value's bits as they were (x + -0.0 == x, -0.0 included): rows
 // of under two vectors (DCGAN's 32 x 32 RGB layer) would otherwise add half of each tap's row a
-// scalar at a time. A shorter tail stays scalar: as a vector, its loads overlap the previous
-// vector's stores.
+// scalar at a time. That vector may start before `begin`, down to `lowest` (c readable and y the
+// caller's from there on; its lanes before `begin` carry -0.0 too): a row of one vector (the
+// demo's 16 x 16 RGB layer at AVX-512) has each edge tap's 15 i's in one vector that way, not a
+// scalar loop. A shorter tail stays scalar: as a vector, its loads overlap the previous vector's
+// stores.
 template <class T>
-int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end, int64_t room) {
+int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end, int64_t lowest, int64_t room) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
   const auto add = [&](int64_t i, const Vec& v) {
@@ -529,7 +532,7 @@ int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end, int64_t room) 
     std::memcpy(&v, c + i, sizeof(Vec));
     add(i, v);
   }
-  if (end - i >= L / 2 && last >= begin && last + L == end) {
+  if (end - i >= L / 2 && last >= lowest && last + L == end) {
     using Lane = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
     typedef Lane LaneVec __attribute__((vector_size(gemm::kVecBytes)));
     const LaneVec lane = [&]<std::size_t... J>(std::index_sequence<J...>) {
@@ -749,8 +752,10 @@ void col2im_loops(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_
           const T* c = c_row + row_p - p0;                                 // + iw
           if constexpr (kStride2Vectors) {
             const int64_t room = pl.out_hw - y_row;  // y_c's plane, from y_c + y_row on
-            for (int64_t iw = add_stride2(y_c + y_row, c, iw_begin, iw_end, room); iw < iw_end;
-                 ++iw)
+            // c from this tap row's first position on, y from the plane's first element on.
+            const int64_t lowest = std::max(p0 - row_p, (1 - y_row) / 2);
+            for (int64_t iw = add_stride2(y_c + y_row, c, iw_begin, iw_end, lowest, room);
+                 iw < iw_end; ++iw)
               y_c[y_row + iw * 2] += c[iw];
           } else {
             for (int64_t iw = iw_begin; iw < iw_end; ++iw)
@@ -767,7 +772,7 @@ void col2im_loops(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_
 template <class T>
 void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1, int64_t p0,
                 int64_t len, T* y_ng) {
-  if (pl.stride_w == 2 && pl.in_w > gemm::kLanes<T>) {
+  if (pl.stride_w == 2 && pl.in_w >= gemm::kLanes<T>) {
     col2im_loops<T, 2, true>(pl, cols, ld, co0, co1, p0, len, y_ng);
     return;
   }

@@ -445,6 +445,20 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(1, {4, 7, 300}, {7, 1, 5}, true, {1}, {2}, {0}, {3}, 7)},
       {"depthwise 1-D stride 20 (GEMMs)",
        conv_case_from_shapes(1, {2, 3, 40}, {3, 1, 25}, true, {20}, {3}, {0}, {1}, 3)},
+      // The forward's stride-2 col2im on rows of exactly one vector (16 at AVX-512, 8 at AVX2):
+      // an edge tap's 15 positions go as one vector that starts a position before the tap's
+      // first (its lanes there add -0.0), where y and the column buffer have that element. k4 s2
+      // p1 RGB outputs (the demo's last layer), batched; then one item of 40 rows, whose
+      // forward goes by positions in chunks that start inside it.
+      {"stride-2 col2im, rows of one AVX-512 vector",
+       conv_case_from_shapes(2, {3, 16, 16, 16}, {16, 3, 4, 4}, true, {2, 2}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
+      {"stride-2 col2im, rows of one AVX2 vector",
+       conv_case_from_shapes(2, {3, 16, 8, 8}, {16, 3, 4, 4}, true, {2, 2}, {1, 1}, {0, 0}, {1, 1},
+                             1)},
+      {"stride-2 col2im, rows of one vector, by positions",
+       conv_case_from_shapes(2, {1, 8, 40, 16}, {8, 3, 4, 4}, true, {2, 2}, {1, 1}, {0, 0},
+                             {1, 1}, 1)},
   };
 }
 
