@@ -117,23 +117,27 @@ __device__ inline void batch_igemm_pack_tiles(const float* __restrict__ w, int g
       // Along w: taps fastest, then rows (forward: w[g*C + c][m][tap]) or channels (dgrad:
       // w[g*M + m][c][tap]).
       constexpr int kInner = kGather ? kPackRows : kPackChannels;
+      struct Slot {
+        int t, m, c4;
+      };
+      const auto slot = [&](int k) {  // this thread's k-th value of the tile, in w's order
+        const int i = tid + k * kPackThreads;
+        const int t = i % kPackTaps, rest = i / kPackTaps;
+        return Slot{t, kGather ? rest % kInner : rest / kInner,
+                    kGather ? rest / kInner : rest % kInner};
+      };
       float v[kPackPerThread];
 #pragma unroll
       for (int k = 0; k < kPackPerThread; ++k) {
-        const int i = tid + k * kPackThreads;
-        const int t = i % kPackTaps, rest = i / kPackTaps;
-        const int m = kGather ? rest % kInner : rest / kInner;
-        const int c4 = kGather ? rest / kInner : rest % kInner;
-        const bool in = t < tc && m0 + m < M && c0 + c4 < C;
-        v[k] = in ? batch_igemm_weight(w, g, m0 + m, c0 + c4, t0 + t, C, M, taps, kGather) : 0.0f;
+        const Slot e = slot(k);
+        const bool in = e.t < tc && m0 + e.m < M && c0 + e.c4 < C;
+        v[k] = in ? batch_igemm_weight(w, g, m0 + e.m, c0 + e.c4, t0 + e.t, C, M, taps, kGather)
+                  : 0.0f;
       }
 #pragma unroll
       for (int k = 0; k < kPackPerThread; ++k) {
-        const int i = tid + k * kPackThreads;
-        const int t = i % kPackTaps, rest = i / kPackTaps;
-        const int m = kGather ? rest % kInner : rest / kInner;
-        const int c4 = kGather ? rest / kInner : rest % kInner;
-        tile[t * kPackPitch + m * kPackChannels + c4] = v[k];
+        const Slot e = slot(k);
+        tile[e.t * kPackPitch + e.m * kPackChannels + e.c4] = v[k];
       }
       __syncthreads();
 #pragma unroll
