@@ -11,6 +11,7 @@
 
 #include "cuda/conv_batch_igemm.h"
 #include "cuda/cuda_util.h"
+#include "cuda/tf32_mma.cuh"
 
 namespace tgrad::cuda {
 
@@ -93,15 +94,17 @@ inline dim3 batch_igemm_pack_grid(int64_t groups, int64_t taps, int64_t c_pad, i
               static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
 }
 
-// Calls store(g, tap, c, m, W[m, c, tap]) once for every m < m_pad, c < c_pad and tap of every
-// group, with zero outside M x C; kGather: forward's weights (batch_igemm_weight); kChannelsInner
-// orders the stores c % 4 fastest, then m (a layout [..][m][c % 4]), else m fastest (a layout
-// [..][c][m]). Launched with kPackThreads threads on batch_igemm_pack_grid. Every index is a
-// shift or a mask of the thread's slot (taps past the chunk idle their lanes): runtime divisions
-// here cost more than the copy.
-template <bool kGather, bool kChannelsInner, class Store>
-__device__ inline void batch_igemm_pack_tiles(const float* __restrict__ w, int groups, int C, int M,
-                                              int taps, int c_pad, int m_pad, const Store& store) {
+// big[e] = tf32(W[m, c, tap]) and, where small is not null (3xTF32), small[e] its TF32 residual,
+// with e = at(g, tap, c, m), for every m < m_pad, c < c_pad and tap of every group, zero outside
+// M x C; kGather: forward's weights (batch_igemm_weight); kChannelsInner orders the stores c % 4
+// fastest, then m (a layout [..][m][c % 4]), else m fastest (a layout [..][c][m]). Launched with
+// kPackThreads threads on batch_igemm_pack_grid (batch_igemm_pack). Every index is a shift or a
+// mask of the thread's slot (taps past the chunk idle their lanes): runtime divisions here cost
+// more than the copy.
+template <bool kGather, bool kChannelsInner, class At>
+__device__ inline void batch_igemm_pack_tiles(const float* __restrict__ w, float* __restrict__ big,
+                                              float* __restrict__ small, int groups, int C, int M,
+                                              int taps, int c_pad, int m_pad, const At& at) {
   static_assert((kPackTaps & (kPackTaps - 1)) == 0 && (kPackRows & (kPackRows - 1)) == 0 &&
                     (kPackChannels & (kPackChannels - 1)) == 0,
                 "powers of two: slots split by shifts and masks");
@@ -146,12 +149,29 @@ __device__ inline void batch_igemm_pack_tiles(const float* __restrict__ w, int g
         const int t = i / kPackTile, r = i % kPackTile;
         const int m = kChannelsInner ? r / kPackChannels : r % kPackRows;
         const int c4 = kChannelsInner ? r % kPackChannels : r / kPackRows;
-        if (t < tc && m0 + m < m_pad)
-          store(g, t0 + t, c0 + c4, m0 + m, tile[t * kPackPitch + m * kPackChannels + c4]);
+        if (t < tc && m0 + m < m_pad) {
+          const int64_t e = at(g, t0 + t, c0 + c4, m0 + m);
+          uint32_t hi, residual;
+          split_tf32(tile[t * kPackPitch + m * kPackChannels + c4], hi, residual);
+          big[e] = __uint_as_float(hi);
+          if (small != nullptr) small[e] = __uint_as_float(residual);
+        }
       }
       __syncthreads();  // the tile is refilled by the next channels or taps
     }
   }
+}
+
+// A pack kernel of either batch kernel: (w, big, small, groups, C, M, taps, c_pad, m_pad).
+using BatchIgemmPackKernel = void (*)(const float*, float*, float*, int, int, int, int, int, int);
+
+// Packs one call's weights with `forward` (gather) or `dgrad`, the two instances of a pack kernel.
+inline void batch_igemm_pack(BatchIgemmPackKernel forward, BatchIgemmPackKernel dgrad, bool gather,
+                             const float* w, float* big, float* small, int64_t groups, int64_t C,
+                             int64_t M, int64_t taps, int64_t c_pad, int64_t m_pad) {
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  (gather ? forward : dgrad)<<<batch_igemm_pack_grid(groups, taps, c_pad, m_pad), kPackThreads>>>(
+      w, big, small, i(groups), i(C), i(M), i(taps), i(c_pad), i(m_pad));
 }
 
 // The CTA's phase (blockIdx.x % phases): both axes and their tap tables (kernel index, src offset),

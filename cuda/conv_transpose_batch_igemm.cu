@@ -86,12 +86,8 @@ __global__ void __launch_bounds__(kPackThreads)
                 int groups, int C, int M, int taps, int c_pad, int m_pad) {
   const int64_t per_group = int64_t{taps} * c_pad * m_pad;
   batch_igemm_pack_tiles<kGather, false>(
-      w, groups, C, M, taps, c_pad, m_pad, [&](int g, int tap, int c, int m, float v) {
-        const int64_t e = g * per_group + (int64_t{tap} * c_pad + c) * m_pad + a_slot(m);
-        uint32_t hi, residual;
-        split_tf32(v, hi, residual);
-        big[e] = __uint_as_float(hi);
-        if (small != nullptr) small[e] = __uint_as_float(residual);
+      w, big, small, groups, C, M, taps, c_pad, m_pad, [&](int g, int tap, int c, int m) {
+        return g * per_group + (int64_t{tap} * c_pad + c) * m_pad + a_slot(m);
       });
 }
 
@@ -329,12 +325,8 @@ void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPl
       alloc.allocate(values * (plan.split ? 2 : 1) * int64_t{sizeof(float)}, device);
   float* big = static_cast<float*>(packed.get());
   float* small = plan.split ? big + values : nullptr;
-  const dim3 pack_grid = batch_igemm_pack_grid(g.groups, taps, plan.c_pad, plan.m_pad);
-  const auto pack = [&](auto kernel) {
-    kernel<<<pack_grid, kPackThreads>>>(w, big, small, i(g.groups), i(C), i(M), i(taps),
-                                        i(plan.c_pad), i(plan.m_pad));
-  };
-  fwd ? pack(pack_kernel<true>) : pack(pack_kernel<false>);
+  batch_igemm_pack(pack_kernel<true>, pack_kernel<false>, fwd, w, big, small, g.groups, C, M, taps,
+                   plan.c_pad, plan.m_pad);
   TGRAD_CUDA_CHECK_LAUNCH("batch_igemm pack_kernel");
   args.a_big = big, args.a_small = small;
 

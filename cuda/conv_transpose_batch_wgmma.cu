@@ -99,13 +99,8 @@ __global__ void __launch_bounds__(kPackThreads)
                        int m_pad) {
   const int64_t per_group = int64_t{taps} * c_pad * m_pad;
   batch_igemm_pack_tiles<kGather, true>(
-      w, groups, C, M, taps, c_pad, m_pad, [&](int g, int tap, int c, int m, float v) {
-        const int64_t e =
-            g * per_group + ((int64_t{tap} * (c_pad / 4) + c / 4) * m_pad + m) * 4 + c % 4;
-        uint32_t big, residual;
-        split_tf32(v, big, residual);
-        wp[e] = __uint_as_float(big);
-        if (small != nullptr) small[e] = __uint_as_float(residual);
+      w, wp, small, groups, C, M, taps, c_pad, m_pad, [&](int g, int tap, int c, int m) {
+        return g * per_group + ((int64_t{tap} * (c_pad / 4) + c / 4) * m_pad + m) * 4 + c % 4;
       });
 }
 
@@ -425,13 +420,8 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
   std::shared_ptr<void> packed = alloc.allocate(planes * values * int64_t{sizeof(float)}, device);
   float* wp = static_cast<float*>(packed.get());
   float* wp_small = plan.split ? wp + values : nullptr;
-  const dim3 pack_grid = batch_igemm_pack_grid(plan.groups, taps, plan.c_pad, plan.m_pad);
-  const auto pack = [&](auto kernel) {
-    kernel<<<pack_grid, kPackThreads>>>(w, wp, wp_small, static_cast<int>(plan.groups), args.C,
-                                        args.M, static_cast<int>(taps),
-                                        static_cast<int>(plan.c_pad), static_cast<int>(plan.m_pad));
-  };
-  args.gather ? pack(pack_kmajor_kernel<true>) : pack(pack_kmajor_kernel<false>);
+  batch_igemm_pack(pack_kmajor_kernel<true>, pack_kmajor_kernel<false>, args.gather, w, wp,
+                   wp_small, plan.groups, args.C, args.M, taps, plan.c_pad, plan.m_pad);
   TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma pack_kmajor_kernel");
   BiArgs a = args;
   a.a_big = wp, a.a_small = wp_small;
