@@ -151,12 +151,12 @@ void map_unary(const Tensor& x, Tensor& y, F f) {
 }
 
 // e^t for float t in [-105, 0], within 1.2 ulp, in arithmetic the compiler vectorizes at every
-// level. std::exp is a libm call per element: the sigmoid of the demo's 98 K outputs took 6% of
-// its CPU training step (docs/performance.md). t = n ln2 + r with |r| <= ln2 / 2 (ln2 in two
-// parts, the first exact times any n here); e^r by its Taylor polynomial to degree 7, whose
-// truncation is under 0.05 ulp on that interval; then scaled by 2^n in two halves of at least -76
-// each, normal numbers both, so that a result in the denormals rounds once. At -105 e^t is under
-// half the smallest denormal: the result is 0.
+// level. std::exp is a libm call per element, which kept the sigmoid's loop scalar, a visible
+// share of the demo's CPU training step (docs/performance.md). t = n ln2 + r with |r| <= ln2 / 2
+// (ln2 in two parts, the first exact times any n here); e^r by its Taylor polynomial to degree 7,
+// whose truncation is under 0.05 ulp on that interval; then scaled by 2^n in two halves of at least
+// -76 each, normal numbers both, so that a result in the denormals rounds once. At -105 e^t is
+// under half the smallest denormal: the result is 0.
 inline float exp_to_minus_105(float t) {
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to integer
   const float nf = (t * 1.44269504f + kRound) - kRound;

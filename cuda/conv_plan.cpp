@@ -77,7 +77,7 @@ std::string tensor_core_reason(const PlanInput& in) {
 // A float32 wgrad at "high" with groups 1 also needs few (co, tap) columns: past
 // kDirectWgradHighMaxCols the GEMM path's TF32 GEMM, whose N is those columns, was faster (DCGAN's
 // and pix2pix's RGB outputs, 3 x 16 columns; Conv-TasNet's 1 x 16 columns the other way;
-// docs/performance.md, runs 38 and 49).
+// docs/performance.md).
 constexpr int64_t kNarrowChannels = 8;
 constexpr int64_t kNarrowGroupProduct = 1024;
 constexpr int64_t kNarrowGroupProductWgrad = 2048;
@@ -682,15 +682,15 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     //   higher rate at M = 1024; up to 512 these kernels were the faster (run 54's benchmark
     //   mode, forward and dgrad). At "highest" the GEMM path's GEMM is float32 FMA, and 3xTF32
     //   batch-wgmma was the faster on every forward and dgrad past M = 512 timed, in the suite
-    //   and outside it (docs/performance.md, "Runs 231-235").
+    //   and outside it (docs/performance.md).
     if (M > kBatchIgemmMaxPreferredM && g.precision == Precision::high)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
              " at \"high\": the GEMM path's column traffic is small next to its TF32 GEMM's speed";
     if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
     // A dgrad past stride 4 loads one src column in s; batch-wgmma reading the channels-last
     // copy loads whole lines instead, and keeps such a dgrad at "highest": it was the faster on
-    // every such layer timed whose grid filled the GPU ("Runs 231-235"); smaller grids go to the
-    // GEMM path by the few-CTAs rule above.
+    // every such layer timed whose grid filled the GPU (docs/performance.md); smaller grids go to
+    // the GEMM path by the few-CTAs rule above.
     if (std::string strided = wide_strided_dgrad(in.pass, g, M);
         !strided.empty() && !(wgmma && plan.channels_last))
       return strided;
@@ -722,8 +722,8 @@ const char* batch_kernel_taking(const PlanInput& in) {
 // speed (batch_igemm_check's preferences: few CTAs, taps mostly outside src, M > 512 at "high",
 // strided dgrads), the row kernels give way to the GEMM path too: ahead of the batch kernels in
 // the table, they kept such calls and ran them several times slower than the GEMM path (short 1-D
-// layers with many channels; docs/performance.md, "Runs 231-235"). Empty when that is not the
-// call, else the batch kernel's reason.
+// layers with many channels; docs/performance.md). Empty when that is not the call, else the
+// batch kernel's reason.
 std::string batch_prefers_gemm(const PlanInput& in) {
   if (!in.prefer || in.pass == ConvPass::wgrad || batch_kernel_taking(in) != nullptr) return "";
   if (!gemm_path_declined(in.pass, in.g, in.g.precision, in.dtype).empty()) return "";
@@ -787,7 +787,7 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   if (std::string no = batch_wgmma_declined(in); !no.empty()) return no;
   // Calls narrow through their groups alone (more than kNarrowChannels channels each side) stay
   // here: one GEMM per group in the grid measured faster than the direct kernel (groups 4 of
-  // 32 -> 16 channels; docs/performance.md, run 68).
+  // 32 -> 16 channels; docs/performance.md).
   if (std::string narrow = direct_first(in);
       !narrow.empty() && few_channels(in.g) && !narrow_wgrad_on_wgmma(in))
     return narrow;

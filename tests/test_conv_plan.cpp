@@ -1117,12 +1117,12 @@ TEST(ConvPlan, ThinOutputsOverLargePlanesTakeTheGemmPathByTheirWork) {
 // it was ahead: M <= 256 with enough CTAs, before the row kernels on 2-D rows under 512 (DCGAN,
 // U-Net, CycleGAN, DeconvNet deconv1) and on 1-D calls of at most 2^17 positions (HiFi-GAN,
 // EnCodec x8 forward; dgrad at "highest" only); EnCodec's long layers keep wgmma / mma.sync,
-// wide M the GEMM path at "high" (U-Net 1024 -> 512's dgrad; at "highest" batch-wgmma, run 232),
+// wide M the GEMM path at "high" (U-Net 1024 -> 512's dgrad; at "highest" batch-wgmma),
 // and so does EnCodec x8's dgrad at "highest" (its channels-last copy); float64 calls never reach
-// it, grouped ones one GEMM per group. At "highest", batch-wgmma's 3xTF32 takes those with M > 32
-// (run 103). At "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1
+// it, grouped ones one GEMM per group. At "highest", batch-wgmma's 3xTF32 takes those with M > 32.
+// At "high", batch-wgmma takes batch-igemm's calls with M > 64, the forward and stride-1
 // dgrad with M = 512 (U-Net's first up-conv, DeconvNet deconv5) and the long 1-D calls with M = 128
-// (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy, run 69);
+// (EnCodec x5 forward, x4 dgrad), and EnCodec x5's dgrad (from its channels-last copy);
 // the x8 dgrads with M >= 256 stay on the GEMM path, and so do the dgrads with M >= 256 (U-Net
 // 512 -> 256 and 256 -> 128, DeconvNet deconv5, DCGAN 256 -> 128, CycleGAN 256 -> 128, EnCodec
 // x5; "Runs 225-228"). RGB and mono outputs (DCGAN's and pix2pix's last layers, Conv-TasNet's
