@@ -69,55 +69,62 @@ void wgrad_few_columns(const Plan& pl, const T* x, const T* dy, T* dw, int threa
   constexpr int R = gemm::kRows, NR = gemm::kCols<T>;
   const int64_t columns = pl.batch * pl.in_hw;
   const int64_t panels = ceil_div(pl.rows, int64_t{NR});
-  // cols^T of every group in panels of NR rows of cols, each panel (C x NR): a tile's loads
-  // are contiguous.
-  const Workspace<T> packed(pl.groups * panels * columns * NR);
-  {
-    const Workspace<T> cols(pl.groups * pl.rows * columns);
-    few_columns_cols(pl, dy, columns, cols.data(), threads);
-    parallel_for(threads, pl.groups * panels, [&](int64_t t) {
-      const int64_t g = t / panels, r0 = t % panels * NR;
-      gemm::pack_panel<T, NR>(cols.data() + (g * pl.rows + r0) * columns, columns, 1,
-                              static_cast<int>(std::min<int64_t>(NR, pl.rows - r0)), columns,
-                              packed.data() + t * columns * NR);
+  // x as (in_channels x C), the items side by side: x itself for one item.
+  const Workspace<T> xs_copy(pl.batch > 1 ? pl.in_channels * columns : 0);
+  const T* xs = x;
+  if (pl.batch > 1) {
+    parallel_for(threads, pl.in_channels, [&](int64_t c) {
+      for (int64_t n = 0; n < pl.batch; ++n)
+        std::copy_n(x + (n * pl.in_channels + c) * pl.in_hw, pl.in_hw,
+                    xs_copy.data() + c * columns + n * pl.in_hw);
     });
+    xs = xs_copy.data();
   }
-  // x as (in_channels x C), the items side by side.
-  const Workspace<T> xs(pl.in_channels * columns);
-  parallel_for(threads, pl.in_channels, [&](int64_t c) {
-    for (int64_t n = 0; n < pl.batch; ++n)
-      std::copy_n(x + (n * pl.in_channels + c) * pl.in_hw, pl.in_hw,
-                  xs.data() + c * columns + n * pl.in_hw);
-  });
   // Streaming stores need every vector of a tile aligned: dw's start and its rows.
   const bool stream = kStreamingStores && reinterpret_cast<uintptr_t>(dw) % gemm::kVecBytes == 0 &&
                       pl.rows * static_cast<int64_t>(sizeof(T)) % gemm::kVecBytes == 0;
   // Tasks: runs of panels of a group, kMinTasks of them where the panels allow; each runs every
-  // block of input channels over a panel while the panel is in L1.
+  // block of input channels over a panel while the panel is in L1. A task builds the rows of
+  // cols = im2col(dy) that its panels take (its output channels'; a channel whose taps two runs
+  // share is copied by both) in a buffer of its own, and packs each panel of cols^T (C x NR, a
+  // tile's loads contiguous) from there just before its products: no pass over the whole of cols
+  // between the tasks, and the panel is written and read while in L1.
   const int64_t runs = std::clamp<int64_t>(ceil_div(kMinTasks, pl.groups), 1, panels);
-  parallel_for(threads, pl.groups * runs, [&](int64_t t) {
-    const int64_t g = t / runs, run = t % runs;
-    T edge[R * NR];  // a panel past the end of dw's rows: its tiles go through here
-    for (int64_t j = panels * run / runs; j < panels * (run + 1) / runs; ++j) {
-      const T* panel = packed.data() + (g * panels + j) * columns * NR;
-      const int64_t r0 = j * NR, width = std::min<int64_t>(NR, pl.rows - r0);
-      for (int64_t c0 = 0; c0 < pl.cig; c0 += R) {
-        const int rows = static_cast<int>(std::min<int64_t>(R, pl.cig - c0));
-        const T* x_rows[R];
-        for (int r = 0; r < R; ++r)  // rows past cig repeat the last: computed, not stored
-          x_rows[r] = xs.data() + (g * pl.cig + c0 + std::min(r, rows - 1)) * columns;
-        T* out = dw + (g * pl.cig + c0) * pl.rows + r0;
-        if (width == NR) {
-          few_columns_tile<T, R, 2>(x_rows, panel, NR, columns, out, pl.rows, rows, stream);
-          continue;
+  const int64_t run_rows = ceil_div(panels, runs) * NR + 2 * pl.taps;  // a run's channels' rows
+  const int64_t panel_at = gemm::round_up(run_rows * columns, NR);  // the panel's vectors aligned
+  parallel_for(
+      threads, pl.groups * runs, [&] { return Workspace<T>(panel_at + NR * columns); },
+      [&](Workspace<T>& scratch, int64_t t) {
+        const int64_t g = t / runs, run = t % runs;
+        const int64_t j0 = panels * run / runs, j1 = panels * (run + 1) / runs;
+        if (j0 == j1) return;
+        const int64_t co0 = j0 * NR / pl.taps;
+        const int64_t co1 = std::min(pl.cog, ceil_div(j1 * NR, pl.taps));
+        T* const cols = scratch.data();  // rows of channels [co0, co1), columns apart
+        T* const panel = cols + panel_at;
+        im2col_block(pl, dy, g, ColBlock{0, pl.batch, 0, pl.in_hw}, co0, co1, cols, columns);
+        T edge[R * NR];  // a panel past the end of dw's rows: its tiles go through here
+        for (int64_t j = j0; j < j1; ++j) {
+          const int64_t r0 = j * NR, width = std::min<int64_t>(NR, pl.rows - r0);
+          gemm::pack_panel<T, NR>(cols + (r0 - co0 * pl.taps) * columns, columns, 1,
+                                  static_cast<int>(width), columns, panel);
+          for (int64_t c0 = 0; c0 < pl.cig; c0 += R) {
+            const int rows = static_cast<int>(std::min<int64_t>(R, pl.cig - c0));
+            const T* x_rows[R];
+            for (int r = 0; r < R; ++r)  // rows past cig repeat the last: computed, not stored
+              x_rows[r] = xs + (g * pl.cig + c0 + std::min(r, rows - 1)) * columns;
+            T* out = dw + (g * pl.cig + c0) * pl.rows + r0;
+            if (width == NR) {
+              few_columns_tile<T, R, 2>(x_rows, panel, NR, columns, out, pl.rows, rows, stream);
+              continue;
+            }
+            few_columns_tile<T, R, 2>(x_rows, panel, NR, columns, edge, NR, rows, false);
+            for (int r = 0; r < rows; ++r)
+              std::copy_n(edge + r * NR, width, out + r * pl.rows);
+          }
         }
-        few_columns_tile<T, R, 2>(x_rows, panel, NR, columns, edge, NR, rows, false);
-        for (int r = 0; r < rows; ++r)
-          std::copy_n(edge + r * NR, width, out + r * pl.rows);
-      }
-    }
-    if (stream) fence_streams();  // the streamed stores are seen before the task is done
-  });
+        if (stream) fence_streams();  // the streamed stores are seen before the task is done
+      });
 }
 
 // wgrad for few rows (conv_transpose_cols.h, few_rows_fit): dw_g (cig x rows) = x_g (cig x P)
