@@ -27,10 +27,6 @@ int64_t conv_depthwise_launches() {
   return 0;
 }
 
-int64_t conv_depthwise_tiled_launches() {
-  return 0;
-}
-
 int64_t conv_direct_launches() {
   return 0;
 }

@@ -10,11 +10,8 @@
 // taps need no division). Taps summed in (kh, kw) order: memory-bound, every element written
 // once. wgrad: stage 1 gives each (channel, chunk of batch x positions) one block whose threads
 // accumulate every tap in float64 registers, reduced by a fixed shuffle tree and then across
-// warps in order; stage 2 sums the chunks of each weight in chunk order. On planes of at least
-// 32 x 8 positions (or single rows of 256) stage 1 reads dy through shared-memory tiles: a block
-// copies the dy region that a tile of input positions reaches, asynchronously and one unit
-// ahead, and each thread takes its taps from there. The tiling and chunking depend on the shape
-// only, so the bits are the same on every run and GPU.
+// warps in order; stage 2 sums the chunks of each weight in chunk order. The chunking depends on
+// the shape only, so the bits are the same on every run and GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,14 +26,12 @@
 #include "cuda/cuda_util.h"
 #include "cuda/kernel_stats.h"
 #include "cuda/kernels.h"
-#include "cuda/tf32_mma.cuh"
 
 namespace tgrad::cuda {
 
 namespace {
 
 std::atomic<int64_t> g_launches{0};
-std::atomic<int64_t> g_tiled_launches{0};
 
 constexpr int kWarps = kThreads / 32;
 // Positions per stage-1 block at least. Small layers (few channels, few positions) are cut into
@@ -107,59 +102,6 @@ __global__ void dw_dgrad_kernel(const T* __restrict__ dy, const T* __restrict__ 
   }
 }
 
-// wgrad by tiles (dw_tiling below): a tile is bx columns x by*rows rows of input positions,
-// block (bx, by), each thread `rows` positions down one column. Out-of-range dy positions are
-// zeros in the region, so a tap past dy's edge adds x * 0: with a finite x the sum keeps the
-// value it has when the tap is skipped, and an infinite x gives NaN there, as zero padding does
-// in PyTorch's convolutions.
-struct DwTiling {
-  int bx = 0, by = 0, rows = 0;    // block shape, rows a thread
-  int tiles_w = 0, tiles_h = 0;    // tiles of one plane
-  int region_h = 0, region_w = 0;  // the dy region one tile reaches
-  int smem_bytes = 0;
-};
-
-// One element global -> shared by cp.async, or a zero when !valid (src is then not read but
-// must be a valid address).
-template <class T>
-__device__ inline void dw_copy_async(T* dst, const T* src, bool valid) {
-  constexpr int kBytes = static_cast<int>(sizeof(T));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "n"(kBytes), "r"(valid ? kBytes : 0));
-}
-
-// Starts the copy of the region of a tile whose first input position is (ih0, iw0): dy rows
-// from ih0*sH - pH, columns from iw0*sW - pW, 32 consecutive columns a warp. The copies are
-// asynchronous, so that a thread has all of its copies in flight at once and the next unit's
-// overlap this unit's products; the caller commits and waits.
-template <class T>
-__device__ inline void dw_load_region(const T* __restrict__ dy_plane, const Plane32& q,
-                                      const DwTiling& tl, int ih0, int iw0, T* tile) {
-  const int oh0 = ih0 * q.sH - q.pH, ow0 = iw0 * q.sW - q.pW;
-  const int warps = static_cast<int>(blockDim.x * blockDim.y) / 32;
-  const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
-  const int row_parts = (tl.region_w + 31) / 32;  // 32-column parts of a region row
-  for (int item = tid / 32; item < tl.region_h * row_parts; item += warps) {
-    const int rr = item / row_parts, part = item - rr * row_parts;
-    const int cc = part * 32 + (tid & 31);
-    if (cc >= tl.region_w) continue;
-    const int oh = oh0 + rr, ow = ow0 + cc;
-    const bool ok = oh >= 0 && oh < q.Ho && ow >= 0 && ow < q.Wo;
-    dw_copy_async(tile + rr * tl.region_w + cc, ok ? dy_plane + oh * q.Wo + ow : dy_plane, ok);
-  }
-}
-
-// off[t]: tap t = (kh, kw)'s offset in the region from a position's first element.
-template <int kMaxTaps>
-__device__ inline void dw_tap_offsets(const Plane32& q, int region_w, int (&off)[kMaxTaps]) {
-  int kh = 0, kw = 0;
-#pragma unroll
-  for (int t = 0; t < kMaxTaps; ++t) {
-    off[t] = kh * q.dH * region_w + kw * q.dW;
-    if (++kw == q.kW) kw = 0, ++kh;
-  }
-}
-
 // The forward's launch shape over an H x W plane and `planes` planes: 32 x 8 threads (256 x 1
 // for one-row planes), and enough planes in z that about 2^20 threads run, each walking the rest
 // of the planes. (Walking planes did not pay in dgrad, whose taps need no division: there one
@@ -176,32 +118,6 @@ PlaneGrid plane_grid(int64_t H, int64_t W, int64_t planes) {
       std::clamp<int64_t>(ceil_div(int64_t{1} << 20, threads), 1, std::min<int64_t>(planes, 65535));
   return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)),
           block};
-}
-
-// The block's per-tap sums of acc (kThreads threads, flat or 2-D): a fixed shuffle tree in each
-// warp, then the warps in order; tap t's sum is written to out[t * out_stride].
-template <class Out, int kMaxTaps>
-__device__ inline void dw_block_sums(const double (&acc)[kMaxTaps], int taps,
-                                     double (&warp_sums)[kMaxTaps][kWarps], Out* out,
-                                     int64_t out_stride) {
-  const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
-  const int lane = tid % 32, warp = tid / 32;
-#pragma unroll
-  for (int t = 0; t < kMaxTaps; ++t) {
-    if (t < taps) {
-      double v = acc[t];
-      for (int offset = 16; offset > 0; offset /= 2)
-        v += __shfl_down_sync(0xffffffffu, v, offset);
-      if (lane == 0) warp_sums[t][warp] = v;
-    }
-  }
-  __syncthreads();
-  if (tid < taps) {
-    double s = 0.0;
-    for (int k = 0; k < kWarps; ++k)
-      s += warp_sums[tid][k];
-    out[tid * out_stride] = static_cast<Out>(s);
-  }
 }
 
 // Stage 1: block (c, chunk) writes out[(c * taps + tap) * chunks + chunk] (out = dw when
@@ -256,77 +172,23 @@ __global__ void __launch_bounds__(kThreads, kMaxTaps <= 16 ? 3 : 1)
       ++n;
     }
   }
-  dw_block_sums(acc, taps, warp_sums, out + c * taps * chunks + chunk, chunks);
-}
-
-// Stage 1 by tiles: block (c, chunk) takes units [chunk * chunk_len, ...) of the N x tiles
-// (n, tile) units, in order; per unit it copies the tile's dy region and each thread adds its
-// positions' products into its float64 tap sums. Written as dw_wgrad_kernel's stage 1 is.
-template <class T, class Out, int kMaxTaps>
-__global__ void __launch_bounds__(kThreads, kMaxTaps <= 16 ? 3 : 1)
-    dw_wgrad_tile_kernel(const T* __restrict__ x, const T* __restrict__ dy, Out* __restrict__ out,
-                         Plane32 q, DwTiling tl, int64_t N, int64_t C, int64_t chunks,
-                         int64_t chunk_len) {
-  extern __shared__ __align__(16) unsigned char dw_smem[];
-  T* const tile = reinterpret_cast<T*>(dw_smem);
-  __shared__ double warp_sums[kMaxTaps][kWarps];
-  const int64_t c = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
-  const int taps = q.kH * q.kW;
-  int off[kMaxTaps];
-  dw_tap_offsets(q, tl.region_w, off);
-  double acc[kMaxTaps];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
 #pragma unroll
-  for (int t = 0; t < kMaxTaps; ++t)
-    acc[t] = 0.0;
-  const int tiles = tl.tiles_w * tl.tiles_h;
-  const int64_t in_plane = int64_t{q.Hi} * q.Wi, out_plane = int64_t{q.Ho} * q.Wo;
-  const int64_t u_begin = chunk * chunk_len, u_end = min_i64(N * tiles, (chunk + 1) * chunk_len);
-  const int region = tl.region_h * tl.region_w;
-  // Unit u: its plane and its tile's first input position.
-  struct Unit {
-    int64_t plane;
-    int ih0, iw0;
-  };
-  const auto unit = [&](int64_t u) {
-    const int64_t n = u / tiles;
-    const int tile_i = static_cast<int>(u - n * tiles);
-    const int tile_y = tile_i / tl.tiles_w, tile_x = tile_i - tile_y * tl.tiles_w;
-    return Unit{n * C + c, tile_y * tl.by * tl.rows, tile_x * tl.bx};
-  };
-  // Two tile buffers: unit u + 1's copies run while unit u's products do.
-  const auto load = [&](int64_t u) {
-    const Unit un = unit(u);
-    dw_load_region(dy + un.plane * out_plane, q, tl, un.ih0, un.iw0,
-                   tile + ((u - u_begin) & 1) * region);
-  };
-  if (u_begin < u_end) load(u_begin);
-  cp_async_commit();
-  for (int64_t u = u_begin; u < u_end; ++u) {
-    if (u + 1 < u_end) load(u + 1);
-    cp_async_commit();
-    cp_async_wait<1>();  // unit u's copies (this thread's) have landed
-    __syncthreads();     // and every thread's
-    const Unit un = unit(u);
-    const int ih0 = un.ih0, iw = un.iw0 + static_cast<int>(threadIdx.x);
-    const int64_t plane = un.plane;
-    const T* const buf = tile + ((u - u_begin) & 1) * region;
-    if (iw < q.Wi) {
-      const T* x_col = x + plane * in_plane + iw;
-      for (int rr = 0; rr < tl.rows; ++rr) {
-        const int ty = static_cast<int>(threadIdx.y) + rr * tl.by;
-        if (ih0 + ty >= q.Hi) break;
-        const double xv = static_cast<double>(x_col[int64_t{ih0 + ty} * q.Wi]);
-        const T* base = buf + ty * q.sH * tl.region_w + static_cast<int>(threadIdx.x) * q.sW;
-#pragma unroll
-        for (int t = 0; t < kMaxTaps; ++t) {
-          if (t < taps) acc[t] += xv * static_cast<double>(base[off[t]]);
-        }
-      }
+  for (int t = 0; t < kMaxTaps; ++t) {
+    if (t < taps) {
+      double v = acc[t];
+      for (int offset = 16; offset > 0; offset /= 2)
+        v += __shfl_down_sync(0xffffffffu, v, offset);
+      if (lane == 0) warp_sums[t][warp] = v;
     }
-    __syncthreads();  // every thread is done with buffer u & 1 before unit u + 2 is copied there
   }
-  cp_async_wait<0>();
-  dw_block_sums(acc, taps, warp_sums, out + c * taps * chunks + chunk, chunks);
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < taps) {
+    double s = 0.0;
+    for (int k = 0; k < kWarps; ++k)
+      s += warp_sums[threadIdx.x][k];
+    out[(c * taps + threadIdx.x) * chunks + chunk] = static_cast<Out>(s);
+  }
 }
 
 // Stage 2: dw[e] = sum_{k < chunks} partials[e * chunks + k], in order of k.
@@ -339,59 +201,6 @@ __global__ void dw_sum_chunks_kernel(const double* __restrict__ partials, T* __r
     for (int64_t k = 0; k < chunks; ++k)
       acc += partials[e * chunks + k];
     dw[e] = static_cast<T>(acc);
-  }
-}
-
-// Dynamic shared memory of wgrad's tile regions: under the 48 KB a launch may take without
-// opting in, less the static per-warp sums (2 KB at 32 taps).
-constexpr int kTileRegionBytes = 40 * 1024;
-
-// The tiling of wgrad over q's input planes, or bx == 0 where the planes are too small for
-// one: 2-D planes of at least 32 x 8 positions take 32 x 8 blocks, rows = 4, 2 or 1 a thread
-// (the most that still gives `planes` x tiles >= kTargetBlocks, so small layers still fill the
-// GPU); single-row planes of at least 256 positions take 256 x 1 blocks. Where two regions (the
-// unit being summed and the next one's copies) pass kTileRegionBytes (large strides or
-// dilations), fewer rows, then no tiles.
-DwTiling dw_tiling(const Plane32& q, int64_t planes, int elem_bytes) {
-  constexpr int kBuffers = 2;
-  DwTiling tl;
-  if (q.kH * q.kW > kDepthwiseMaxTaps) return tl;
-  int bx = 0, by = 0, max_rows = 0;
-  if (q.Hi == 1 && q.Wi >= 256) {
-    bx = 256, by = 1, max_rows = 1;
-  } else if (q.Hi >= 8 && q.Wi >= 32) {
-    bx = 32, by = 8, max_rows = 4;
-  } else {
-    return tl;
-  }
-  for (int rows = max_rows; rows >= 1; rows /= 2) {
-    const int64_t th = int64_t{by} * rows;
-    const int64_t tiles = ceil_div(int64_t{q.Wi}, bx) * ceil_div(int64_t{q.Hi}, th);
-    if (rows > 1 && planes * tiles < kTargetBlocks) continue;
-    const int64_t region_h = (th - 1) * q.sH + int64_t{q.kH - 1} * q.dH + 1;
-    const int64_t region_w = int64_t{bx - 1} * q.sW + int64_t{q.kW - 1} * q.dW + 1;
-    const int64_t bytes = region_h * region_w * elem_bytes * kBuffers;
-    if (bytes > kTileRegionBytes) continue;
-    tl.bx = bx, tl.by = by, tl.rows = rows;
-    tl.tiles_w = static_cast<int>(ceil_div(int64_t{q.Wi}, bx));
-    tl.tiles_h = static_cast<int>(ceil_div(int64_t{q.Hi}, th));
-    tl.region_h = static_cast<int>(region_h), tl.region_w = static_cast<int>(region_w);
-    tl.smem_bytes = static_cast<int>(bytes);
-    return tl;
-  }
-  return tl;
-}
-
-// f(std::integral_constant<int, K>{}) with K = 9, 16 or kDepthwiseMaxTaps, the smallest that
-// holds `taps`: the tap loops' register arrays.
-template <class F>
-void with_max_taps(int64_t taps, F&& f) {
-  if (taps <= 9) {
-    f(std::integral_constant<int, 9>{});
-  } else if (taps <= 16) {
-    f(std::integral_constant<int, 16>{});
-  } else {
-    f(std::integral_constant<int, static_cast<int>(kDepthwiseMaxTaps)>{});
   }
 }
 
@@ -434,15 +243,10 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p, cons
     case ConvPass::wgrad: {
       const int64_t r_total = p.N * p.Hi * p.Wi;
       const int64_t elements = t.out.numel();
-      // Tiles: the chunks are runs of (n, tile) units, as many as kTargetBlocks / C asks for.
-      // Flat: runs of (n, position), at least kMinChunk positions each.
-      const DwTiling tl = dw_tiling(q, p.N * p.Ci, static_cast<int>(sizeof(T)));
-      const int64_t units = tl.bx > 0 ? p.N * tl.tiles_w * tl.tiles_h : r_total;
-      const int64_t most_chunks = tl.bx > 0 ? units : ceil_div(r_total, kMinChunk);
-      int64_t chunks =
-          std::clamp<int64_t>(ceil_div(kTargetBlocks, p.Ci), 1, std::max<int64_t>(1, most_chunks));
-      const int64_t chunk_len = ceil_div(units, chunks);
-      chunks = ceil_div(units, chunk_len);
+      int64_t chunks = std::clamp<int64_t>(ceil_div(kTargetBlocks, p.Ci), 1,
+                                           std::max<int64_t>(1, ceil_div(r_total, kMinChunk)));
+      const int64_t chunk_len = ceil_div(r_total, chunks);
+      chunks = ceil_div(r_total, chunk_len);
       const auto blocks = static_cast<unsigned>(p.Ci * chunks);
       // The partials (Ci * chunks * taps doubles, chunks <= kTargetBlocks / Ci + 1) live until
       // this scope ends; the stream orders their reuse after stage 2.
@@ -455,21 +259,6 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p, cons
       }
       const auto stage1 = [&](auto max_taps) {
         constexpr int kTaps = decltype(max_taps)::value;
-        if (tl.bx > 0) {
-          const dim3 block(tl.bx, tl.by);
-          if (chunks == 1) {
-            dw_wgrad_tile_kernel<T, T, kTaps><<<blocks, block, tl.smem_bytes>>>(
-                t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.out.data_ptr<T>(), q, tl, p.N, p.Ci, chunks,
-                chunk_len);
-          } else {
-            dw_wgrad_tile_kernel<T, double, kTaps>
-                <<<blocks, block, tl.smem_bytes>>>(t.a.data_ptr<T>(), t.b.data_ptr<T>(), partials,
-                                                   q, tl, p.N, p.Ci, chunks, chunk_len);
-          }
-          TGRAD_CUDA_CHECK_LAUNCH("dw_wgrad_tile_kernel");
-          g_tiled_launches.fetch_add(1, std::memory_order_relaxed);
-          return;
-        }
         if (chunks == 1) {
           dw_wgrad_kernel<T, T, kTaps><<<blocks, kThreads>>>(t.a.data_ptr<T>(), t.b.data_ptr<T>(),
                                                              t.out.data_ptr<T>(), q, p.N, p.Ci,
@@ -480,7 +269,14 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p, cons
         }
         TGRAD_CUDA_CHECK_LAUNCH("dw_wgrad_kernel");
       };
-      with_max_taps(p.kH * p.kW, stage1);
+      const int64_t taps = p.kH * p.kW;
+      if (taps <= 9) {
+        stage1(std::integral_constant<int, 9>{});
+      } else if (taps <= 16) {
+        stage1(std::integral_constant<int, 16>{});
+      } else {
+        stage1(std::integral_constant<int, static_cast<int>(kDepthwiseMaxTaps)>{});
+      }
       if (chunks == 1) break;
       dw_sum_chunks_kernel<T>
           <<<grid_for(elements), kThreads>>>(partials, t.out.data_ptr<T>(), elements, chunks);
@@ -502,10 +298,6 @@ void conv_depthwise_run(CachingAllocator& alloc, ConvPass pass, const ConvGeomet
 
 int64_t conv_depthwise_launches() {
   return g_launches.load(std::memory_order_relaxed);
-}
-
-int64_t conv_depthwise_tiled_launches() {
-  return g_tiled_launches.load(std::memory_order_relaxed);
 }
 
 }  // namespace tgrad::cuda

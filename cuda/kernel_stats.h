@@ -24,8 +24,6 @@ int64_t conv_wgmma_launches();
 // pass, since the process started.
 int64_t conv_gemm_launches();
 int64_t conv_depthwise_launches();
-// Of those, the wgrad passes that read dy through shared-memory tiles.
-int64_t conv_depthwise_tiled_launches();
 int64_t conv_direct_launches();
 // Runs of the thin-output kernels (conv_transpose_thin.cu), one per pass.
 int64_t conv_thin_launches();

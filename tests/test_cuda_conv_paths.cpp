@@ -282,38 +282,6 @@ TEST(CudaConvPaths, DepthwiseOnOddGeometries) {
              "depthwise 36 taps", 2);
 }
 
-// wgrad through shared-memory tiles (planes of at least 32 x 8 positions, or single rows of
-// 256+): tiles cut by the plane's edges, strides, dilations and padding past the kernel's reach,
-// one, two and four rows a thread, one chunk and several, units copied ahead into alternating
-// buffers. The tiled counter proves that wgrad took the tiles in each of check_path's three runs.
-TEST(CudaConvPaths, DepthwiseTilesOnOddGeometries) {
-  TGRAD_SKIP_WITHOUT_CUDA();
-  struct Case {
-    const char* what;
-    ConvGeometry g;
-  };
-  const Case cases[] = {
-      {"tiles cut at both edges, k3 s1 p1",
-       odd_geometry(2, 2, 3, 3, 3, {40, 70}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0})},
-      {"stride 3 x 2, dilation 2 x 3, padding past the reach, output_padding",
-       odd_geometry(2, 2, 4, 4, 4, {33, 45}, {3, 2}, {3, 2}, {5, 1}, {2, 3}, {1, 0})},
-      // 1024 planes: float32 four rows a thread (6 tiles a plane), float64 two (9 tiles); 8
-      // chunks of 3 units (float64: 5 units, the last chunk 1).
-      {"several rows a thread, several units a chunk",
-       odd_geometry(2, 4, 256, 256, 256, {40, 72}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0})},
-      {"1-D rows of 600, stride 3, dilation 2",
-       odd_geometry(1, 3, 6, 6, 6, {1, 600}, {1, 5}, {1, 3}, {0, 2}, {1, 2}, {0, 1})},
-      {"one tile, wgrad in one chunk",
-       odd_geometry(2, 1, 2, 2, 2, {8, 32}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, {0, 0})},
-  };
-  uint64_t seed = 1850;
-  for (const Case& c : cases) {
-    const int64_t before = cuda::conv_depthwise_tiled_launches();
-    check_path(Path::depthwise, c.g, ++seed, c.what);
-    EXPECT_EQ(cuda::conv_depthwise_tiled_launches() - before, 3) << c.what;
-  }
-}
-
 TEST(CudaConvPaths, GemmIsDeterministic) {
   TGRAD_SKIP_WITHOUT_CUDA();
   const KernelGuard forced(cuda::kKernelGemm);
