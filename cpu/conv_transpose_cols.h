@@ -639,13 +639,13 @@ inline void deinterleave_any(const Vec* in, Vec* out) {
 // Taps of one row col2im_phases takes at most (its per-tap tables live on the stack).
 inline constexpr int64_t kPhaseMaxTaps = 32;
 
-// col2im_add for W stride S (3, 4, 5 or 8), W dilation 1 and rows long enough: per output row, the
-// taps of every kw at once, by output phase. Tap kw adds c_kw[iw] at ow = iw*S + kw - pW =
-// (iw + off[kw])*S + r[kw]: on the q = ow / S where every tap lands inside this call's
-// positions and inside y, a block of L q's is S whole vectors of y, split into its S phases,
-// each phase given its taps' contiguous runs of c (one vector each) in kw order, and put back.
-// Each element gets its taps in the order the scalar loops give them (kh, then kw), so the bits
-// do not depend on where a block starts; the q's outside run the scalar loop, tap by tap.
+// col2im_add for W stride S (2, 3, 4, 5 or 8), W dilation 1 and rows long enough: per output row,
+// the taps of every kw at once, by output phase. Tap kw adds c_kw[iw] at
+// ow = iw*S + kw - pW = (iw + off[kw])*S + r[kw]: on the q = ow / S where every tap lands inside
+// this call's positions and inside y, a block of L q's is S whole vectors of y, split into its S
+// phases, each phase given its taps' contiguous runs of c (one vector each) in kw order, and put
+// back. Each element gets its taps in the order the scalar loops give them (kh, then kw), so the
+// bits do not depend on where a block starts; the q's outside run the scalar loop, tap by tap.
 template <class T, int S>
 void col2im_phases(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1, int64_t p0,
                    int64_t len, T* y_ng) {
@@ -772,6 +772,13 @@ void col2im_loops(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_
 template <class T>
 void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t co1, int64_t p0,
                 int64_t len, T* y_ng) {
+  // Stride 2 on rows past two vectors by phases too: a block of y is split and put back once for
+  // all of a row's taps, where add_stride2 does so once a tap (docs/performance.md, thirty-second
+  // session); shorter rows keep add_stride2, whose masked last vector col2im_phases lacks.
+  if (pl.stride_w == 2 && pl.dil_w == 1 && pl.kernel_w <= kPhaseMaxTaps &&
+      pl.in_w > 2 * gemm::kLanes<T>) {
+    return col2im_phases<T, 2>(pl, cols, ld, co0, co1, p0, len, y_ng);
+  }
   if (pl.stride_w == 2 && pl.in_w >= gemm::kLanes<T>) {
     col2im_loops<T, 2, true>(pl, cols, ld, co0, co1, p0, len, y_ng);
     return;
