@@ -234,7 +234,7 @@ bool forward_channels_last(const Plan& pl, const ColBlocks& cb, int64_t per_bloc
   const int64_t lanes = gemm::kVecBytes / elem_bytes;
   const int64_t items = std::min(pl.batch, cb.items_per_block);
   return pl.stride_w > 1 && pl.in_w <= kMaxRowLanes * lanes && pl.cog >= lanes &&
-         int128{pl.taps} >= int128{kMinTapsPerOutput} * pl.stride_h * pl.stride_w &&
+         mul_le(int128{kMinTapsPerOutput} * pl.stride_h, pl.stride_w, pl.taps) &&
          items * pl.in_hw >= kChannelsLastMinColumns &&
          fits(items * per_block, pl.out_hw, elem_bytes, kMaxBlockBytes);
 }

@@ -81,6 +81,14 @@ inline int64_t floor_div(int64_t a, int64_t b) {
   return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
+// a * b <= c for a, b >= 0, without forming the product: the geometry accepts strides near
+// INT64_MAX (an input of one position), whose products with a third factor pass 128 bits (the
+// fuzzer found one in a planner rule).
+inline bool mul_le(int128 a, int128 b, int128 c) {
+  if (c < 0) return false;
+  return b == 0 || a <= c / b;
+}
+
 // Whether count elements of `elem_bytes` bytes times `per` fit in `cap` bytes, without overflow.
 inline bool fits(int64_t count, int64_t per, int64_t elem_bytes, int64_t cap) {
   return int128{count} * per * elem_bytes <= cap;

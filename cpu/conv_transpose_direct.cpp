@@ -969,7 +969,7 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // its runs of tiles cut a small image into more tasks than the GEMM path's column blocks.
   // (In 128 bits: the geometry accepts strides whose product overflows.)
   const bool im2col_cheap = pl.in_h == 1 && pl.stride_w == 2 && pl.dil_w == 1 &&
-                            pl.taps <= int128{2} * pl.stride_h * pl.stride_w;
+                            !mul_le(int128{2} * pl.stride_h, pl.stride_w, int128{pl.taps} - 1);
   if (!(channels_fill(pl, elem_bytes, kDgradSparseMinRows) && row && reuse && steps &&
         !im2col_cheap))
     return false;

@@ -697,28 +697,30 @@ bool phase_gemm_forward_suits(const Plan& pl, int64_t elem_bytes) {
   // Rows of 4 or more: on 3 x 3 images the copies of runs of 3 cost more than the thinner buffer
   // saved (grouped 8 -> 64 k8 s2: 0.8x-0.9x).
   return phase_gemm_common(pl, elem_bytes) && pl.cog >= 16 && pl.in_w >= 4 &&
-         int128{pl.cig} * pl.taps >= kMinDepth * int128{pl.stride_h} * pl.stride_w;
+         mul_le(kMinDepth * int128{pl.stride_h}, pl.stride_w, int128{pl.cig} * pl.taps);
 }
 bool phase_gemm_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   return phase_gemm_common(pl, elem_bytes) && pl.cog >= 48 && pl.cig >= 8;
 }
 bool phase_gemm_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   return phase_gemm_common(pl, elem_bytes) && pl.cog >= 32 &&
-         int128{pl.cig} * pl.taps >= int128{12} * pl.stride_h * pl.stride_w;
+         mul_le(int128{12} * pl.stride_h, pl.stride_w, int128{pl.cig} * pl.taps);
 }
 bool phase_gemm_dgrad_first(const Plan& pl, int64_t elem_bytes) {
   // The planes' positions past x's reach at most a quarter more than x's: 8 -> 64 k8x7 on 26 x 26
   // at 1.37x lost to the phase loops (0.7x).
   return gemm::kVecRegisters >= 32 && 2 * pl.cig * elem_bytes >= gemm::kVecBytes &&
          pl.cig * elem_bytes < gemm::kVecBytes &&
-         4 * int128{pl.out_hw} <= 5 * int128{pl.stride_h} * pl.stride_w * pl.in_hw;
+         !mul_le(int128{pl.stride_h} * pl.stride_w, 5 * int128{pl.in_hw},
+                 4 * int128{pl.out_hw} - 1);
 }
 
 bool phase_gemm_wgrad_first(const Plan& pl, int64_t elem_bytes) {
   // Up to kPhaseFewInMaxChannels input channels, the planes' positions at most 1.5x x's: grouped
   // 16 -> 192 k3x8 on 12 x 12 at 1.94x lost to the direct kernel (0.85x).
   return gemm::kVecRegisters >= 32 && pl.cig <= 8 &&
-         2 * int128{pl.out_hw} <= 3 * int128{pl.stride_h} * pl.stride_w * pl.in_hw;
+         !mul_le(int128{pl.stride_h} * pl.stride_w, 3 * int128{pl.in_hw},
+                 2 * int128{pl.out_hw} - 1);
 }
 
 void phase_gemm_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,

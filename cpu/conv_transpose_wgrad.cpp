@@ -307,7 +307,7 @@ constexpr int64_t kPhaseBound = int64_t{1} << 40;
 // 113 x 113, 2 -> 256 k8 s4) cost more than im2col (0.8x-0.9x).
 bool few_input_channels(const Plan& pl) {
   return pl.cig <= kPhaseFewInMaxChannels &&
-         int128{pl.cig} * pl.taps >= int128{kPhaseFewInMinUses} * pl.stride_h * pl.stride_w;
+         mul_le(int128{kPhaseFewInMinUses} * pl.stride_h, pl.stride_w, int128{pl.cig} * pl.taps);
 }
 
 // Whether the phase planes of the shape are in range and small enough: at most
