@@ -491,6 +491,29 @@ TEST(BadInput, FuzzConvDirectRulesHugeStrideProduct) {
   expect_same_passes(results[0], results[1]);
 }
 
+// fuzz_conv_transpose in CI: both strides near INT64_MAX on a one-position input (a valid
+// geometry: the stride never moves an output). The CPU planner's rules compared a constant times
+// both strides (up to 2^129) in int128: signed overflow, caught by UBSan in few_input_channels.
+// They compare through mul_le now; every pass must equal the same call with stride 1.
+TEST(BadInput, FuzzConvRulesBothStridesHuge) {
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  Generator gen(13);
+  const Tensor x0 = randn({2, 3, 1, 1}, gen).to(kFloat64);
+  const Tensor w0 = randn({3, 16, 3, 3}, gen).to(kFloat64);
+  std::vector<std::vector<double>> results[2];
+  for (int k = 0; k < 2; ++k) {
+    const Tensor x = x0.detach().requires_grad_(true);
+    const Tensor w = w0.detach().requires_grad_(true);
+    const int64_t s = k == 0 ? huge : 1;
+    const Tensor y = conv_transpose2d(x, w, Tensor(), ConvTranspose2dFuncOptions().stride({s, s}));
+    sum(y * y).backward();
+    results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
+                  w.grad().to_vector<double>()};
+  }
+  // Sums of at most 3 x 9 x 16 products of O(1) values, in float64.
+  expect_same_passes(results[0], results[1]);
+}
+
 // The direct 1-D wgrad's buffer holds the window of dy a segment of positions reads, about
 // segment x stride elements per channel: a huge W stride on one-position inputs is a valid
 // geometry (the stride never moves an output) whose window would overflow. Its rule bounds the
