@@ -468,6 +468,22 @@ void expect_same_passes(const std::vector<std::vector<double>>& got,
   }
 }
 
+// y, dx and dw of sum(y^2), y = conv(x, w, stride) on fresh leaves of x0 and w0, with the stride
+// `huge` and then 1: on inputs the stride never moves, every pass must agree (expect_same_passes).
+template <class Conv>
+void expect_huge_stride_passes_equal(const Tensor& x0, const Tensor& w0, int64_t huge, Conv conv) {
+  std::vector<std::vector<double>> results[2];
+  for (int k = 0; k < 2; ++k) {
+    const Tensor x = x0.detach().requires_grad_(true);
+    const Tensor w = w0.detach().requires_grad_(true);
+    const Tensor y = conv(x, w, k == 0 ? huge : int64_t{1});
+    sum(y * y).backward();
+    results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
+                  w.grad().to_vector<double>()};
+  }
+  expect_same_passes(results[0], results[1]);
+}
+
 // fuzz_conv_transpose: the CPU's direct-kernel rules multiplied the strides (taps >= 4 x sh x
 // sw) in 64 bits; a huge H stride on a one-row input is a valid geometry. With one input row
 // the H stride never multiplies anything, so every pass must equal the same call with stride 1
@@ -477,18 +493,11 @@ TEST(BadInput, FuzzConvDirectRulesHugeStrideProduct) {
   Generator gen(11);
   const Tensor x0 = randn({32, 32, 1, 8}, gen).to(kFloat64);
   const Tensor w0 = randn({32, 8, 3, 4}, gen).to(kFloat64);
-  std::vector<std::vector<double>> results[2];
-  for (int k = 0; k < 2; ++k) {
-    const Tensor x = x0.detach().requires_grad_(true);
-    const Tensor w = w0.detach().requires_grad_(true);
-    const auto o = ConvTranspose2dFuncOptions().stride({k == 0 ? huge : 1, 2}).padding({0, 1});
-    const Tensor y = conv_transpose2d(x, w, Tensor(), o);
-    sum(y * y).backward();
-    results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
-                  w.grad().to_vector<double>()};
-  }
   // Sums of at most 32 x 12 x 32 x 8 products of O(1) values, in float64.
-  expect_same_passes(results[0], results[1]);
+  expect_huge_stride_passes_equal(x0, w0, huge, [](const Tensor& x, const Tensor& w, int64_t s) {
+    return conv_transpose2d(x, w, Tensor(),
+                            ConvTranspose2dFuncOptions().stride({s, 2}).padding({0, 1}));
+  });
 }
 
 // fuzz_conv_transpose in CI: both strides near INT64_MAX on a one-position input (a valid
@@ -500,18 +509,10 @@ TEST(BadInput, FuzzConvRulesBothStridesHuge) {
   Generator gen(13);
   const Tensor x0 = randn({2, 3, 1, 1}, gen).to(kFloat64);
   const Tensor w0 = randn({3, 16, 3, 3}, gen).to(kFloat64);
-  std::vector<std::vector<double>> results[2];
-  for (int k = 0; k < 2; ++k) {
-    const Tensor x = x0.detach().requires_grad_(true);
-    const Tensor w = w0.detach().requires_grad_(true);
-    const int64_t s = k == 0 ? huge : 1;
-    const Tensor y = conv_transpose2d(x, w, Tensor(), ConvTranspose2dFuncOptions().stride({s, s}));
-    sum(y * y).backward();
-    results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
-                  w.grad().to_vector<double>()};
-  }
   // Sums of at most 3 x 9 x 16 products of O(1) values, in float64.
-  expect_same_passes(results[0], results[1]);
+  expect_huge_stride_passes_equal(x0, w0, huge, [](const Tensor& x, const Tensor& w, int64_t s) {
+    return conv_transpose2d(x, w, Tensor(), ConvTranspose2dFuncOptions().stride({s, s}));
+  });
 }
 
 // The direct 1-D wgrad's buffer holds the window of dy a segment of positions reads, about
@@ -523,18 +524,10 @@ TEST(BadInput, FuzzConvDirect1dHugeStrideWindow) {
   Generator gen(12);
   const Tensor x0 = randn({512, 32, 1}, gen).to(kFloat64);
   const Tensor w0 = randn({32, 8, 4}, gen).to(kFloat64);
-  std::vector<std::vector<double>> results[2];
-  for (int k = 0; k < 2; ++k) {
-    const Tensor x = x0.detach().requires_grad_(true);
-    const Tensor w = w0.detach().requires_grad_(true);
-    const Tensor y =
-        conv_transpose1d(x, w, Tensor(), ConvTranspose1dFuncOptions().stride(k == 0 ? huge : 1));
-    sum(y * y).backward();
-    results[k] = {y.to_vector<double>(), x.grad().to_vector<double>(),
-                  w.grad().to_vector<double>()};
-  }
   // Sums of at most 512 x 32 products of O(1) values, in float64.
-  expect_same_passes(results[0], results[1]);
+  expect_huge_stride_passes_equal(x0, w0, huge, [](const Tensor& x, const Tensor& w, int64_t s) {
+    return conv_transpose1d(x, w, Tensor(), ConvTranspose1dFuncOptions().stride(s));
+  });
 }
 
 }  // namespace
