@@ -425,21 +425,46 @@ void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, i
   const int64_t m_pad = round_up(whole_m, MR);
   T* packed_a = scratch;
   T* packed_b = whole_a != nullptr ? scratch : scratch + packed_a_elems<T>(m, k);
+  // A product of one or two row panels (a few-row weight's) uses each element of B once or twice:
+  // packing B would read and write all of it once more than the tiles read it. Rows of B
+  // contiguous in memory are then read where they lie, a whole NR-column tile at a time; a last,
+  // partial tile is packed, since its full-vector reads would pass the end of B's row. The tiles'
+  // sums are the same. Not where the rows lie a multiple of kAliasBytes apart: a tile's rows then
+  // share a few of L1's sets (they are indexed by an address's low 12 bits), evict each other
+  // and the lines fetched ahead, and ran slower than packed (1-D rows of 16 K floats). With four
+  // panels the packed tile's reuse won as often as it lost.
+  constexpr int64_t kInPlacePanels = 2, kAliasBytes = 512;
+  const int64_t row_bytes = b.rs * static_cast<int64_t>(sizeof(T));
+  const bool b_in_place = m <= kInPlacePanels * MR && b.cs == 1 && row_bytes % kAliasBytes != 0;
   for (int64_t jc = 0; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc);
     for (int64_t pc = 0; pc < k; pc += kKc) {
       const int64_t kc = std::min(kKc, k - pc);
       const bool acc = accumulate || pc > 0;
-      pack_b_block(b, pc, kc, jc, nc, packed_b);
+      if (!b_in_place) pack_b_block(b, pc, kc, jc, nc, packed_b);
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic);
         const T* a_block = whole_a != nullptr ? whole_a + pc * m_pad + (row0 + ic) * kc : packed_a;
         if (whole_a == nullptr) pack_a_block(a, ic, mc, pc, kc, packed_a);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - jr));
+          T* c_tile = c + ic * ldc + jc + jr;
+          if (b_in_place) {
+            const T* bt = b.p + pc * b.rs + jc + jr;
+            int64_t ldb = b.rs;
+            if (nr != NR) {
+              pack_b(b, pc, kc, jc + jr, nr, packed_b);
+              bt = packed_b;
+              ldb = NR;
+            }
+            for (int64_t ir = 0; ir < mc; ir += MR)
+              run_tile(kc, a_block + ir * kc, bt, c_tile + ir * ldc, ldc, acc,
+                       static_cast<int>(std::min<int64_t>(MR, mc - ir)), nr, ldb);
+            continue;
+          }
           for (int64_t ir = 0; ir < mc; ir += MR) {
-            run_tile(kc, a_block + ir * kc, packed_b + jr * kc, c + (ic + ir) * ldc + jc + jr, ldc,
-                     acc, static_cast<int>(std::min<int64_t>(MR, mc - ir)), nr);
+            run_tile(kc, a_block + ir * kc, packed_b + jr * kc, c_tile + ir * ldc, ldc, acc,
+                     static_cast<int>(std::min<int64_t>(MR, mc - ir)), nr);
           }
         }
       }

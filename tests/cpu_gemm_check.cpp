@@ -167,9 +167,13 @@ int run_checks() {
   struct Size {
     int64_t m, n, k;
   };
-  const Size sizes[] = {{1, 1, 1},      {1, 37, 5},   {7, 1, 19},    {12, 32, 8},
-                        {13, 33, 9},    {5, 17, 0},   {25, 70, 300}, {97, 64, 257},
-                        {100, 530, 40}, {3, 1100, 2}, {200, 9, 520}};
+  // Products of one or two row panels read a row-major B in place (past kKc and kNc too, the
+  // last column tile packed) unless its rows are a multiple of 512 bytes apart: {10, 70, 300},
+  // {10, 70, 300} and {5, 600, 270} read it in place at every level, {20, 70, 300} at AVX-512
+  // (12-row panels), and {4, 128, 20} packs it.
+  const Size sizes[] = {{1, 1, 1},     {1, 37, 5},    {7, 1, 19},    {12, 32, 8},    {13, 33, 9},
+                        {5, 17, 0},    {25, 70, 300}, {97, 64, 257}, {100, 530, 40}, {3, 1100, 2},
+                        {200, 9, 520}, {10, 70, 300}, {20, 70, 300}, {4, 128, 20},   {5, 600, 270}};
   int failures = 0, cases = 0;
   for (const Size& s : sizes) {
     for (int layout = 0; layout < 4; ++layout) {
