@@ -323,13 +323,15 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
   // 4000 frames ran on one thread at any thread count; by positions 0.83x at 1 thread, 2x at 2).
   constexpr int64_t kOneTaskMinPositions = 1024;  // 16 threads' chunks of 64 columns
   const bool one_task = outer * by_size.count == 1 && pl.in_hw >= kOneTaskMinPositions;
-  // And few rows (an RGB or mono output's co x taps, fewer than two of the GEMM's register tiles)
+  // And few rows (an RGB or mono output's co x taps, up to two of the GEMM's register tiles)
   // on images of at least kThinMinPositions: there the blocked path's thin product (Eigen's, on
   // items side by side, often one task for the whole batch) measured 1.3x-2.5x slower at 1
-  // thread (RGB, 2-channel and mono outputs, 1-D and 2-D; docs/performance.md). On images of
-  // 36-49 positions a per-image GEMM is too short, and the blocked path won.
+  // thread (RGB, 2-channel and mono outputs, 1-D and 2-D; docs/performance.md). At exactly two
+  // tiles the blocked path's product is the backend GEMM, but as one task for a small batch, and
+  // by positions the GEMM reads x's rows in place (gemm.h): faster at 1 thread and using every
+  // thread. On images of 36-49 positions a per-image GEMM is too short, and the blocked path won.
   constexpr int64_t kThinMinPositions = 64;
-  const bool thin_rows = pl.rows < 2 * gemm::kRows && pl.in_hw >= kThinMinPositions;
+  const bool thin_rows = pl.rows <= 2 * gemm::kRows && pl.in_hw >= kThinMinPositions;
   if ((thin_rows || (outer * by_size.count < kMinTasks && (cb.chunks_per_item > 1 || one_task))) &&
       fits(pl.rows, pl.in_hw, sizeof(T), kMaxWholeColsBytes)) {
     forward_by_positions(pl, x, w, b, y, threads);

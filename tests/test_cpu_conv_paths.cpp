@@ -58,6 +58,18 @@ std::vector<PathCase> path_cases() {
                              1)},
       {"few rows by positions, grouped 1-D",
        conv_case_from_shapes(1, {3, 16, 70}, {16, 1, 4}, false, {2}, {1}, {0}, {1}, 2)},
+      // Up to two register tiles of rows by positions, whose GEMMs read x's rows in place (not
+      // packed) unless they lie a multiple of 512 bytes apart: 8 x 3 = 24 rows (AVX-512's two
+      // tiles; the blocked path below it); 3 x 4 = 12 rows over 260 input channels (past the
+      // GEMM's 256-step run of the reduction, so the second run reads further down x) on 201
+      // positions (a last, partial column tile); 2 x 4 = 8 rows on 128 positions (512 and 1024
+      // bytes a row: packed).
+      {"two tiles of rows by positions",
+       conv_case_from_shapes(1, {2, 32, 300}, {32, 8, 3}, true, {2}, {1}, {1}, {1}, 1)},
+      {"few rows by positions, reduction past one run",
+       conv_case_from_shapes(1, {1, 260, 201}, {260, 3, 4}, true, {2}, {1}, {0}, {1}, 1)},
+      {"few rows by positions, rows 512 bytes apart",
+       conv_case_from_shapes(1, {2, 16, 128}, {16, 2, 4}, false, {2}, {1}, {0}, {1}, 1)},
       // 1x1 layers at stride 1 (cols_are_dy): dgrad's and wgrad's GEMM paths read a one-item
       // block's columns in dy itself (40 rows: too many for few rows, too few for the direct
       // dgrad; 930 positions in chunks); on 40-position sequences several items share a block
@@ -457,8 +469,8 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(2, {3, 16, 8, 8}, {16, 3, 4, 4}, true, {2, 2}, {1, 1}, {0, 0}, {1, 1},
                              1)},
       {"stride-2 col2im, rows of one vector, by positions",
-       conv_case_from_shapes(2, {1, 8, 40, 16}, {8, 3, 4, 4}, true, {2, 2}, {1, 1}, {0, 0},
-                             {1, 1}, 1)},
+       conv_case_from_shapes(2, {1, 8, 40, 16}, {8, 3, 4, 4}, true, {2, 2}, {1, 1}, {0, 0}, {1, 1},
+                             1)},
   };
 }
 
