@@ -292,8 +292,9 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   parallel_for(
       threads, planes * bands,
       [&] {
-        Workspace<T> ws(rows * row_len);
-        std::fill_n(ws.data(), rows * row_len, T(0));
+        const int64_t elems = workspace_elems(rows, row_len);
+        Workspace<T> ws(elems);
+        std::fill_n(ws.data(), elems, T(0));
         return ws;
       },
       [&](Workspace<T>& ws, int64_t task) {

@@ -44,12 +44,22 @@ void dispatch_all(DType dtype, F&& f) {
 // them like tensors, and an allocation past the cap is the same tgrad::Error.
 std::shared_ptr<void> allocate_workspace(int64_t nbytes);
 
-// A kernel's scratch array of `count` elements of T (uninitialised), counted as above.
+// a * b elements of a kernel's scratch, or a tgrad::Error where the count passes 64 bits: a
+// buffer sized by a geometry's reach (huge dilations or strides over a tiny tensor) can.
+inline int64_t workspace_elems(int64_t a, int64_t b) {
+  int64_t n = 0;
+  TGRAD_CHECK(a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, &n),
+              "cpu backend: a kernel's scratch of ", a, " x ", b, " elements passes 2^63");
+  return n;
+}
+
+// A kernel's scratch array of `count` elements of T (uninitialised), counted as above; a count
+// whose bytes pass 64 bits is the same tgrad::Error as one past the memory.
 template <class T>
 class Workspace {
  public:
   explicit Workspace(int64_t count)
-      : storage_(allocate_workspace(count * static_cast<int64_t>(sizeof(T)))) {}
+      : storage_(allocate_workspace(workspace_elems(count, static_cast<int64_t>(sizeof(T))))) {}
   T* data() const { return static_cast<T*>(storage_.get()); }
 
  private:

@@ -530,5 +530,30 @@ TEST(BadInput, FuzzConvDirect1dHugeStrideWindow) {
   });
 }
 
+// fuzz_conv_transpose in CI: a depthwise layer whose two taps lie a huge dilation apart, padded
+// by half of it, so the output is the input's size and both taps fall outside it (a valid
+// geometry). The depthwise dgrad sizes its phase rows by the taps' reach, here past 2^63 bytes:
+// the count overflowed (UB). It is a tgrad::Error now; the forward reads nothing and is zero.
+TEST(BadInput, FuzzDepthwiseDgradHugeDilationReach) {
+  const int64_t dil = int64_t{1} << 62;
+  Generator gen(14);
+  const Tensor x = randn({1, 2, 1, 4}, gen).to(kFloat64).requires_grad_(true);
+  const Tensor w = randn({2, 1, 1, 2}, gen).to(kFloat64).requires_grad_(true);
+  const Tensor y = conv_transpose2d(
+      x, w, Tensor(),
+      ConvTranspose2dFuncOptions().groups(2).dilation({1, dil}).padding({0, dil / 2}));
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{1, 2, 1, 4}));
+  for (double v : y.to_vector<double>())
+    EXPECT_EQ(v, 0.0);
+  try {
+    sum(y * y).backward();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scratch"), std::string::npos) << e.what();
+    return;
+  }
+  for (double v : x.grad().to_vector<double>())
+    EXPECT_EQ(v, 0.0);
+}
+
 }  // namespace
 }  // namespace tgrad
