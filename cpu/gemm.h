@@ -448,23 +448,21 @@ void gemm(int64_t m, int64_t n, int64_t k, const View<T>& a, const T* whole_a, i
         if (whole_a == nullptr) pack_a_block(a, ic, mc, pc, kc, packed_a);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int nr = static_cast<int>(std::min<int64_t>(NR, nc - jr));
-          T* c_tile = c + ic * ldc + jc + jr;
-          if (b_in_place) {
-            const T* bt = b.p + pc * b.rs + jc + jr;
-            int64_t ldb = b.rs;
-            if (nr != NR) {
-              pack_b(b, pc, kc, jc + jr, nr, packed_b);
-              bt = packed_b;
-              ldb = NR;
-            }
-            for (int64_t ir = 0; ir < mc; ir += MR)
-              run_tile(kc, a_block + ir * kc, bt, c_tile + ir * ldc, ldc, acc,
-                       static_cast<int>(std::min<int64_t>(MR, mc - ir)), nr, ldb);
-            continue;
+          // This tile's panel of B: packed with the block, or (in place) B's own rows, or the
+          // partial last tile packed alone.
+          const T* bt = packed_b + jr * kc;
+          int64_t ldb = NR;
+          if (b_in_place && nr == NR) {
+            bt = b.p + pc * b.rs + jc + jr;
+            ldb = b.rs;
+          } else if (b_in_place) {
+            pack_b(b, pc, kc, jc + jr, nr, packed_b);
+            bt = packed_b;
           }
+          T* c_tile = c + ic * ldc + jc + jr;
           for (int64_t ir = 0; ir < mc; ir += MR) {
-            run_tile(kc, a_block + ir * kc, packed_b + jr * kc, c_tile + ir * ldc, ldc, acc,
-                     static_cast<int>(std::min<int64_t>(MR, mc - ir)), nr);
+            run_tile(kc, a_block + ir * kc, bt, c_tile + ir * ldc, ldc, acc,
+                     static_cast<int>(std::min<int64_t>(MR, mc - ir)), nr, ldb);
           }
         }
       }

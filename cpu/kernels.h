@@ -44,12 +44,13 @@ void dispatch_all(DType dtype, F&& f) {
 // them like tensors, and an allocation past the cap is the same tgrad::Error.
 std::shared_ptr<void> allocate_workspace(int64_t nbytes);
 
-// a * b elements of a kernel's scratch, or a tgrad::Error where the count passes 64 bits: a
-// buffer sized by a geometry's reach (huge dilations or strides over a tiny tensor) can.
+// a * b, a kernel's scratch size (in elements, or elements x bytes each), or a tgrad::Error where
+// it passes 64 bits: a buffer sized by a geometry's reach (huge dilations or strides over a tiny
+// tensor) can.
 inline int64_t workspace_elems(int64_t a, int64_t b) {
   int64_t n = 0;
   TGRAD_CHECK(a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, &n),
-              "cpu backend: a kernel's scratch of ", a, " x ", b, " elements passes 2^63");
+              "cpu backend: a kernel's scratch of ", a, " x ", b, " passes 2^63");
   return n;
 }
 
