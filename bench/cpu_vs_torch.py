@@ -216,6 +216,25 @@ def geomean(values):
 MIN_TORCH_MATMUL_GFLOPS = 15.0
 
 
+def machine_probe():
+    """PyTorch's version, a fixed in-cache GEMM's rate and a memory copy's rate, one thread each.
+
+    The rate of the GEMM also tells a PyTorch on the reference BLAS (a fresh Debian's python3-torch
+    without OpenBLAS runs its convolutions many times slower, and the ratios would flatter tgrad).
+    Both rates, taken at the start and the end of a run, tell a shared host's slow state (the 16-core
+    host has run whole suites 1.35x slower for both sides) from a slow row: they do the same work
+    on every run, so they move only with the machine."""
+    probe = ("import time, torch; torch.set_num_threads(1); a = torch.randn(512, 512); a @ a; "
+             "best = lambda f: min((lambda t: (f(), time.perf_counter() - t)[1])"
+             "(time.perf_counter()) for _ in range(3)); "
+             "g = best(lambda: [a @ a for _ in range(5)]); "
+             "src = torch.ones(1 << 26); dst = torch.empty_like(src); dst.copy_(src); "
+             "c = best(lambda: dst.copy_(src)); "
+             "print(torch.__version__, 5 * 2 * 512 ** 3 / g / 1e9, 2 * src.numel() * 4 / c / 1e9)")
+    return subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                          text=True, env=dict(os.environ, OMP_NUM_THREADS="1")).stdout.split()
+
+
 def main():
     if sys.argv[1:] == ["--torch-worker"]:
         torch_worker()
@@ -266,21 +285,15 @@ def main():
             cpu_name = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    # PyTorch's version and its one-thread matmul rate: a build on the reference BLAS (a fresh
-    # Debian's python3-torch without OpenBLAS) runs its convolutions many times slower, and the
-    # ratios below would flatter tgrad.
-    probe = ("import time, torch; torch.set_num_threads(1); a = torch.randn(512, 512); a @ a; "
-             "t = time.perf_counter(); [a @ a for _ in range(5)]; "
-             "print(torch.__version__, 5 * 2 * 512 ** 3 / (time.perf_counter() - t) / 1e9)")
-    torch_version, matmul_gflops = subprocess.run(
-        [sys.executable, "-c", probe], check=True, capture_output=True, text=True,
-        env=dict(os.environ, OMP_NUM_THREADS="1")).stdout.split()
+    torch_version, matmul_gflops, copy_gbs = machine_probe()
     print(f"# tgrad (commit {commit}) vs torch {torch_version}, {cpu_name}, {cpus} CPUs, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     if float(matmul_gflops) < MIN_TORCH_MATMUL_GFLOPS:
         print(f"# warning: PyTorch's 512 x 512 matmul ran at {float(matmul_gflops):.1f} GFLOP/s on "
               "one thread: it is likely on the reference BLAS (on Debian install "
               "libopenblas0-openmp), so its times are no fair reference")
+    print(f"# machine probe at the start: {float(matmul_gflops):.1f} GFLOP/s (512^3 matmul, one "
+          f"thread), {float(copy_gbs):.1f} GB/s (256 MB copy, one thread)")
     print("# ratio = torch ms / tgrad ms (above 1: tgrad faster); medians of "
           f"{args.runs} runs per pass, {args.steps} training steps, the lower of "
           f"{max(1, args.rounds)} rounds" +
@@ -341,6 +354,9 @@ def main():
             if part:
                 print(f"  {suite}: geomean {geomean(part):.2f}, min {min(part):.2f} "
                       f"({len(part)} rows)")
+    _, end_gflops, end_gbs = machine_probe()
+    print(f"\n# machine probe at the end: {float(end_gflops):.1f} GFLOP/s, {float(end_gbs):.1f} "
+          "GB/s (as at the start)")
     below = sorted({r["id"] for r in rows if r["suite"] == "shape" and r["ratio"] < 1.0},
                    key=lambda i: int(i[len("shape"):]))
     if below:
