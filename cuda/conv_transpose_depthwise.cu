@@ -5,13 +5,13 @@
 //   dgrad:   dx[n, c, ih, iw] = sum_{kh, kw} dy[n, c, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW] w[c,
 //            kh, kw];
 //   wgrad:   dw[c, kh, kw] = sum_{n, ih, iw} x[n, c, ih, iw] dy[n, c, oh, ow].
-// forward: one thread per output position, walking many (n, c) planes, so that its taps (which
-// need divisions by the stride) are worked out once; dgrad: one thread per input element (its
-// taps need no division). Taps summed in (kh, kw) order: memory-bound, every element written
-// once. wgrad: stage 1 gives each (channel, chunk of batch x positions) one block whose threads
-// accumulate every tap in float64 registers, reduced by a fixed shuffle tree and then across
-// warps in order; stage 2 sums the chunks of each weight in chunk order. The chunking depends on
-// the shape only, so the bits are the same on every run and GPU.
+// forward and dgrad: one thread per position of the plane they write, walking many (n, c)
+// planes, so that its taps (which need divisions by the stride) are worked out once. Taps summed
+// in (kh, kw) order: memory-bound, every element written once. wgrad: stage 1 gives each (channel,
+// chunk of batch x positions) one block whose threads accumulate every tap in float64 registers,
+// reduced by a fixed shuffle tree and then across warps in order; stage 2 sums the chunks of each
+// weight in chunk order. The chunking depends on the shape only, so the bits are the same on every
+// run and GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,83 +41,146 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMinChunk = 1024;
 constexpr int64_t kTargetBlocks = 2048;
 
-// Forward: thread (ow, oh) works out the taps that reach its output position once, then walks
-// the (n, c) planes z, z + gridDim.z, ...: the index arithmetic, which bounds these memory-bound
-// kernels, is paid once per position rather than once per element. Taps are summed in (kh, kw)
-// order from 0, the bias added last.
-template <class T>
+// The taps of one axis that input index i of dgrad reads: every k in [k0, k0 + n) has output index
+// i*stride - pad + k*dil inside [0, out), the first of them o0. They are a run with no gaps (the
+// index moves by dil per tap and no division is exact or not), so the tap loops below need no
+// bounds checks.
+struct TapSpan {
+  int k0, n, o0;
+};
+__device__ inline TapSpan dgrad_span(int i, int taps, int pad, int dil, int stride, int out) {
+  // In 64 bits: i*stride can pass 2^31 when the padding takes most of it back.
+  const int64_t a = int64_t{i} * stride - pad;
+  if (a >= out) return {0, 0, 0};
+  // Both quotients below are in 32 bits (64-bit divisions are long subroutines, and these run
+  // once per thread): a >= -pad > -2^30 and out <= 2^30 (fits_plane32), so -a and out - 1 - a
+  // are under 2^31. At dilation 1, the common case, no division at all.
+  const int below = a >= 0 ? 0 : static_cast<int>(-a);           // output indices left of 0
+  const int room = static_cast<int>(out - 1 - a);                // >= 0: a < out
+  const int k0 = dil == 1 ? below : (below + dil - 1) / dil;     // first tap inside
+  const int k1 = min(taps, (dil == 1 ? room : room / dil) + 1);  // past the last tap inside
+  if (k1 <= k0) return {0, 0, 0};
+  return {k0, k1 - k0, static_cast<int>(a + int64_t{k0} * dil)};
+}
+
+// A rectangle of taps (j_h, j_w) < (nh, nw) of one element: source element src[j_h * src_h + j_w *
+// src_w] times weight wp[j_h * w_h + j_w * w_w], summed in (kh, kw) order from 0. KH, KW > 0: nh
+// and nw are at most that, and the loops are unrolled with a guard per tap, so that a thread
+// issues all of its loads before its first FMA waits on one (in a loop with a run-time trip count
+// each row of taps waited for its loads in turn), and the weights can stay in registers while
+// the thread walks planes of one channel. 0: run-time loops, weights read per plane.
+template <int KH, int KW, class T>
+struct TapRect {
+  T v[KH > 0 ? KH : 1][KW > 0 ? KW : 1];
+  const T* wp;
+  int nh, nw, w_h, w_w;
+
+  __device__ TapRect(int nh_, int nw_, int w_h_, int w_w_)
+      : nh(nh_), nw(nw_), w_h(w_h_), w_w(w_w_) {}
+
+  __device__ void load_weights(const T* __restrict__ w) {
+    wp = w;
+    if constexpr (KH > 0) {
+#pragma unroll
+      for (int jh = 0; jh < KH; ++jh) {
+#pragma unroll
+        for (int jw = 0; jw < KW; ++jw)
+          v[jh][jw] = jh < nh && jw < nw ? w[jh * w_h + jw * w_w] : T(0);
+      }
+    }
+  }
+
+  __device__ T sum(const T* __restrict__ src, int src_h, int src_w) const {
+    T acc = T(0);
+    if constexpr (KH > 0) {
+      T d[KH][KW];
+#pragma unroll
+      for (int jh = 0; jh < KH; ++jh) {
+#pragma unroll
+        for (int jw = 0; jw < KW; ++jw)
+          d[jh][jw] = jh < nh && jw < nw ? src[jh * src_h + jw * src_w] : T(0);
+      }
+#pragma unroll
+      for (int jh = 0; jh < KH; ++jh) {
+#pragma unroll
+        for (int jw = 0; jw < KW; ++jw) {
+          if (jh < nh && jw < nw) acc += d[jh][jw] * v[jh][jw];
+        }
+      }
+    } else {
+      const T* w = wp;
+      for (int jh = 0; jh < nh; ++jh, src += src_h, w += w_h) {
+        for (int jw = 0; jw < nw; ++jw)
+          acc += src[jw * src_w] * w[jw * w_w];
+      }
+    }
+    return acc;
+  }
+};
+
+// Forward: a thread per position of the y plane (a flat index, so that narrow planes leave no
+// lane idle) works out the taps that reach it once (gather_run: divisions by the stride), then
+// walks the (n, c) planes y, y + gridDim.y, ...: the index arithmetic, which bounds these
+// memory-bound kernels, is paid once per position rather than once per element. Taps are summed
+// in (kh, kw) order from 0, the bias added last.
+template <int KH, int KW, class T>
 __global__ void dw_forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
                                   const T* __restrict__ b, T* __restrict__ y, Plane32 q,
                                   RunSteps st, int64_t C, int64_t planes) {
   const int in_plane = q.Hi * q.Wi, out_plane = q.Ho * q.Wo, taps = q.kH * q.kW;
-  const int64_t c_step = gridDim.z % C;
-  for (int oh = blockIdx.y * blockDim.y + threadIdx.y; oh < q.Ho; oh += gridDim.y * blockDim.y) {
+  const int64_t c_step = gridDim.y % C;
+  // Every plane a thread walks is of one channel when the grid's planes are a multiple of C
+  // (plane_walk_grid makes them so where it can): the weights then load once.
+  const bool one_channel = c_step == 0;
+  for (int pos = blockIdx.x * blockDim.x + threadIdx.x; pos < out_plane;
+       pos += gridDim.x * blockDim.x) {
+    const int oh = pos / q.Wo, ow = pos - oh * q.Wo;
     const TapRun rh = gather_run(oh, q.kH, q.pH, q.dH, q.sH, q.Hi);
-    for (int ow = blockIdx.x * blockDim.x + threadIdx.x; ow < q.Wo; ow += gridDim.x * blockDim.x) {
-      const TapRun rw = gather_run(ow, q.kW, q.pW, q.dW, q.sW, q.Wi);
-      int64_t c = blockIdx.z % C;
-      for (int64_t plane = blockIdx.z; plane < planes; plane += gridDim.z) {
-        const T* xc = x + plane * in_plane;
-        const T* wc = w + c * taps;
-        T acc = T(0);
-        for (int jh = 0; jh < rh.n; ++jh) {
-          const T* x_row = xc + (rh.i0 - jh * st.i_h) * q.Wi + rw.i0;
-          const T* w_row = wc + (rh.k0 + jh * st.k_h) * q.kW + rw.k0;
-          for (int jw = 0; jw < rw.n; ++jw)
-            acc += x_row[-jw * st.i_w] * w_row[jw * st.k_w];
-        }
-        y[plane * out_plane + oh * q.Wo + ow] = b ? acc + b[c] : acc;
-        c += c_step;
-        if (c >= C) c -= C;
-      }
+    const TapRun rw = gather_run(ow, q.kW, q.pW, q.dW, q.sW, q.Wi);
+    const int first = rh.i0 * q.Wi + rw.i0, first_tap = rh.k0 * q.kW + rw.k0;
+    TapRect<KH, KW, T> rect(rh.n, rw.n, st.k_h * q.kW, st.k_w);
+    int64_t c = blockIdx.y % C;
+    rect.load_weights(w + c * taps + first_tap);
+    for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+      if (!one_channel && plane != blockIdx.y) rect.load_weights(w + c * taps + first_tap);
+      const T acc = rect.sum(x + plane * in_plane + first, -st.i_h * q.Wi, -st.i_w);
+      y[plane * out_plane + pos] = b ? acc + b[c] : acc;
+      c += c_step;
+      if (c >= C) c -= C;
     }
   }
 }
 
-// dgrad, one thread per input element (idx over (n, c, ih, iw)).
-template <class T, class I>
+// dgrad: a thread per position of the dx plane (a flat index, so that narrow planes leave no
+// lane idle) works out the rectangle of taps that reach dy once, then walks the (n, c) planes y,
+// y + gridDim.y, ... as the forward does. The flat kernel it replaces (a thread an element) spent
+// most of its issue slots on dividing its flat index into (plane, c, ih, iw) and on a bounds
+// check per tap. Every element is the same chain of taps as before.
+template <int KH, int KW, class T>
 __global__ void dw_dgrad_kernel(const T* __restrict__ dy, const T* __restrict__ w,
-                                T* __restrict__ dx, Plane32 q, I C, I total) {
-  const I in_plane = I{q.Hi} * q.Wi;
-  const int out_plane = q.Ho * q.Wo, taps = q.kH * q.kW;
-  const I stride = static_cast<I>(gridDim.x * blockDim.x);
-  for (I idx = static_cast<I>(blockIdx.x * blockDim.x + threadIdx.x); idx < total; idx += stride) {
-    const I plane = idx / in_plane;
-    const int pos = static_cast<int>(idx - plane * in_plane);
-    const int c = static_cast<int>(plane % C);
+                                T* __restrict__ dx, Plane32 q, int64_t C, int64_t planes) {
+  const int in_plane = q.Hi * q.Wi, out_plane = q.Ho * q.Wo, taps = q.kH * q.kW;
+  const int row_step = q.dH * q.Wo;
+  const int64_t c_step = gridDim.y % C;
+  // Every plane a thread walks is of one channel when the grid's planes are a multiple of C
+  // (plane_walk_grid makes them so where it can): the weights then load once.
+  const bool one_channel = c_step == 0;
+  for (int pos = blockIdx.x * blockDim.x + threadIdx.x; pos < in_plane;
+       pos += gridDim.x * blockDim.x) {
     const int ih = pos / q.Wi, iw = pos - ih * q.Wi;
-    const T* dyc = dy + int64_t{plane} * out_plane;
-    const T* wc = w + int64_t{c} * taps;
-    T acc = T(0);
-    for (int kh = 0; kh < q.kH; ++kh) {
-      const int oh = ih * q.sH - q.pH + kh * q.dH;
-      if (oh < 0 || oh >= q.Ho) continue;
-      for (int kw = 0; kw < q.kW; ++kw) {
-        const int ow = iw * q.sW - q.pW + kw * q.dW;
-        if (ow < 0 || ow >= q.Wo) continue;
-        acc += dyc[oh * q.Wo + ow] * wc[kh * q.kW + kw];
-      }
+    const TapSpan sh = dgrad_span(ih, q.kH, q.pH, q.dH, q.sH, q.Ho);
+    const TapSpan sw = dgrad_span(iw, q.kW, q.pW, q.dW, q.sW, q.Wo);
+    const int first = sh.o0 * q.Wo + sw.o0, first_tap = sh.k0 * q.kW + sw.k0;
+    TapRect<KH, KW, T> rect(sh.n, sw.n, q.kW, 1);
+    int64_t c = blockIdx.y % C;
+    rect.load_weights(w + c * taps + first_tap);
+    for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+      if (!one_channel && plane != blockIdx.y) rect.load_weights(w + c * taps + first_tap);
+      dx[plane * in_plane + pos] = rect.sum(dy + plane * out_plane + first, row_step, q.dW);
+      c += c_step;
+      if (c >= C) c -= C;
     }
-    dx[idx] = acc;
   }
-}
-
-// The forward's launch shape over an H x W plane and `planes` planes: 32 x 8 threads (256 x 1
-// for one-row planes), and enough planes in z that about 2^20 threads run, each walking the rest
-// of the planes. (Walking planes did not pay in dgrad, whose taps need no division: there one
-// thread per element measured faster.)
-struct PlaneGrid {
-  dim3 grid, block;
-};
-PlaneGrid plane_grid(int64_t H, int64_t W, int64_t planes) {
-  const dim3 block(H == 1 ? 256 : 32, H == 1 ? 1 : 8);
-  const int64_t gx = std::clamp<int64_t>(ceil_div(W, block.x), 1, (int64_t{1} << 31) - 1);
-  const int64_t gy = std::clamp<int64_t>(ceil_div(H, block.y), 1, 65535);
-  const int64_t threads = gx * gy * block.x * block.y;
-  const int64_t gz =
-      std::clamp<int64_t>(ceil_div(int64_t{1} << 20, threads), 1, std::min<int64_t>(planes, 65535));
-  return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)),
-          block};
 }
 
 // Stage 1: block (c, chunk) writes out[(c * taps + tap) * chunks + chunk] (out = dw when
@@ -204,16 +267,32 @@ __global__ void dw_sum_chunks_kernel(const double* __restrict__ partials, T* __r
   }
 }
 
-// Calls f(I{}) with I = int when a flat loop over `total` items cannot overflow 32 bits (the
-// grid stride included), else with I = int64_t.
-constexpr int64_t kFlat32 = (int64_t{1} << 31) - (int64_t{1} << 25);
+// The forward's and dgrad's grid over `positions` positions of a plane and `planes` planes of C
+// channels: 256 positions a block in x, and enough planes in y that about 2^20 threads run, each
+// walking the rest of the planes (dgrad: 2^19 and 2^18 threads were slower on every layer timed,
+// 2^22 too, and one plane a thread slowest). Where C is at most that many planes, they are
+// rounded to a multiple of C, so that each thread's planes are all of one channel.
+dim3 plane_walk_grid(int64_t positions, int64_t planes, int64_t C) {
+  const int64_t gx = std::min<int64_t>(ceil_div(positions, kThreads), (int64_t{1} << 31) - 1);
+  const int64_t most = std::min<int64_t>(planes, 65535);
+  int64_t gy = std::clamp<int64_t>(ceil_div(int64_t{1} << 20, gx * kThreads), 1, most);
+  if (C <= gy) gy = std::min(most / C, (gy + C / 2) / C) * C;
+  return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+}
+
+// Calls f(KH, KW) (integral constants) with the unrolled rectangle that holds nh x nw taps (1-D:
+// 1 x nw) up to 4 x 4, the k2 to k4 upsamplers; more taps get the run-time loops (0, 0): dgrad
+// unrolled 5 x 5 was slower than those on both k5 layers timed.
 template <class F>
-void with_index_type(int64_t total, F&& f) {
-  if (total <= kFlat32) {
-    f(int{});
-  } else {
-    f(int64_t{});
-  }
+void with_tap_rect(int64_t kH, int64_t kW, F&& f) {
+  using std::integral_constant;
+  const int64_t k = std::max(kH, kW);
+  if (kH == 1 && kW <= 2) return f(integral_constant<int, 1>{}, integral_constant<int, 2>{});
+  if (kH == 1 && kW <= 4) return f(integral_constant<int, 1>{}, integral_constant<int, 4>{});
+  if (k <= 2) return f(integral_constant<int, 2>{}, integral_constant<int, 2>{});
+  if (k <= 3) return f(integral_constant<int, 3>{}, integral_constant<int, 3>{});
+  if (k <= 4) return f(integral_constant<int, 4>{}, integral_constant<int, 4>{});
+  f(integral_constant<int, 0>{}, integral_constant<int, 0>{});
 }
 
 template <class T>
@@ -223,21 +302,28 @@ void run_typed(CachingAllocator& alloc, ConvPass pass, const ConvParams& p, cons
     case ConvPass::forward: {
       const int64_t planes = p.N * p.Co;
       if (planes == 0 || p.Ho * p.Wo == 0) break;
-      const PlaneGrid lg = plane_grid(p.Ho, p.Wo, planes);
-      dw_forward_kernel<T><<<lg.grid, lg.block>>>(
-          t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.bias ? t.bias->data_ptr<T>() : nullptr,
-          t.out.data_ptr<T>(), q, run_steps(q), p.Co, planes);
+      // A run of taps along an axis steps by k_step taps (run_steps), so it holds at most
+      // ceil(k / k_step) of them: k4 s2 2 x 2, stride-1 k3 3 x 3, k3 s3 d2 1 x 1.
+      const RunSteps st = run_steps(q);
+      with_tap_rect(
+          ceil_div(p.kH, int64_t{st.k_h}), ceil_div(p.kW, int64_t{st.k_w}), [&](auto kh, auto kw) {
+            dw_forward_kernel<decltype(kh)::value, decltype(kw)::value, T>
+                <<<plane_walk_grid(p.Ho * p.Wo, planes, p.Co), kThreads>>>(
+                    t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.bias ? t.bias->data_ptr<T>() : nullptr,
+                    t.out.data_ptr<T>(), q, st, p.Co, planes);
+          });
       TGRAD_CUDA_CHECK_LAUNCH("dw_forward_kernel");
       break;
     }
     case ConvPass::dgrad: {
-      const int64_t total = p.N * p.Ci * p.Hi * p.Wi;
-      with_index_type(total, [&](auto tag) {
-        using I = decltype(tag);
-        dw_dgrad_kernel<T, I><<<grid_for(total), kThreads>>>(
-            t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.out.data_ptr<T>(), q, I(p.Ci), I(total));
-        TGRAD_CUDA_CHECK_LAUNCH("dw_dgrad_kernel");
+      const int64_t planes = p.N * p.Ci;
+      if (planes == 0 || p.Hi * p.Wi == 0) break;
+      with_tap_rect(p.kH, p.kW, [&](auto kh, auto kw) {
+        dw_dgrad_kernel<decltype(kh)::value, decltype(kw)::value, T>
+            <<<plane_walk_grid(p.Hi * p.Wi, planes, p.Ci), kThreads>>>(
+                t.a.data_ptr<T>(), t.b.data_ptr<T>(), t.out.data_ptr<T>(), q, p.Ci, planes);
       });
+      TGRAD_CUDA_CHECK_LAUNCH("dw_dgrad_kernel");
       break;
     }
     case ConvPass::wgrad: {

@@ -271,6 +271,28 @@ TEST(CudaConvPaths, DepthwiseOnOddGeometries) {
   check_path(Path::depthwise,
              odd_geometry(1, 64, 100, 100, 100, {1, 50}, {1, 4}, {1, 2}, {0, 1}, {1, 1}, {0, 0}),
              1806, "depthwise, planes walked per thread, 1-D");
+  // Padding past the taps' reach on both axes: dgrad's tap spans are empty on the edge rows and
+  // columns of dx (those elements are 0) and cut short on the next ones, with dilation 2 on H
+  // (the span's first tap is rounded up to a whole dilation) and stride 3 on W.
+  check_path(Path::depthwise,
+             odd_geometry(2, 2, 3, 3, 3, {6, 7}, {3, 3}, {2, 3}, {6, 3}, {2, 1}, {0, 0}), 1807,
+             "depthwise, padding past the taps' reach");
+  // The forward's and dgrad's unrolled tap rectangles: 2 x 2 (k2 s2), 1 x 2 (1-D k2, dilated),
+  // the forward's 4 x 4 (k4 at stride 1).
+  check_path(Path::depthwise,
+             odd_geometry(2, 2, 6, 6, 6, {9, 7}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, {0, 0}), 1808,
+             "depthwise k2 s2");
+  check_path(Path::depthwise,
+             odd_geometry(1, 2, 5, 5, 5, {1, 40}, {1, 2}, {1, 1}, {0, 1}, {1, 3}, {0, 0}), 1809,
+             "depthwise 1-D k2 dilation 3");
+  check_path(Path::depthwise,
+             odd_geometry(2, 2, 4, 4, 4, {10, 11}, {4, 4}, {1, 1}, {1, 2}, {1, 1}, {0, 0}), 1810,
+             "depthwise k4 s1");
+  // More channels than the grid's planes: a thread's planes are of several channels, and it
+  // loads each one's weights in turn (elsewhere its planes are of one channel, loaded once).
+  check_path(Path::depthwise,
+             odd_geometry(1, 2, 600, 600, 600, {1, 2048}, {1, 4}, {1, 2}, {0, 1}, {1, 1}, {0, 0}),
+             1811, "depthwise, planes of several channels walked per thread");
   // 25 taps: wgrad's largest accumulator instance (32 taps).
   check_path(Path::depthwise,
              odd_geometry(2, 2, 3, 3, 3, {7, 6}, {5, 5}, {1, 2}, {2, 1}, {1, 1}, {0, 1}), 1804,
