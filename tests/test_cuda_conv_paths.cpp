@@ -263,8 +263,9 @@ TEST(CudaConvPaths, DepthwiseOnOddGeometries) {
   check_path(Path::depthwise,
              odd_geometry(1, 3, 4, 4, 4, {1, 50}, {1, 7}, {1, 3}, {0, 1}, {1, 1}, {0, 2}), 1802,
              "depthwise 1-D stride 3");
-  // More planes than the grid's z: each thread walks several (n, c) planes, its channel index
-  // wrapping past C (2-D: 64 planes in z for 192 planes; 1-D: 4096 in z for 6400).
+  // More planes than the grid holds: each thread walks several (n, c) planes of one channel (the
+  // grid's planes a multiple of C: the 2-D forward's 48 of 192; in 1-D 4100 of 6400, so some
+  // threads walk one plane and others two).
   check_path(Path::depthwise,
              odd_geometry(2, 4, 48, 48, 48, {64, 64}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {0, 0}), 1805,
              "depthwise, planes walked per thread, 2-D");
@@ -288,8 +289,8 @@ TEST(CudaConvPaths, DepthwiseOnOddGeometries) {
   check_path(Path::depthwise,
              odd_geometry(2, 2, 4, 4, 4, {10, 11}, {4, 4}, {1, 1}, {1, 2}, {1, 1}, {0, 0}), 1810,
              "depthwise k4 s1");
-  // More channels than the grid's planes: a thread's planes are of several channels, and it
-  // loads each one's weights in turn (elsewhere its planes are of one channel, loaded once).
+  // More channels than the grid's planes (the forward's 256, dgrad's 512): a thread's planes are
+  // of several channels, and it loads each one's weights in turn.
   check_path(Path::depthwise,
              odd_geometry(1, 2, 600, 600, 600, {1, 2048}, {1, 4}, {1, 2}, {0, 1}, {1, 1}, {0, 0}),
              1811, "depthwise, planes of several channels walked per thread");
