@@ -861,7 +861,16 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel
           const ColBlock blk = cb.block(pl, r / cb.chunks_per_item, r % cb.chunks_per_item);
           const BlockCols<T> bc = block_cols(pl, dy, g, blk, co0, co1, cols);
           const ConstStridedMap<T> c(bc.data, rows, blk.cols(), Eigen::OuterStride<>(bc.ld));
-          eigen_product(acc, x_block(pl, x, g, blk, x_buf, ci0, ci1), c.transpose(), true);
+          const ConstStridedMap<T> xb = x_block(pl, x, g, blk, x_buf, ci0, ci1);
+          // Two to four input channels leave a blocked product's register tiles mostly empty:
+          // each output is then a dot product along the block's columns (gemm::dot_products).
+          // One takes Eigen's matrix-vector product, as fast on the layers timed.
+          if (ci1 - ci0 >= 2 && ci1 - ci0 <= gemm::kDotRows) {
+            gemm::dot_products(ci1 - ci0, rows, blk.cols(), xb.data(), xb.outerStride(), c.data(),
+                               c.outerStride(), acc.data(), rows);
+          } else {
+            eigen_product(acc, xb, c.transpose(), true);
+          }
         }
         T* out = (slices > 1 ? partial.data() + s * w_numel : dw) + (g * pl.cig + ci0) * pl.rows;
         StridedMap<T>(out + co0 * pl.taps, ci1 - ci0, rows, Eigen::OuterStride<>(pl.rows)) = acc;

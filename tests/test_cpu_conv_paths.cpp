@@ -119,6 +119,12 @@ std::vector<PathCase> path_cases() {
       {"phase GEMMs, dgrad in bands",
        conv_case_from_shapes(2, {1, 8, 38, 40}, {8, 128, 3, 3}, false, {1, 1}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
+      // Three input channels to one output channel over two sequences of 45001 (a signal's 1-D
+      // decoder; dy's columns past the few-rows wgrad's 1 MiB): wgrad's GEMM path, whose 3 x 3
+      // products go through gemm::dot_products at every level, each block's last positions past
+      // its whole vectors.
+      {"three input channels, long rows, wgrad by dot products",
+       conv_case_from_shapes(1, {2, 3, 45001}, {3, 1, 3}, true, {2}, {1}, {0}, {1}, 1)},
       {"1x1 stride 1, items batched, grouped",
        conv_case_from_shapes(1, {6, 16, 40}, {16, 24, 1}, false, {1}, {0}, {0}, {1}, 2)},
       // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
