@@ -193,18 +193,21 @@ ChannelBlocks forward_channel_blocks(const Plan& pl, const ColBlocks& cb, int64_
     return std::min(per, last) * pl.taps;
   };
   if (rows_of(shape.per_block) < kMinRows) return shape;
+  // The shape's blocks, then each larger count cut as evenly as it goes: the largest block of a
+  // count would leave a short last one (64 channels in 2: 63 + 1, under kMinRows, so a batch-1
+  // 256 -> 64 k5 s3 ran as one task at any thread count).
   ChannelBlocks best = shape;
   double best_time = 0;
-  for (int64_t per = shape.per_block; per >= 1; --per) {
-    const int64_t count = ceil_div(pl.cog, per);
-    if (per < shape.per_block && ceil_div(pl.cog, per + 1) == count) continue;  // same count
+  for (int64_t count = shape.count; count <= pl.cog; ++count) {
+    const int64_t per = count == shape.count ? shape.per_block : ceil_div(pl.cog, count);
     if (per * pl.taps < kMinRows) break;
-    if (rows_of(per) < kMinRows) continue;  // a short last block; a smaller `per` may not have one
+    if (ceil_div(pl.cog, per) != count) continue;  // that cut is another count's
+    if (rows_of(per) < kMinRows) continue;  // a short last block; a larger count may not have one
     const int64_t tasks = outer * count;
     const double time = static_cast<double>(ceil_div(tasks, int64_t{threads})) /
                         static_cast<double>(tasks) *
                         (1.0 + kRepackRows / static_cast<double>(per * pl.taps));
-    if (per == shape.per_block || time < best_time) best = {per, count}, best_time = time;
+    if (count == shape.count || time < best_time) best = {per, count}, best_time = time;
     if (tasks >= 2 * int64_t{threads}) break;
   }
   return best;

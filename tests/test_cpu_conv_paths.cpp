@@ -125,6 +125,11 @@ std::vector<PathCase> path_cases() {
       // its whole vectors.
       {"three input channels, long rows, wgrad by dot products",
        conv_case_from_shapes(1, {2, 3, 45001}, {3, 1, 3}, true, {2}, {1}, {0}, {1}, 1)},
+      // Batch 1, 256 -> 64 k5 s3 on 120 steps: the forward's one block of 64 channels is cut
+      // for the threads into even blocks (2 x 32 at 2 threads, where the largest block of two
+      // would leave a last one of a single channel); the bits must not follow the cut.
+      {"batch 1, output channels cut evenly for the threads",
+       conv_case_from_shapes(1, {1, 256, 120}, {256, 64, 5}, true, {3}, {2}, {0}, {1}, 1)},
       {"1x1 stride 1, items batched, grouped",
        conv_case_from_shapes(1, {6, 16, 40}, {16, 24, 1}, false, {1}, {0}, {0}, {1}, 2)},
       // Two items of 8x8 per block in 2 groups: dgrad in 2 parts; wgrad in 4 channel blocks per
