@@ -507,10 +507,13 @@ void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
   });
 }
 
-// y[2i] += c[i] for i in [begin, end), a vector of i at a time (the odd elements between go
-// through unchanged); returns where it stopped, the rest left to a scalar loop. A vector of i
-// reads and writes y[2i, 2i + 2L): `room` bounds that, the elements from y on that the caller
-// owns (past them another thread's plane may start). Where the room allows and at least half a
+// y[y0 + 2i] += c[c0 + i] for i in [begin, end), a vector of i at a time (the odd elements between
+// go through unchanged); returns where it stopped, the rest left to a scalar loop. The offsets y0
+// and c0 stay apart from the pointers: y + y0 alone may lie far outside y's buffer (a padding
+// larger than the plane makes y0 hugely negative), and forming such a pointer is undefined even
+// where no element of it is read. A vector of i reads and writes y[y0 + 2i, y0 + 2i + 2L): `room`
+// bounds that, the elements from y0 on that the caller owns (past them another thread's plane may
+// start). Where the room allows and at least half a
 // vector is left, the last L i's before `end` go as one more vector whose lanes already added
 // carry -0.0, which leaves every value's bits as they were (x + -0.0 == x, -0.0 included): rows
 // of under two vectors (DCGAN's 32 x 32 RGB layer) would otherwise add half of each tap's row a
@@ -520,24 +523,26 @@ void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
 // scalar loop. A shorter tail stays scalar: as a vector, its loads overlap the previous vector's
 // stores.
 template <class T>
-int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end, int64_t lowest, int64_t room) {
+int64_t add_stride2(T* y, int64_t y0, const T* c, int64_t c0, int64_t begin, int64_t end,
+                    int64_t lowest, int64_t room) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
   const auto add = [&](int64_t i, const Vec& v) {
     Vec a, b, even, odd;
-    std::memcpy(&a, y + 2 * i, sizeof(Vec));
-    std::memcpy(&b, y + 2 * i + L, sizeof(Vec));
+    T* at = y + (y0 + 2 * i);
+    std::memcpy(&a, at, sizeof(Vec));
+    std::memcpy(&b, at + L, sizeof(Vec));
     deinterleave_vectors<L>(a, b, even, odd);
     even += v;
     interleave_vectors<L>(even, odd, a, b);
-    std::memcpy(y + 2 * i, &a, sizeof(Vec));
-    std::memcpy(y + 2 * i + L, &b, sizeof(Vec));
+    std::memcpy(at, &a, sizeof(Vec));
+    std::memcpy(at + L, &b, sizeof(Vec));
   };
   const int64_t last = std::min(end, room / 2) - L;  // the last i whose vector fits
   int64_t i = begin;
   for (; i <= last; i += L) {
     Vec v;
-    std::memcpy(&v, c + i, sizeof(Vec));
+    std::memcpy(&v, c + (c0 + i), sizeof(Vec));
     add(i, v);
   }
   if (end - i >= L / 2 && last >= lowest && last + L == end) {
@@ -548,7 +553,7 @@ int64_t add_stride2(T* y, const T* c, int64_t begin, int64_t end, int64_t lowest
     }
     (std::make_index_sequence<L>{});
     Vec v;
-    std::memcpy(&v, c + last, sizeof(Vec));
+    std::memcpy(&v, c + (c0 + last), sizeof(Vec));
     const Vec neg_zero = -Vec{};
     add(last, lane >= static_cast<Lane>(i - last) ? v : neg_zero);
     return end;
@@ -757,17 +762,18 @@ void col2im_loops(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_
           const int64_t iw_end = std::min(pl.w.hi[kw], p1 - row_p);
           const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
           const int64_t y_row = oh * pl.out_w - pl.pad_w + kw * pl.dil_w;  // + iw*sw, as above
-          const T* c = c_row + row_p - p0;                                 // + iw
+          const int64_t c_row_p = row_p - p0;                              // + iw, into c_row
           if constexpr (kStride2Vectors) {
-            const int64_t room = pl.out_hw - y_row;  // y_c's plane, from y_c + y_row on
+            const int64_t room = pl.out_hw - y_row;  // y_c's plane, from y_c[y_row] on
             // c from this tap row's first position on, y from the plane's first element on.
             const int64_t lowest = std::max(p0 - row_p, (1 - y_row) / 2);
-            for (int64_t iw = add_stride2(y_c + y_row, c, iw_begin, iw_end, lowest, room);
+            for (int64_t iw =
+                     add_stride2(y_c, y_row, c_row, c_row_p, iw_begin, iw_end, lowest, room);
                  iw < iw_end; ++iw)
-              y_c[y_row + iw * 2] += c[iw];
+              y_c[y_row + iw * 2] += c_row[c_row_p + iw];
           } else {
             for (int64_t iw = iw_begin; iw < iw_end; ++iw)
-              y_c[y_row + iw * sw] += c[iw];
+              y_c[y_row + iw * sw] += c_row[c_row_p + iw];
           }
         }
       }

@@ -555,5 +555,34 @@ TEST(BadInput, FuzzDepthwiseDgradHugeDilationReach) {
     EXPECT_EQ(v, 0.0);
 }
 
+// The fuzzer's: a W padding and dilation of about 3.6e16 that cancel in the output's size (16
+// columns at stride 2) and leave one of the three W taps inside it. The stride-2 col2im formed
+// the pointer of a tap row's first output (-pad away from the plane) before adding the positions
+// that land inside: an out-of-bounds pointer, undefined (the ASan + UBSan build stopped there).
+// The forward must equal the same layer with that tap alone and no padding or dilation on W.
+TEST(BadInput, FuzzCol2imHugePaddingCancelledByDilation) {
+  const int64_t huge = 36170086419038336;
+  Generator gen(15);
+  const Tensor x = randn({3, 6, 7, 8}, gen).to(kFloat64);
+  const Tensor w = randn({6, 1, 2, 3}, gen).to(kFloat64);
+  const Tensor b = randn({1}, gen).to(kFloat64);
+  const Tensor y = conv_transpose2d(x, w, b,
+                                    ConvTranspose2dFuncOptions()
+                                        .stride({4, 2})
+                                        .padding({2, huge})
+                                        .dilation({2, huge})
+                                        .output_padding({2, 1}));
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{3, 1, 25, 16}));
+  // Tap kw = 1 lands at iw * 2 + (huge - huge); taps 0 and 2 at -huge and +huge, outside.
+  const Tensor w_mid = w.narrow(3, 1, 1);
+  const Tensor want = conv_transpose2d(
+      x, w_mid, b,
+      ConvTranspose2dFuncOptions().stride({4, 2}).padding({2, 0}).dilation({2, 1}).output_padding(
+          {2, 1}));
+  ASSERT_EQ(want.sizes(), y.sizes());
+  // Both sum the same products; their order may differ between the two layers' kernels.
+  EXPECT_TRUE(allclose(y, want, 1e-12, 1e-12));
+}
+
 }  // namespace
 }  // namespace tgrad
