@@ -153,9 +153,9 @@ __global__ void dw_forward_kernel(const T* __restrict__ x, const T* __restrict__
 
 // dgrad: a thread per position of the dx plane (a flat index, so that narrow planes leave no
 // lane idle) works out the rectangle of taps that reach dy once, then walks the (n, c) planes y,
-// y + gridDim.y, ... as the forward does. The flat kernel it replaces (a thread an element) spent
-// most of its issue slots on dividing its flat index into (plane, c, ih, iw) and on a bounds
-// check per tap. Every element is the same chain of taps as before.
+// y + gridDim.y, ... as the forward does. A thread an element spends most of its issue slots on
+// dividing its flat index into (plane, c, ih, iw) and on a bounds check per tap; here both are
+// paid once per position. Each element sums its taps in (kh, kw) order from 0.
 template <int KH, int KW, class T>
 __global__ void dw_dgrad_kernel(const T* __restrict__ dy, const T* __restrict__ w,
                                 T* __restrict__ dx, Plane32 q, int64_t C, int64_t planes) {
