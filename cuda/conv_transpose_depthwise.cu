@@ -271,12 +271,19 @@ __global__ void dw_sum_chunks_kernel(const double* __restrict__ partials, T* __r
 // channels: 256 positions a block in x, and enough planes in y that about 2^20 threads run, each
 // walking the rest of the planes (dgrad: 2^19 and 2^18 threads were slower on every layer timed,
 // 2^22 too, and one plane a thread slowest). Where C is at most that many planes, they are
-// rounded to a multiple of C, so that each thread's planes are all of one channel.
+// rounded to a multiple of C, so that each thread's planes are all of one channel. Then the
+// planes are spread evenly: with 1.5 planes a thread on average, half the threads walked two and
+// the pass took two planes' time, so the grid takes the fewest rows that give the same walks.
 dim3 plane_walk_grid(int64_t positions, int64_t planes, int64_t C) {
   const int64_t gx = std::min<int64_t>(ceil_div(positions, kThreads), (int64_t{1} << 31) - 1);
   const int64_t most = std::min<int64_t>(planes, 65535);
   int64_t gy = std::clamp<int64_t>(ceil_div(int64_t{1} << 20, gx * kThreads), 1, most);
-  if (C <= gy) gy = std::min(most / C, (gy + C / 2) / C) * C;
+  if (C <= gy) {  // planes = N * C: rows of whole items of C planes
+    const int64_t items = planes / C, per_row = (gy + C / 2) / C;
+    gy = std::min(ceil_div(items, ceil_div(items, per_row)), most / C) * C;
+  } else {
+    gy = ceil_div(planes, ceil_div(planes, gy));
+  }
   return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
 }
 
