@@ -485,25 +485,43 @@ inline Vec every_sth(const T* p) {
   }
 }
 
-// dst[i] = src[i * stride] for i in [0, n). At strides 2 and 4 a vector at a time through
-// shuffles (the phase planes of dgrad and wgrad copy dy this way: element by element, the copy
-// cost as much as the few input channels' products); each vector's reads end before the last
-// element's, so nothing past it is read.
+// dst[i] = src[i * stride] for i in [0, n), the stride S when it is not 0. At strides 2 and 4 a
+// vector at a time through shuffles (the phase planes of dgrad and wgrad copy dy this way: element
+// by element, the copy cost as much as the few input channels' products); each vector's reads end
+// before the last element's, so nothing past it is read.
+template <class T, int64_t S>
+inline void gather_row(T* dst, const T* src, int64_t n, int64_t stride) {
+  const int64_t st = S != 0 ? S : stride;
+  int64_t i = 0;
+  if constexpr (S == 1) {
+    std::memcpy(dst, src, n * sizeof(T));
+    return;
+  }
+  if constexpr (S == 2 || S == 4) {
+    typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+    constexpr int L = gemm::kLanes<T>;
+    for (; i + L < n; i += L) {
+      const Vec v = every_sth<S, L, Vec>(src + i * S);
+      std::memcpy(dst + i, &v, sizeof(Vec));
+    }
+  }
+  for (; i < n; ++i)
+    dst[i] = src[i * st];
+}
+
+// dst[i] = src[i * stride] for i in [0, n).
 template <class T>
 void gather_strided(T* dst, const T* src, int64_t n, int64_t stride) {
+  with_stride(stride, [&]<int64_t S>() { gather_row<T, S>(dst, src, n, stride); });
+}
+
+// gather_strided over `rows` rows: dst[r * dst_ld + i] = src[r * src_ld + i * stride].
+template <class T>
+void gather_strided_rows(T* dst, int64_t dst_ld, const T* src, int64_t src_ld, int64_t rows,
+                         int64_t n, int64_t stride) {
   with_stride(stride, [&]<int64_t S>() {
-    const int64_t st = S != 0 ? S : stride;
-    int64_t i = 0;
-    if constexpr (S == 2 || S == 4) {
-      typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
-      constexpr int L = gemm::kLanes<T>;
-      for (; i + L < n; i += L) {
-        const Vec v = every_sth<S, L, Vec>(src + i * S);
-        std::memcpy(dst + i, &v, sizeof(Vec));
-      }
-    }
-    for (; i < n; ++i)
-      dst[i] = src[i * st];
+    for (int64_t r = 0; r < rows; ++r)
+      gather_row<T, S>(dst + r * dst_ld, src + r * src_ld, n, stride);
   });
 }
 

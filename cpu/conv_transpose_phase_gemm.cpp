@@ -224,24 +224,22 @@ void phase_x(const Plan& pl, const Phases& f, int64_t r, const T* x, int64_t g, 
 // dy's phase r plane of group g for output channels [co0, co1), over the plane rows u in [u0, u1)
 // of items and plane columns [c0, c1), as phase_x's columns: out[(co - co0) * cols + (u - u0) *
 // (c1 - c0) + m_w - c0] = dy[n, g*cog + co, m_h*sh + rh, m_w*sw + rw], where `item_rows` plane
-// rows make an item and u = n * item_rows + (m_h - row0).
+// rows make an item and u = n * item_rows + (m_h - row0). A plane row of every channel in turn:
+// the reads then step by one dy plane, a stride the prefetchers follow, where channel by channel
+// they jumped between rows and items every few elements (a 5 x 5 phase plane, k7 s4: the copy
+// waited on memory for two thirds of dgrad's and wgrad's time), and the row's item and row are
+// worked out once for every channel.
 template <class T>
 void phase_dy(const Plan& pl, const Phases& f, int64_t r, const T* dy, int64_t g, int64_t co0,
               int64_t co1, int64_t u0, int64_t u1, int64_t item_rows, int64_t row0, int64_t c0,
               int64_t c1, T* out) {
   const int64_t width = c1 - c0, cols = (u1 - u0) * width;
-  for (int64_t co = co0; co < co1; ++co) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t n = u / item_rows, oh = (u % item_rows + row0) * pl.stride_h + f.rh[r];
-      const T* src = dy + ((n * pl.out_channels + g * pl.cog + co) * pl.out_h + oh) * pl.out_w +
-                     f.rw[r] + c0 * pl.stride_w;
-      T* dst = out + (co - co0) * cols + (u - u0) * width;
-      if (pl.stride_w == 1) {
-        std::memcpy(dst, src, width * sizeof(T));
-      } else {
-        gather_strided(dst, src, width, pl.stride_w);
-      }
-    }
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t n = u / item_rows, oh = (u % item_rows + row0) * pl.stride_h + f.rh[r];
+    const T* src = dy + ((n * pl.out_channels + g * pl.cog + co0) * pl.out_h + oh) * pl.out_w +
+                   f.rw[r] + c0 * pl.stride_w;
+    gather_strided_rows(out + (u - u0) * width, cols, src, pl.out_h * pl.out_w, co1 - co0, width,
+                        pl.stride_w);
   }
 }
 

@@ -424,25 +424,39 @@ constexpr int64_t kPhaseSliceBytes = int64_t{256} << 10;
 // Elements of the planes' copy per run of rows, at least.
 constexpr int64_t kMinCopyElems = 4096;
 
-// Columns [jb, jb + count) of row i of plane (p, q) of output channel c of item n (nc = n *
-// out_channels + c), at row[0 ..): dy row (i + lo_h) * sh + residue_h[p], columns (j + lo_w) *
-// sw + residue_w[q], zero outside dy.
-template <class T>
-void phase_plane_row(const Plan& pl, const PhasePlanes& pp, const T* dy, int64_t nc, int64_t p,
-                     int64_t q, int64_t i, int64_t jb, int64_t count, T* row) {
+// Where columns [jb, jb + count) of row i of plane (p, q) lie in each channel's plane of dy: dy
+// row (i + lo_h) * sh + residue_h[p], columns (j + lo_w) * sw + residue_w[q]; the columns inside
+// dy are [j0, j1), the first of them at `at` in the plane.
+struct PlaneRowSpan {
+  int64_t at, j0, j1;
+};
+
+PlaneRowSpan plane_row_span(const Plan& pl, const PhasePlanes& pp, int64_t p, int64_t q, int64_t i,
+                            int64_t jb, int64_t count) {
   const int64_t oh = (i + pp.h.lo) * pl.stride_h + pp.h.residue[static_cast<size_t>(p)];
-  // Column j is dy column base + j * sw: those inside dy are [j0, j1).
   const int64_t base = (pp.w.lo + jb) * pl.stride_w + pp.w.residue[static_cast<size_t>(q)];
   const int64_t j0 = std::clamp<int64_t>(base >= 0 ? 0 : ceil_div(-base, pl.stride_w), 0, count);
   const int64_t j1 = oh < 0 || oh >= pl.out_h || base >= pl.out_w
                          ? j0
                          : std::clamp<int64_t>(ceil_div(pl.out_w - base, pl.stride_w), j0, count);
-  std::fill_n(row, j0, T(0));
-  if (j1 > j0) {
-    const T* src = dy + (nc * pl.out_h + oh) * pl.out_w;
-    gather_strided(row + j0, src + base + j0 * pl.stride_w, j1 - j0, pl.stride_w);
-  }
-  std::fill(row + j1, row + count, T(0));
+  return {j1 > j0 ? oh * pl.out_w + base + j0 * pl.stride_w : 0, j0, j1};
+}
+
+// row[0, count) = the span's columns of one channel's plane of dy, zero outside dy.
+template <class T>
+void copy_plane_row(const Plan& pl, const PlaneRowSpan& sp, const T* plane, int64_t count, T* row) {
+  std::fill_n(row, sp.j0, T(0));
+  if (sp.j1 > sp.j0) gather_strided(row + sp.j0, plane + sp.at, sp.j1 - sp.j0, pl.stride_w);
+  std::fill(row + sp.j1, row + count, T(0));
+}
+
+// Columns [jb, jb + count) of row i of plane (p, q) of output channel c of item n (nc = n *
+// out_channels + c), at row[0 ..), zero outside dy.
+template <class T>
+void phase_plane_row(const Plan& pl, const PhasePlanes& pp, const T* dy, int64_t nc, int64_t p,
+                     int64_t q, int64_t i, int64_t jb, int64_t count, T* row) {
+  copy_plane_row(pl, plane_row_span(pl, pp, p, q, i, jb, count), dy + nc * pl.out_h * pl.out_w,
+                 count, row);
 }
 
 // The planes of every (n, co), phase_plane_row's rows in (n, co, p, q, i) order. A copy, cut into
@@ -678,12 +692,21 @@ void phase_dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threa
         const int64_t g = t / (pieces * bands) % pl.groups, n = t / (pieces * bands * pl.groups);
         const int64_t ih0 = band * band_h, ih1 = std::min(pl.in_h, ih0 + band_h);
         const int64_t w0 = piece * piece_w, w1 = std::min(pl.in_w, w0 + piece_w);
+        // Each plane row's place in dy, the same for every channel, worked out once: a
+        // channel's rows are short (a 21 x 24 k2x4 s2 dgrad's 25 columns), and working it out
+        // per row took a quarter of that pass.
+        const int64_t rows = ih1 - ih0 + reach_h, row_len = w1 - w0 + reach_w;
+        std::vector<PlaneRowSpan> spans(phases * rows);
+        for (int64_t k = 0; k < phases; ++k)
+          for (int64_t i = 0; i < rows; ++i)
+            spans[k * rows + i] =
+                plane_row_span(pl, pp, k / phases_w, k % phases_w, ih0 + i, w0, row_len);
         for (int64_t co = 0; co < pl.cog; ++co) {
+          const T* plane = dy + (n * pl.out_channels + g * pl.cog + co) * pl.out_h * pl.out_w;
           for (int64_t k = 0; k < phases; ++k) {
-            for (int64_t i = 0; i < ih1 - ih0 + reach_h; ++i) {
-              phase_plane_row(pl, pp, dy, n * pl.out_channels + g * pl.cog + co, k / phases_w,
-                              k % phases_w, ih0 + i, w0, w1 - w0 + reach_w,
-                              ws.data() + ((co * phases + k) * plane_h + i) * pitch);
+            for (int64_t i = 0; i < rows; ++i) {
+              copy_plane_row(pl, spans[k * rows + i], plane, row_len,
+                             ws.data() + ((co * phases + k) * plane_h + i) * pitch);
             }
           }
         }
