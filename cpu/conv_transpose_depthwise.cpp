@@ -249,6 +249,38 @@ void forward_planes(const Plan& pl, const T* x, const T* w, const T* b, T* y, in
       });
 }
 
+// A row's last vectors (fewer than dgrad's V, the last perhaps partial) for R rows of dx that
+// the same taps reach, their dy rows `row_step` apart in the phase planes: every element's taps
+// in the order of `e`, each vector its own chain. One row at a time, a narrow plane's row was one
+// or two chains of every tap (64 taps: a chain of 64 dependent multiply-adds), and the pass waited
+// on their latency (k8 s2 on 19 x 19: 8 GFLOP/s).
+template <int R, int NV, class T, class Entry>
+void dgrad_row_tails(const Entry* e, int64_t count, int64_t row_step, int64_t i, int64_t left,
+                     T* dx_row, int64_t dx_step) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = gemm::kLanes<T>;
+  Vec acc[R][NV] = {};
+  for (int64_t k = 0; k < count; ++k) {
+    for (int r = 0; r < R; ++r) {
+      for (int v = 0; v < NV; ++v) {
+        Vec d;
+        std::memcpy(&d, e[k].p + r * row_step + i + v * L, sizeof(Vec));
+        acc[r][v] += e[k].w * d;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    T* out = dx_row + r * dx_step + i;
+    for (int v = 0; v < NV; ++v) {
+      if ((v + 1) * L <= left) {
+        std::memcpy(out + v * L, &acc[r][v], sizeof(Vec));
+      } else {
+        store_first(out + v * L, acc[r][v], left - v * L);
+      }
+    }
+  }
+}
+
 // dgrad a row of dx at a time: each of its vectors sums every tap that reaches it in registers,
 // reading the W phase rows of dy, zero-padded so that every tap covers the whole row, and is
 // stored once. Adding each tap's row into dx in turn loaded and stored dx once per tap: 1.15x-1.45x
@@ -313,7 +345,20 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
         to_phases(f, re, dy_p, oh0, oh1, phase_row);
         T* dx_p = dx + t * pl.in_hw;
         std::vector<Entry> entries(static_cast<size_t>(pl.taps));
-        for (int64_t ih = ih0; ih < ih1; ++ih) {
+        // Whether row ih + d is reached by the taps of row ih (all but the plane's edge rows):
+        // its dy rows are then ih's, d stride steps further down.
+        const auto same_taps = [&](int64_t ih, int64_t d) {
+          for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+            const bool a = ih >= pl.h.lo[kh] && ih < pl.h.hi[kh];
+            if (a != (ih + d >= pl.h.lo[kh] && ih + d < pl.h.hi[kh])) return false;
+          }
+          return true;
+        };
+        constexpr int kTailRows = 4;
+        const int64_t row_step = pl.stride_h * row_len;
+        const int64_t whole = pl.in_w / (V * L) * (V * L), left = pl.in_w - whole;
+        const int nv = static_cast<int>(ceil_div(left, int64_t{L}));
+        for (int64_t ih = ih0; ih < ih1;) {
           int64_t count = 0;
           for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
             if (ih < pl.h.lo[kh] || ih >= pl.h.hi[kh]) continue;
@@ -325,32 +370,36 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
                   phase_row(r_of[static_cast<size_t>(kw)], oh) + q_of[static_cast<size_t>(kw)]};
             }
           }
+          // The rows after ih that share its taps, up to kTailRows (as many as leave at most 8
+          // chains a tile).
+          const int most = nv > 0 ? std::min(kTailRows, 8 / nv) : 1;
+          int n_rows = 1;
+          while (n_rows < most && ih + n_rows < ih1 && same_taps(ih, n_rows))
+            ++n_rows;
           T* dx_row = dx_p + ih * pl.in_w;
-          int64_t i = 0;
-          for (; i + V * L <= pl.in_w; i += V * L) {
-            Vec acc[V] = {};
-            for (int64_t e = 0; e < count; ++e) {
-              for (int v = 0; v < V; ++v) {
-                Vec d;
-                std::memcpy(&d, entries[static_cast<size_t>(e)].p + i + v * L, sizeof(Vec));
-                acc[v] += entries[static_cast<size_t>(e)].w * d;
+          for (int r = 0; r < n_rows; ++r) {
+            for (int64_t i = 0; i < whole; i += V * L) {
+              Vec acc[V] = {};
+              for (int64_t e = 0; e < count; ++e) {
+                for (int v = 0; v < V; ++v) {
+                  Vec d;
+                  std::memcpy(&d, entries[static_cast<size_t>(e)].p + r * row_step + i + v * L,
+                              sizeof(Vec));
+                  acc[v] += entries[static_cast<size_t>(e)].w * d;
+                }
               }
-            }
-            std::memcpy(dx_row + i, acc, sizeof(acc));
-          }
-          for (; i < pl.in_w; i += L) {
-            Vec acc = {};
-            for (int64_t e = 0; e < count; ++e) {
-              Vec d;
-              std::memcpy(&d, entries[static_cast<size_t>(e)].p + i, sizeof(Vec));
-              acc += entries[static_cast<size_t>(e)].w * d;
-            }
-            if (i + L <= pl.in_w) {
-              std::memcpy(dx_row + i, &acc, sizeof(Vec));
-            } else {
-              store_first(dx_row + i, acc, pl.in_w - i);
+              std::memcpy(dx_row + r * pl.in_w + i, acc, sizeof(acc));
             }
           }
+          if (left > 0) {
+            gemm::with_count<kTailRows>(n_rows, [&]<int R>() {
+              gemm::with_count<V>(nv, [&]<int NV>() {
+                dgrad_row_tails<R, NV>(entries.data(), count, row_step, whole, left, dx_row,
+                                       pl.in_w);
+              });
+            });
+          }
+          ih += n_rows;
         }
       });
 }
