@@ -97,6 +97,8 @@ using namespace conv;  // NOLINT(google-build-using-namespace): this file's own 
 // follow the thread count: rounds of about 2 MiB of buffer per thread, at most
 // kMaxWholeColsBytes (one thread keeps its round in L2 between the GEMMs and col2im; more
 // threads share fewer, larger rounds), and chunks and row blocks enough for every thread.
+inline constexpr int64_t kCol2imPiecePositions = 4096;
+
 template <class T>
 void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
   // Fewer columns would leave the GEMM's register tile half empty.
@@ -137,6 +139,22 @@ void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T*
                                                  std::max<int64_t>(1, pl.rows / kMinBlockRows));
   const int64_t block_rows = gemm::round_up(ceil_div(pl.rows, row_blocks), gemm::kRows);
   const Workspace<T> cols(image_cols * per_round);
+  // col2im in pieces of each channel's positions where an image holds several, cut by the shape
+  // alone (so the bits do not follow the threads): a batch-1 layer to one channel (a 1-D
+  // decoder's last layer over 200000 steps) had one col2im task, most of the pass at 16 threads.
+  // Whole rows of the image, and more of them than one position's taps reach across, so that
+  // pieces two apart reach no output in common.
+  // (In 128 bits, at most the image: the geometry accepts dilations whose reach overflows.)
+  const auto reach = [](int64_t kernel, int64_t dil, int64_t stride, int64_t extent) {
+    return static_cast<int64_t>(
+        std::min<int128>(int128{kernel - 1} * dil / stride + 1, int128{extent}));
+  };
+  const int64_t piece = pl.in_h > 1 ? std::max(reach(pl.kernel_h, pl.dil_h, pl.stride_h, pl.in_h),
+                                               ceil_div(kCol2imPiecePositions, pl.in_w)) *
+                                          pl.in_w
+                                    : std::max(reach(pl.kernel_w, pl.dil_w, pl.stride_w, pl.in_w),
+                                               kCol2imPiecePositions);
+  const int64_t pieces = pl.in_hw >= 2 * piece ? ceil_div(pl.in_hw, piece) : 1;
   // W_g^T (rows x cig) of every group, operand g.
   const PackedWeights<T> w_packed(
       pl.groups, pl.rows, pl.cig,
@@ -162,14 +180,38 @@ void forward_by_positions(const Plan& pl, const T* x, const T* w, const T* b, T*
                               cols.data() + (i - first) * image_cols + r0 * pl.in_hw + p0, pl.in_hw,
                               false, ws.data());
         });
-    parallel_for(threads, count * pl.cog, [&](int64_t t) {
-      const int64_t i = first + t / pl.cog, g = i % pl.groups, co = t % pl.cog;
-      T* y_ng = y + i * pl.cog * pl.out_hw;
-      const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
-      std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
-      col2im_add(pl, cols.data() + (i - first) * image_cols + co * pl.taps * pl.in_hw, pl.in_hw, co,
-                 co + 1, 0, pl.in_hw, y_ng);
+    const T* cols_first = cols.data();
+    if (pieces == 1) {
+      parallel_for(threads, count * pl.cog, [&](int64_t t) {
+        const int64_t i = first + t / pl.cog, g = i % pl.groups, co = t % pl.cog;
+        T* y_ng = y + i * pl.cog * pl.out_hw;
+        const T init = b != nullptr ? b[g * pl.cog + co] : T(0);
+        std::fill_n(y_ng + co * pl.out_hw, pl.out_hw, init);
+        col2im_add(pl, cols_first + (i - first) * image_cols + co * pl.taps * pl.in_hw, pl.in_hw,
+                   co, co + 1, 0, pl.in_hw, y_ng);
+      });
+      continue;
+    }
+    // Pieces of each channel's positions: y's bias first, then the even pieces, then the odd
+    // ones, no two pieces of a pass reaching one output.
+    const int64_t fill_parts = ceil_div(pl.out_hw, piece);
+    parallel_for(threads, count * pl.cog * fill_parts, [&](int64_t t) {
+      const int64_t i = first + t / (pl.cog * fill_parts), co = t / fill_parts % pl.cog;
+      const int64_t o0 = t % fill_parts * piece, o1 = std::min(pl.out_hw, o0 + piece);
+      const T init = b != nullptr ? b[i % pl.groups * pl.cog + co] : T(0);
+      std::fill(y + (i * pl.cog + co) * pl.out_hw + o0, y + (i * pl.cog + co) * pl.out_hw + o1,
+                init);
     });
+    for (int64_t parity = 0; parity < 2; ++parity) {
+      const int64_t half = (pieces - parity + 1) / 2;  // pieces parity, parity + 2, ...
+      parallel_for(threads, count * pl.cog * half, [&](int64_t t) {
+        const int64_t i = first + t / (pl.cog * half), co = t / half % pl.cog;
+        const int64_t p0 = (t % half * 2 + parity) * piece;
+        const int64_t len = std::min(piece, pl.in_hw - p0);
+        col2im_add(pl, cols_first + (i - first) * image_cols + co * pl.taps * pl.in_hw + p0,
+                   pl.in_hw, co, co + 1, p0, len, y + i * pl.cog * pl.out_hw);
+      });
+    }
   }
 }
 

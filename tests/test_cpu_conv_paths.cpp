@@ -125,6 +125,15 @@ std::vector<PathCase> path_cases() {
       // its whole vectors.
       {"three input channels, long rows, wgrad by dot products",
        conv_case_from_shapes(1, {2, 3, 45001}, {3, 1, 3}, true, {2}, {1}, {0}, {1}, 1)},
+      // Batch 1 to one channel over 20000 steps, k7 s2 (a position's taps reach 4 positions on):
+      // the forward goes by positions, its col2im in 5 pieces of 4096 positions, even pieces then
+      // odd ones; the bits must not follow the threads.
+      {"forward by positions, col2im in pieces, 1-D",
+       conv_case_from_shapes(1, {1, 8, 20000}, {8, 1, 7}, true, {2}, {3}, {1}, {1}, 1)},
+      // The same in 2-D: an RGB output of 130 x 70, k5 s2, its col2im in 3 pieces of 59 rows.
+      {"forward by positions, col2im in pieces, 2-D",
+       conv_case_from_shapes(2, {1, 6, 130, 70}, {6, 3, 5, 5}, true, {2, 2}, {2, 2}, {1, 1}, {1, 1},
+                             1)},
       // Batch 1, 256 -> 64 k5 s3 on 120 steps: the forward's one block of 64 channels is cut
       // for the threads into even blocks (2 x 32 at 2 threads, where the largest block of two
       // would leave a last one of a single channel); the bits must not follow the cut.
