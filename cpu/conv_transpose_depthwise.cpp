@@ -355,7 +355,10 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
           return true;
         };
         constexpr int kTailRows = 4;
-        const int64_t row_step = pl.stride_h * row_len;
+        // Rows go together only where their dy rows are a representable distance apart (the
+        // geometry accepts a stride near 2^63 when one input row makes the output's height).
+        int64_t row_step = 0;
+        const bool rows_together = !__builtin_mul_overflow(pl.stride_h, row_len, &row_step);
         const int64_t whole = pl.in_w / (V * L) * (V * L), left = pl.in_w - whole;
         const int nv = static_cast<int>(ceil_div(left, int64_t{L}));
         for (int64_t ih = ih0; ih < ih1;) {
@@ -372,7 +375,7 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
           }
           // The rows after ih that share its taps, up to kTailRows (as many as leave at most 8
           // chains a tile).
-          const int most = nv > 0 ? std::min(kTailRows, 8 / nv) : 1;
+          const int most = rows_together && nv > 0 ? std::min(kTailRows, 8 / nv) : 1;
           int n_rows = 1;
           while (n_rows < most && ih + n_rows < ih1 && same_taps(ih, n_rows))
             ++n_rows;

@@ -584,5 +584,28 @@ TEST(BadInput, FuzzCol2imHugePaddingCancelledByDilation) {
   EXPECT_TRUE(allclose(y, want, 1e-12, 1e-12));
 }
 
+// Fuzz finding: a depthwise layer of one input row with a stride near 2^63 along H (the output's
+// height does not depend on it). The CPU depthwise dgrad's distance between the dy rows of two
+// input rows, stride x row length, overflowed (UBSan aborts there); with one input row there is
+// nothing to go together, and dx must be that of the same layer at stride 1.
+TEST(BadInput, FuzzDepthwiseDgradHugeRowStride) {
+  const int64_t huge = int64_t{1} << 62;
+  Generator gen(16);
+  const Tensor x = randn({2, 3, 1, 5}, gen).requires_grad_(true);
+  const Tensor x1 = x.detach().requires_grad_(true);
+  const Tensor w = randn({3, 1, 2, 2}, gen);
+  const auto opts = [](int64_t stride_h) {
+    return ConvTranspose2dFuncOptions().stride({stride_h, 2}).groups(3);
+  };
+  const Tensor y = conv_transpose2d(x, w, {}, opts(huge));
+  const Tensor y1 = conv_transpose2d(x1, w, {}, opts(1));
+  ASSERT_EQ(y.sizes(), y1.sizes());
+  const Tensor g = randn(y.sizes(), gen);
+  y.backward(g);
+  y1.backward(g);
+  // The same products in the same order: the stride changes no tap's place.
+  EXPECT_TRUE(allclose(x.grad(), x1.grad(), 0.0, 0.0));
+}
+
 }  // namespace
 }  // namespace tgrad
