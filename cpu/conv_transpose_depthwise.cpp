@@ -249,14 +249,16 @@ void forward_planes(const Plan& pl, const T* x, const T* w, const T* b, T* y, in
       });
 }
 
-// A row's last vectors (fewer than dgrad's V, the last perhaps partial) for R rows of dx that
-// the same taps reach, their dy rows `row_step` apart in the phase planes: every element's taps
-// in the order of `e`, each vector its own chain. One row at a time, a narrow plane's row was one
-// or two chains of every tap (64 taps: a chain of 64 dependent multiply-adds), and the pass waited
-// on their latency (k8 s2 on 19 x 19: 8 GFLOP/s).
+// NV vectors from column i (`left` elements, the last vector perhaps partial) of R rows of dx
+// from row r0 on, rows that the same taps reach, their dy rows `row_step` apart in the phase
+// planes: every element's taps in the order of `e`, each vector its own chain. A row's whole
+// blocks go V vectors at a time, one row each; its last vectors go for several rows together:
+// one row at a time, a narrow plane's row was one or two chains of every tap (64 taps: a chain
+// of 64 dependent multiply-adds), and the pass waited on their latency (k8 s2 on 19 x 19: 8
+// GFLOP/s).
 template <int R, int NV, class T, class Entry>
-void dgrad_row_tails(const Entry* e, int64_t count, int64_t row_step, int64_t i, int64_t left,
-                     T* dx_row, int64_t dx_step) {
+void dgrad_row_vectors(const Entry* e, int64_t count, int64_t row_step, int64_t r0, int64_t i,
+                       int64_t left, T* dx_row, int64_t dx_step) {
   typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
   Vec acc[R][NV] = {};
@@ -264,13 +266,13 @@ void dgrad_row_tails(const Entry* e, int64_t count, int64_t row_step, int64_t i,
     for (int r = 0; r < R; ++r) {
       for (int v = 0; v < NV; ++v) {
         Vec d;
-        std::memcpy(&d, e[k].p + r * row_step + i + v * L, sizeof(Vec));
+        std::memcpy(&d, e[k].p + (r0 + r) * row_step + i + v * L, sizeof(Vec));
         acc[r][v] += e[k].w * d;
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    T* out = dx_row + r * dx_step + i;
+    T* out = dx_row + (r0 + r) * dx_step + i;
     for (int v = 0; v < NV; ++v) {
       if ((v + 1) * L <= left) {
         std::memcpy(out + v * L, &acc[r][v], sizeof(Vec));
@@ -288,7 +290,6 @@ void dgrad_row_tails(const Entry* e, int64_t count, int64_t row_step, int64_t i,
 // of an element go in (kh, kw) order.
 template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
-  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
   constexpr int L = gemm::kLanes<T>;
   constexpr int V = 4;  // vectors of a row summed together
   if (pl.batch == 0) return;
@@ -380,25 +381,16 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
           while (n_rows < most && ih + n_rows < ih1 && same_taps(ih, n_rows))
             ++n_rows;
           T* dx_row = dx_p + ih * pl.in_w;
-          for (int r = 0; r < n_rows; ++r) {
-            for (int64_t i = 0; i < whole; i += V * L) {
-              Vec acc[V] = {};
-              for (int64_t e = 0; e < count; ++e) {
-                for (int v = 0; v < V; ++v) {
-                  Vec d;
-                  std::memcpy(&d, entries[static_cast<size_t>(e)].p + r * row_step + i + v * L,
-                              sizeof(Vec));
-                  acc[v] += entries[static_cast<size_t>(e)].w * d;
-                }
-              }
-              std::memcpy(dx_row + r * pl.in_w + i, acc, sizeof(acc));
-            }
+          for (int64_t r = 0; r < n_rows; ++r) {
+            for (int64_t i = 0; i < whole; i += V * L)
+              dgrad_row_vectors<1, V>(entries.data(), count, row_step, r, i, V * L, dx_row,
+                                      pl.in_w);
           }
           if (left > 0) {
             gemm::with_count<kTailRows>(n_rows, [&]<int R>() {
               gemm::with_count<V>(nv, [&]<int NV>() {
-                dgrad_row_tails<R, NV>(entries.data(), count, row_step, whole, left, dx_row,
-                                       pl.in_w);
+                dgrad_row_vectors<R, NV>(entries.data(), count, row_step, 0, whole, left, dx_row,
+                                         pl.in_w);
               });
             });
           }
