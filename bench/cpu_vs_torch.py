@@ -5,13 +5,13 @@
 upsampling_decoder demo's training step (bench/train_step_bench --json, and
 bench/train_step_torch.py's model), at 1 thread, 4 threads and every CPU. Prints one table per
 thread count with the ratio PyTorch time / tgrad time (above 1: tgrad is faster) and the
-geometric mean. Each side is timed in --rounds rounds, tgrad's whole suite then PyTorch's, and
-each row keeps each side's lowest median: a shared or drifting host moves both sides alike
-within a round, and a single slow stretch does not decide a row. With --recheck R, the layers
-with a row under --recheck-below after the rounds are timed again, alone, in R more rounds of
-both sides (tgrad's layer, then PyTorch's, then the next layer): their two sides are then timed
-seconds apart rather than a whole suite apart, as both sides' other rows were. A bench tool
-only: tgrad itself never needs Python.
+geometric mean. Each side is timed in --rounds rounds, tgrad's whole suite then PyTorch's, each
+side in a new process every round, and each row keeps each side's lowest median: a shared or
+drifting host moves both sides alike within a round, and a single slow stretch does not decide a
+row. With --recheck R, the layers with a row under --recheck-below after the rounds are timed
+again, alone, in R more rounds of both sides (tgrad's layer, then PyTorch's, then the next layer):
+their two sides are then timed seconds apart rather than a whole suite apart, as both sides' other
+rows were. A bench tool only: tgrad itself never needs Python.
 
   python3 bench/cpu_vs_torch.py --build build-cpu [--threads 1,4,all] [--suite all] [--runs 5]
                                 [--rounds 2] [--recheck 0] [--random N [--seed S]]
@@ -33,8 +33,11 @@ import sys
 import time
 
 # PyTorch runs in a child process of its own (--torch-worker), never in this one: an idle
-# PyTorch's OpenMP threads in the parent took cores from tgrad's runs on the 16-core host. The
-# child lives through a thread count's rounds; after each answer tgrad waits OMP_SETTLE_SECONDS,
+# PyTorch's OpenMP threads in the parent took cores from tgrad's runs on the 16-core host. A
+# child lives through one round (or one recheck round) and is then replaced, so that PyTorch, like
+# tgrad's bench, runs in a new process every round: on the 16-core host the same binary's speed
+# changed by up to 1.6x from one process to the next, and a side kept in one process for all
+# rounds got one draw where the other got one per round. After each answer tgrad waits OMP_SETTLE_SECONDS,
 # past the time OpenMP's threads spin before they sleep (libgomp's spin, libiomp's 200 ms
 # KMP_BLOCKTIME), so that they are asleep while tgrad runs.
 OMP_SETTLE_SECONDS = 0.3
@@ -155,8 +158,8 @@ def keep_min(times, key, ms):
 
 
 class TorchWorker:
-    """PyTorch in a child process (see the note at the top), started once per thread count and
-    asked for one set of times after another (an import of torch takes seconds)."""
+    """PyTorch in a child process (see the note at the top), started once per round and asked for
+    one set of times after another (an import of torch takes seconds)."""
 
     def __init__(self, threads):
         self.threads = threads
@@ -179,7 +182,7 @@ class TorchWorker:
         self.proc.wait()
 
 
-def recheck(args, conv_bench, shapes, threads, worker, geometries, index, tgrad_ms, torch_ms):
+def recheck(args, conv_bench, shapes, threads, geometries, index, tgrad_ms, torch_ms):
     """Times again, a layer at a time, each conv layer with a row under args.recheck_below:
     args.recheck rounds of tgrad's passes then PyTorch's, each side keeping its lowest. Every pass
     of such a layer gets the same extra rounds on both sides. Returns the layers' ids."""
@@ -190,7 +193,8 @@ def recheck(args, conv_bench, shapes, threads, worker, geometries, index, tgrad_
         if suite != "train" and torch_ms[(suite, ident, passname)] / ms < args.recheck_below:
             if (suite, ident) not in low:
                 low.append((suite, ident))
-    for _ in range(args.recheck):
+    for _ in range(args.recheck if low else 0):
+        worker = TorchWorker(threads)
         for suite, ident in low:
             if suite == "shape":  # a random layer: its spec, under the id shape1 in that run
                 sel = ["--shape", shapes[int(ident[len("shape"):]) - 1]]
@@ -204,6 +208,7 @@ def recheck(args, conv_bench, shapes, threads, worker, geometries, index, tgrad_
             answer = worker.times(args.runs, args.steps, [geometries[index[(suite, ident)]]], [])
             for passname, ms in answer["conv"][0].items():
                 keep_min(torch_ms, (suite, ident, passname), ms)
+        worker.close()
     return [ident for _, ident in low]
 
 
@@ -303,8 +308,8 @@ def main():
     rows = []
     for threads in thread_counts:
         tgrad_ms, torch_ms, level = {}, {}, None
-        worker = TorchWorker(threads)
         for _ in range(max(1, args.rounds)):
+            worker = TorchWorker(threads)
             report = json.loads(run_json([conv_bench, "--json"] + workloads +
                                          ["--runs", str(args.runs), "--threads", str(threads)],
                                          threads))
@@ -330,9 +335,9 @@ def main():
                          answer["conv"][index[(r["suite"], r["id"])]][r["pass"]])
             for mode, med in answer["train"].items():
                 keep_min(torch_ms, ("train", f"demo_{mode}", "step"), med)
-        rechecked = recheck(args, conv_bench, shapes, threads, worker, geometries, index,
-                            tgrad_ms, torch_ms)
-        worker.close()
+            worker.close()
+        rechecked = recheck(args, conv_bench, shapes, threads, geometries, index, tgrad_ms,
+                            torch_ms)
         print(f"\n## {threads} thread(s), tgrad CPU level {level}")
         if rechecked:
             print(f"(rechecked, {args.recheck} more rounds each: {', '.join(rechecked)})")
