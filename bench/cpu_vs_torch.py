@@ -91,6 +91,7 @@ def torch_worker():
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import train_step_torch  # the demo's model in PyTorch
+    print("ready", flush=True)
     for line in sys.stdin:
         req = json.loads(line)
         torch.set_num_threads(req["threads"])
@@ -166,6 +167,9 @@ class TorchWorker:
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--torch-worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+        # Wait out the import (seconds of work on a core) before anything is timed.
+        if self.proc.stdout.readline().strip() != "ready":
+            sys.exit(f"cpu_vs_torch.py: the PyTorch worker did not start (exit {self.proc.wait()})")
 
     def times(self, runs, steps, geometries, train):
         self.proc.stdin.write(json.dumps(dict(threads=self.threads, runs=runs, steps=steps,
