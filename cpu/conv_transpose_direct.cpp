@@ -942,6 +942,15 @@ bool channels_fill(const Plan& pl, int64_t elem_bytes, int64_t sparse_min_rows) 
   return !kShortTile && pl.cig < block && 4 * pl.cig >= block && pl.rows >= sparse_min_rows;
 }
 constexpr int64_t kDgradSparseMinRows = 192;
+// With more than half a vector of input channels (9 to 23 in float32 at AVX-512: one vector
+// filled past half, with_block_vectors, or two past one and a half), dgrad takes the kernel from
+// kDirectMinSteps rows: against the GEMM path, whose column buffer then holds co x taps copies of
+// dy for only 2 x cig FLOPs an element, 1.14x-2.8x on 64 to 144 rows, 1-D and 2-D, strides 1 and
+// 2, dilated too (docs/performance.md, thirty-sixth session). At 8 channels the GEMM has a tile
+// of its own (8 rows) and won on 64 and 96 rows (0.81x-0.83x): half a vector and below keep 192.
+int64_t dgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
+  return 2 * pl.cig * elem_bytes > gemm::kVecBytes ? kDirectMinSteps : kDgradSparseMinRows;
+}
 constexpr int64_t kStreamedDyBytes = int64_t{1} << 20;  // direct_dgrad_suits
 constexpr int64_t kWgradSparseMinRows = 768;
 
@@ -970,7 +979,7 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // (In 128 bits: the geometry accepts strides whose product overflows.)
   const bool im2col_cheap = pl.in_h == 1 && pl.stride_w == 2 && pl.dil_w == 1 &&
                             !mul_le(int128{2} * pl.stride_h, pl.stride_w, int128{pl.taps} - 1);
-  if (!(channels_fill(pl, elem_bytes, kDgradSparseMinRows) && row && reuse && steps &&
+  if (!(channels_fill(pl, elem_bytes, dgrad_sparse_min_rows(pl, elem_bytes)) && row && reuse && steps &&
         !im2col_cheap))
     return false;
   if (kShortTile && stride_is_constant(pl.stride_w)) return false;

@@ -188,6 +188,16 @@ std::vector<PathCase> path_cases() {
       {"direct dgrad, a quarter of the lanes",
        conv_case_from_shapes(2, {3, 9, 10, 11}, {9, 24, 3, 3}, true, {2, 2}, {1, 1}, {1, 0}, {1, 1},
                              1)},
+      // More than half a vector of input channels takes the direct dgrad from 64 rows at
+      // AVX-512 (dgrad_sparse_min_rows): 12 channels on 8 x 9 = 72 rows, stride 1, dilated, with
+      // paddings 2 and 3 (dy's padded planes read past both sides), 3 items of 13 x 11; and 17
+      // (two vectors, the second one channel) on 16 x 4 = 64 rows at stride 2, output padding.
+      {"direct dgrad, over half a vector on few rows",
+       conv_case_from_shapes(2, {3, 12, 13, 11}, {12, 8, 3, 3}, true, {1, 1}, {2, 3}, {0, 0},
+                             {2, 2}, 1)},
+      {"direct dgrad, 17 channels on 64 rows",
+       conv_case_from_shapes(2, {3, 17, 9, 10}, {17, 16, 2, 2}, false, {2, 2}, {0, 0}, {1, 0},
+                             {1, 1}, 1)},
       {"direct wgrad, a few input channels on many rows",
        conv_case_from_shapes(2, {2, 12, 16, 18}, {12, 96, 3, 3}, false, {1, 1}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
