@@ -77,6 +77,7 @@ constexpr int64_t kDirectMinSteps = 64;
 // few copies of y and the GEMM path measured as fast (S2-S4's k3 and k5 1-D layers).
 constexpr int64_t kForwardMinTaps = 9;
 constexpr int64_t kSparseForwardMaxChannels = 32;  // direct_forward_suits
+constexpr int64_t kOneVectorForwardMaxChannels = 128;  // direct_forward_suits
 // Below AVX-512 (16 vector registers) the tile holds 6 positions, and the gather measured
 // slower than im2col + the backend GEMM, on an Intel and an AMD machine, wherever im2col copies
 // with a constant stride (stride_is_constant: W strides 1, 2 and 4; docs/performance.md, "CPU
@@ -1011,7 +1012,17 @@ bool direct_forward_suits(const Plan& pl, int64_t elem_bytes) {
   const int128 reach_h = int128{pl.kernel_h - 1} * pl.dil_h;
   const int128 reach_w = int128{pl.kernel_w - 1} * pl.dil_w;
   if (pl.pad_h > reach_h || pl.pad_w > reach_w) return false;
-  const bool lanes = fills_lanes(pl.cog, elem_bytes);  // the forward's lanes: output channels
+  // The forward's lanes are its output channels: they fill the tiles, or one vector of them
+  // three quarters or more (12 to 16 in float32 at AVX-512, a tile of one vector:
+  // with_block_vectors) over at most kOneVectorForwardMaxChannels input channels. There the
+  // kernel measured 1.1x-2.3x the GEMM path on 1-D and 2-D layers (8 to 128 input channels, k3 to
+  // k9, dilated too; docs/performance.md, thirty-sixth session); with 192 and 256 input channels
+  // on small images the GEMM's deep products won (0.6x-0.9x), and at 9 and 20 output channels
+  // (one vector 9/16 full, two 20/32) the kernel lost (0.67x, 0.81x).
+  const bool one_vector = pl.cog * elem_bytes <= gemm::kVecBytes &&
+                          4 * pl.cog * elem_bytes >= 3 * gemm::kVecBytes &&
+                          pl.cig <= kOneVectorForwardMaxChannels;
+  const bool lanes = fills_lanes(pl.cog, elem_bytes) || one_vector;
   const bool row = pl.out_w >= 4;
   const bool reuse = int128{pl.batch} * pl.out_hw >= kDirectMinPositions;
   // Rows and columns of y past x's reach (the kernel's overhang where the padding is less than

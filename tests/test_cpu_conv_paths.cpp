@@ -207,6 +207,12 @@ std::vector<PathCase> path_cases() {
       {"direct forward 2-D stride 1, partial channel block, output padding",
        conv_case_from_shapes(2, {2, 8, 12, 14}, {8, 56, 3, 7}, true, {1, 1}, {1, 3}, {1, 0}, {2, 1},
                              1)},
+      // Output channels that fill three quarters of one vector or more (13 at AVX-512: a tile of
+      // one vector, the last three lanes idle) over up to 128 input channels: the direct
+      // forward, 32 input channels, a 5 x 3 kernel with paddings 2 and 1, a bias.
+      {"direct forward, 13 output channels in one vector",
+       conv_case_from_shapes(2, {2, 32, 14, 12}, {32, 13, 5, 3}, true, {1, 1}, {2, 1}, {0, 0},
+                             {1, 1}, 1)},
       // 12 input channels on 7 x 6 images, k4 with no padding: y (10 x 9) is 2.1x x, its
       // overhang sums over zero padding, and still the direct forward takes it (few input
       // channels; kSparseForwardMaxChannels).
