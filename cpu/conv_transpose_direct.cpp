@@ -954,6 +954,16 @@ int64_t dgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
 }
 constexpr int64_t kStreamedDyBytes = int64_t{1} << 20;  // direct_dgrad_suits
 constexpr int64_t kWgradSparseMinRows = 768;
+// As dgrad (dgrad_sparse_min_rows): more than half a vector of input channels takes the direct
+// wgrad from kDirectMinSteps rows, 1.1x-2.8x the GEMM path on 72 to 384 rows, 1-D and 2-D,
+// strides 1 to 3 (docs/performance.md, thirty-sixth session). Not 1-D layers with at most two taps
+// per stride phase, whose column buffer is one or two copies of dy (12 -> 16 k4 s2 on 800
+// positions: 0.7x), nor half a vector and below (8 -> 32 k4 s2: 0.76x).
+int64_t wgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
+  const bool copies_of_dy = pl.in_h == 1 && int128{pl.taps} <= int128{2} * pl.stride_w;
+  return 2 * pl.cig * elem_bytes > gemm::kVecBytes && !copies_of_dy ? kDirectMinSteps
+                                                                    : kWgradSparseMinRows;
+}
 
 // The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
 // geometry accepts strides and dilations whose padded extent would overflow.
@@ -1078,7 +1088,8 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
       pl.in_h > 1 && phases < int128{pl.stride_h} * pl.stride_w && pl.taps < 2 * phases;
   const bool gain =
       pl.taps >= kWgradMinPhaseTaps * phases || (pl.stride_w > 2 && !unreached_phases);
-  if (!(channels_fill(pl, elem_bytes, kWgradSparseMinRows) && gain && out_channels && reuse))
+  if (!(channels_fill(pl, elem_bytes, wgrad_sparse_min_rows(pl, elem_bytes)) && gain &&
+        out_channels && reuse))
     return false;
   // Below AVX-512 a 1-D layer with at most 2 taps per stride phase (k <= 2s: the vocoders' and
   // EnCodec's upsamplers) over a long reduction measured faster on im2col + the GEMM, on an
