@@ -958,11 +958,17 @@ constexpr int64_t kWgradSparseMinRows = 768;
 // wgrad from kDirectMinSteps rows, 1.1x-2.8x the GEMM path on 72 to 384 rows, 1-D and 2-D,
 // strides 1 to 3 (docs/performance.md, thirty-sixth session). Not 1-D layers with at most two taps
 // per stride phase, whose column buffer is one or two copies of dy (12 -> 16 k4 s2 on 800
-// positions: 0.7x), nor half a vector and below (8 -> 32 k4 s2: 0.76x).
+// positions: 0.7x); not layers whose taps leave stride phases unread, whose elements the
+// kernel's channels-last copy of dy still moves (12 -> 8 k2x8 s4 d1x2, 4 of 16 phases: 0.8x);
+// nor half a vector and below (8 -> 32 k4 s2: 0.76x).
 int64_t wgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
   const bool copies_of_dy = pl.in_h == 1 && int128{pl.taps} <= int128{2} * pl.stride_w;
-  return 2 * pl.cig * elem_bytes > gemm::kVecBytes && !copies_of_dy ? kDirectMinSteps
-                                                                    : kWgradSparseMinRows;
+  const bool every_phase =
+      phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h) == pl.stride_h &&
+      phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w) == pl.stride_w;
+  return 2 * pl.cig * elem_bytes > gemm::kVecBytes && !copies_of_dy && every_phase
+             ? kDirectMinSteps
+             : kWgradSparseMinRows;
 }
 
 // The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
