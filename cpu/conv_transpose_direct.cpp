@@ -77,7 +77,7 @@ constexpr int64_t kDirectMinSteps = 64;
 // few copies of y and the GEMM path measured as fast (S2-S4's k3 and k5 1-D layers).
 constexpr int64_t kForwardMinTaps = 9;
 constexpr int64_t kSparseForwardMaxChannels = 32;  // direct_forward_suits
-constexpr int64_t kOneVectorForwardMaxChannels = 128;  // direct_forward_suits
+constexpr int64_t kOneVectorForwardMaxChannels = 64;  // direct_forward_suits
 // Below AVX-512 (16 vector registers) the tile holds 6 positions, and the gather measured
 // slower than im2col + the backend GEMM, on an Intel and an AMD machine, wherever im2col copies
 // with a constant stride (stride_is_constant: W strides 1, 2 and 4; docs/performance.md, "CPU
@@ -947,26 +947,37 @@ constexpr int64_t kDgradSparseMinRows = 192;
 // filled past half, with_block_vectors, or two past one and a half), dgrad takes the kernel from
 // kDirectMinSteps rows: against the GEMM path, whose column buffer then holds co x taps copies of
 // dy for only 2 x cig FLOPs an element, 1.14x-2.8x on 64 to 144 rows, 1-D and 2-D, strides 1 and
-// 2, dilated too (docs/performance.md, thirty-sixth session). At 8 channels the GEMM has a tile
-// of its own (8 rows) and won on 64 and 96 rows (0.81x-0.83x): half a vector and below keep 192.
+// 2, dilated too, on this machine and the 16-core host at 1 to 16 threads (docs/performance.md,
+// thirty-sixth session). At 8 channels the GEMM has a tile of its own (8 rows) and won on 64 and
+// 96 rows (0.81x-0.83x): half a vector and below keep 192, as do 1-D layers with at most two taps
+// per stride phase, whose column buffer is a copy or two of dy (8 groups of 16 -> 8 k8 s4 over
+// 3000 steps: 0.74x-0.83x on the host; 20 -> 8 k8 s4: 0.8x here).
 int64_t dgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
-  return 2 * pl.cig * elem_bytes > gemm::kVecBytes ? kDirectMinSteps : kDgradSparseMinRows;
+  const bool copies_of_dy = pl.in_h == 1 && int128{pl.taps} <= int128{2} * pl.stride_w;
+  return 2 * pl.cig * elem_bytes > gemm::kVecBytes && !copies_of_dy ? kDirectMinSteps
+                                                                    : kDgradSparseMinRows;
 }
 constexpr int64_t kStreamedDyBytes = int64_t{1} << 20;  // direct_dgrad_suits
 constexpr int64_t kWgradSparseMinRows = 768;
-// As dgrad (dgrad_sparse_min_rows): more than half a vector of input channels takes the direct
-// wgrad from kDirectMinSteps rows, 1.1x-2.8x the GEMM path on 72 to 384 rows, 1-D and 2-D,
-// strides 1 to 3 (docs/performance.md, thirty-sixth session). Not 1-D layers with at most two taps
-// per stride phase, whose column buffer is one or two copies of dy (12 -> 16 k4 s2 on 800
-// positions: 0.7x); not layers whose taps leave stride phases unread, whose elements the
-// kernel's channels-last copy of dy still moves (12 -> 8 k2x8 s4 d1x2, 4 of 16 phases: 0.8x);
-// nor half a vector and below (8 -> 32 k4 s2: 0.76x).
+// A whole vector of input channels or more (16 to 23 in float32 at AVX-512) takes the direct wgrad
+// from kDirectMinSteps rows where its tasks, a tile of kTileChannels output channels and one tap
+// each, are at least kWgradRelaxedMinTiles: 1.2x-3.6x the GEMM path at 1 thread and 1.2x-2x at 16
+// on the 16-core host (16 -> 16 k3, 16 -> 24 k4 s2, 20 -> 32 k3, 16 -> 48 k7 1-D, 16 -> 64 k3;
+// docs/performance.md, thirty-sixth session). With fewer tiles the GEMM path spread over 16
+// threads better (16 -> 12 k3, 9 tiles: 2.7x at 1 thread, 0.65x at 16), and with 12 channels too
+// (12 -> 24 k4 s2, 32 tiles: 0.73x at 16). Not 1-D layers with at most two taps per stride
+// phase, whose column buffer is one or two copies of dy (12 -> 16 k4 s2 on 800 positions: 0.7x),
+// nor layers whose taps leave stride phases unread, whose elements the kernel's channels-last
+// copy of dy still moves (12 -> 8 k2x8 s4 d1x2, 4 of 16 phases: 0.8x).
+constexpr int64_t kWgradRelaxedMinTiles = 16;
 int64_t wgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
   const bool copies_of_dy = pl.in_h == 1 && int128{pl.taps} <= int128{2} * pl.stride_w;
   const bool every_phase =
       phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h) == pl.stride_h &&
       phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w) == pl.stride_w;
-  return 2 * pl.cig * elem_bytes > gemm::kVecBytes && !copies_of_dy && every_phase
+  const bool tiles =
+      int128{ceil_div(pl.cog, int64_t{kTileChannels})} * pl.taps >= kWgradRelaxedMinTiles;
+  return pl.cig * elem_bytes >= gemm::kVecBytes && tiles && !copies_of_dy && every_phase
              ? kDirectMinSteps
              : kWgradSparseMinRows;
 }
@@ -1031,10 +1042,10 @@ bool direct_forward_suits(const Plan& pl, int64_t elem_bytes) {
   // The forward's lanes are its output channels: they fill the tiles, or one vector of them
   // three quarters or more (12 to 16 in float32 at AVX-512, a tile of one vector:
   // with_block_vectors) over at most kOneVectorForwardMaxChannels input channels. There the
-  // kernel measured 1.1x-2.3x the GEMM path on 1-D and 2-D layers (8 to 128 input channels, k3 to
-  // k9, dilated too; docs/performance.md, thirty-sixth session); with 192 and 256 input channels
-  // on small images the GEMM's deep products won (0.6x-0.9x), and at 9 and 20 output channels
-  // (one vector 9/16 full, two 20/32) the kernel lost (0.67x, 0.81x).
+  // kernel measured 1.1x-2.3x the GEMM path on 1-D and 2-D layers (8 to 64 input channels, k3 to
+  // k9, dilated too; docs/performance.md, thirty-sixth session); with 96 input channels and more
+  // the GEMM's deeper products won on the 16-core host (0.66x-0.92x), and at 9 and 20 output
+  // channels (one vector 9/16 full, two 20/32) the kernel lost (0.67x, 0.81x).
   const bool one_vector = pl.cog * elem_bytes <= gemm::kVecBytes &&
                           4 * pl.cog * elem_bytes >= 3 * gemm::kVecBytes &&
                           pl.cig <= kOneVectorForwardMaxChannels;

@@ -201,11 +201,12 @@ std::vector<PathCase> path_cases() {
       {"direct wgrad, a few input channels on many rows",
        conv_case_from_shapes(2, {2, 12, 16, 18}, {12, 96, 3, 3}, false, {1, 1}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
-      // More than half a vector of input channels takes the direct wgrad from 64 rows at AVX-512
-      // (wgrad_sparse_min_rows): 20 channels (two vectors, the second a quarter full) on 12 x 9
-      // = 108 rows, dilated in W, 4 items of 12 x 13.
-      {"direct wgrad, over half a vector on few rows",
-       conv_case_from_shapes(2, {4, 20, 12, 13}, {20, 12, 3, 3}, false, {1, 1}, {1, 2}, {0, 0},
+      // A vector of input channels or more takes the direct wgrad from 64 rows at AVX-512 where
+      // its tiles (12 output channels by a tap) are 16 or more (wgrad_sparse_min_rows): 20
+      // channels (two vectors, the second a quarter full) on 24 x 9 = 216 rows, 18 tiles, dilated
+      // in W, 4 items of 12 x 13.
+      {"direct wgrad, a vector and more on few rows",
+       conv_case_from_shapes(2, {4, 20, 12, 13}, {20, 24, 3, 3}, false, {1, 1}, {1, 2}, {0, 0},
                              {1, 2}, 1)},
       // Direct forward (stride 1, 9 taps or more): 56 output channels fill 7/8 of two tile
       // blocks, the last vector half full; 3x7 taps reversed, dilated in H, with an output
