@@ -76,6 +76,13 @@ constexpr int64_t kDirectMinSteps = 64;
 // The forward's gather pays for itself from this many taps: with fewer, the column buffer is a
 // few copies of y and the GEMM path measured as fast (S2-S4's k3 and k5 1-D layers).
 constexpr int64_t kForwardMinTaps = 9;
+// With at most a vector of channels on each side (16 in float32 at AVX-512), from this many:
+// the GEMM path's product is then at most 16 x taps rows by cig steps, too small for its register
+// tiles, and the kernel measured 1.2x-2.4x on the 16-core host at 1 to 16 threads (16 -> 16 k3x2
+// on one 209 x 212 image, and on 8 items of 20 x 20; docs/performance.md, thirty-sixth session).
+// With more output channels it won and lost (16 -> 32 k2: 1.3x-1.7x; 16 -> 64 k2x3: 0.73x-0.94x;
+// 8 -> 32 k2: 0.75x at 1 thread).
+constexpr int64_t kForwardMinTapsFewChannels = 4;
 constexpr int64_t kSparseForwardMaxChannels = 32;  // direct_forward_suits
 constexpr int64_t kOneVectorForwardMaxChannels = 64;  // direct_forward_suits
 // Below AVX-512 (16 vector registers) the tile holds 6 positions, and the gather measured
@@ -1061,7 +1068,9 @@ bool direct_forward_suits(const Plan& pl, int64_t elem_bytes) {
   const int64_t overhang = pl.cig <= kSparseForwardMaxChannels ? 12 : 5;  // quarters of x's size
   const bool dense = 4 * int128{pl.out_hw} <= overhang * int128{pl.in_hw};
   const bool steps = int128{pl.cig} * pl.taps >= kDirectMinSteps;
-  const bool taps = pl.taps >= kForwardMinTaps;
+  const bool few_channels =
+      pl.cig * elem_bytes <= gemm::kVecBytes && pl.cog * elem_bytes <= gemm::kVecBytes;
+  const bool taps = pl.taps >= (few_channels ? kForwardMinTapsFewChannels : kForwardMinTaps);
   if (!(lanes && row && reuse && dense && steps && taps)) return false;
   const int128 window = (pl.out_h + reach_h) * (pl.out_w + reach_w);  // x's padded extent
   return int128{sweep_channels(pl.taps)} * window * elem_bytes <= kMaxPaddedBytes &&

@@ -220,6 +220,11 @@ std::vector<PathCase> path_cases() {
       {"direct forward, 13 output channels in one vector",
        conv_case_from_shapes(2, {2, 32, 14, 12}, {32, 13, 5, 3}, true, {1, 1}, {2, 1}, {0, 0},
                              {1, 1}, 1)},
+      // At most a vector of channels on each side takes the direct forward from 4 taps (not 9):
+      // 16 -> 16 k3x2 on one 20 x 22 image (y 22 x 23).
+      {"direct forward, a vector of channels each side, 6 taps",
+       conv_case_from_shapes(2, {1, 16, 20, 22}, {16, 16, 3, 2}, false, {1, 1}, {0, 0}, {0, 0},
+                             {1, 1}, 1)},
       // 12 input channels on 7 x 6 images, k4 with no padding: y (10 x 9) is 2.1x x, its
       // overhang sums over zero padding, and still the direct forward takes it (few input
       // channels; kSparseForwardMaxChannels).
