@@ -83,7 +83,7 @@ constexpr int64_t kForwardMinTaps = 9;
 // With more output channels it won and lost (16 -> 32 k2: 1.3x-1.7x; 16 -> 64 k2x3: 0.73x-0.94x;
 // 8 -> 32 k2: 0.75x at 1 thread).
 constexpr int64_t kForwardMinTapsFewChannels = 4;
-constexpr int64_t kSparseForwardMaxChannels = 32;  // direct_forward_suits
+constexpr int64_t kSparseForwardMaxChannels = 32;     // direct_forward_suits
 constexpr int64_t kOneVectorForwardMaxChannels = 64;  // direct_forward_suits
 // Below AVX-512 (16 vector registers) the tile holds 6 positions, and the gather measured
 // slower than im2col + the backend GEMM, on an Intel and an AMD machine, wherever im2col copies
@@ -979,9 +979,8 @@ constexpr int64_t kWgradSparseMinRows = 768;
 constexpr int64_t kWgradRelaxedMinTiles = 16;
 int64_t wgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
   const bool copies_of_dy = pl.in_h == 1 && int128{pl.taps} <= int128{2} * pl.stride_w;
-  const bool every_phase =
-      phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h) == pl.stride_h &&
-      phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w) == pl.stride_w;
+  const bool every_phase = phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h) == pl.stride_h &&
+                           phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w) == pl.stride_w;
   const bool tiles =
       int128{ceil_div(pl.cog, int64_t{kTileChannels})} * pl.taps >= kWgradRelaxedMinTiles;
   return pl.cig * elem_bytes >= gemm::kVecBytes && tiles && !copies_of_dy && every_phase
@@ -1014,8 +1013,8 @@ bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // (In 128 bits: the geometry accepts strides whose product overflows.)
   const bool im2col_cheap = pl.in_h == 1 && pl.stride_w == 2 && pl.dil_w == 1 &&
                             !mul_le(int128{2} * pl.stride_h, pl.stride_w, int128{pl.taps} - 1);
-  if (!(channels_fill(pl, elem_bytes, dgrad_sparse_min_rows(pl, elem_bytes)) && row && reuse && steps &&
-        !im2col_cheap))
+  if (!(channels_fill(pl, elem_bytes, dgrad_sparse_min_rows(pl, elem_bytes)) && row && reuse &&
+        steps && !im2col_cheap))
     return false;
   if (kShortTile && stride_is_constant(pl.stride_w)) return false;
   // A 1x1 layer at stride 1 whose column blocks are single items, on planes of dy past
