@@ -950,6 +950,11 @@ bool channels_fill(const Plan& pl, int64_t elem_bytes, int64_t sparse_min_rows) 
   return !kShortTile && pl.cig < block && 4 * pl.cig >= block && pl.rows >= sparse_min_rows;
 }
 constexpr int64_t kDgradSparseMinRows = 192;
+// A 1-D layer with at most two taps per stride phase (k <= 2s): the GEMM path's column buffer
+// is then one or two copies of dy, cheap beside the kernel's windows.
+bool cols_few_copies_of_dy(const Plan& pl) {
+  return pl.in_h == 1 && int128{pl.taps} <= int128{2} * pl.stride_w;
+}
 // With more than half a vector of input channels (9 to 23 in float32 at AVX-512: one vector
 // filled past half, with_block_vectors, or two past one and a half), dgrad takes the kernel from
 // kDirectMinSteps rows: against the GEMM path, whose column buffer then holds co x taps copies of
@@ -960,9 +965,9 @@ constexpr int64_t kDgradSparseMinRows = 192;
 // per stride phase, whose column buffer is a copy or two of dy (8 groups of 16 -> 8 k8 s4 over
 // 3000 steps: 0.74x-0.83x on the host; 20 -> 8 k8 s4: 0.8x here).
 int64_t dgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
-  const bool copies_of_dy = pl.in_h == 1 && int128{pl.taps} <= int128{2} * pl.stride_w;
-  return 2 * pl.cig * elem_bytes > gemm::kVecBytes && !copies_of_dy ? kDirectMinSteps
-                                                                    : kDgradSparseMinRows;
+  return 2 * pl.cig * elem_bytes > gemm::kVecBytes && !cols_few_copies_of_dy(pl)
+             ? kDirectMinSteps
+             : kDgradSparseMinRows;
 }
 constexpr int64_t kStreamedDyBytes = int64_t{1} << 20;  // direct_dgrad_suits
 constexpr int64_t kWgradSparseMinRows = 768;
@@ -978,14 +983,13 @@ constexpr int64_t kWgradSparseMinRows = 768;
 // copy of dy still moves (12 -> 8 k2x8 s4 d1x2, 4 of 16 phases: 0.8x).
 constexpr int64_t kWgradRelaxedMinTiles = 16;
 int64_t wgrad_sparse_min_rows(const Plan& pl, int64_t elem_bytes) {
-  const bool copies_of_dy = pl.in_h == 1 && int128{pl.taps} <= int128{2} * pl.stride_w;
   const bool every_phase = phases_reached(pl.kernel_h, pl.stride_h, pl.dil_h) == pl.stride_h &&
                            phases_reached(pl.kernel_w, pl.stride_w, pl.dil_w) == pl.stride_w;
   const bool tiles =
       int128{ceil_div(pl.cog, int64_t{kTileChannels})} * pl.taps >= kWgradRelaxedMinTiles;
-  return pl.cig * elem_bytes >= gemm::kVecBytes && tiles && !copies_of_dy && every_phase
-             ? kDirectMinSteps
-             : kWgradSparseMinRows;
+  const bool relaxed =
+      pl.cig * elem_bytes >= gemm::kVecBytes && tiles && every_phase && !cols_few_copies_of_dy(pl);
+  return relaxed ? kDirectMinSteps : kWgradSparseMinRows;
 }
 
 // The padded extent of one item's dy, in elements per channel, computed in 128 bits: the
