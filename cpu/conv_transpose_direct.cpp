@@ -973,8 +973,8 @@ constexpr int64_t kStreamedDyBytes = int64_t{1} << 20;  // direct_dgrad_suits
 constexpr int64_t kWgradSparseMinRows = 768;
 // A whole vector of input channels or more (16 to 23 in float32 at AVX-512) takes the direct wgrad
 // from kDirectMinSteps rows where its tasks, a tile of kTileChannels output channels and one tap
-// each, are at least kWgradRelaxedMinTiles: 1.2x-3.6x the GEMM path at 1 thread and 1.2x-2x at 16
-// on the 16-core host (16 -> 16 k3, 16 -> 24 k4 s2, 20 -> 32 k3, 16 -> 48 k7 1-D, 16 -> 64 k3;
+// each, are at least kWgradRelaxedMinTiles: 1.4x-3.6x the GEMM path at 1 thread and 1.0x-1.7x at
+// 16 on the 16-core host (16 -> 16 k3, 16 -> 24 k4 s2, 20 -> 32 k3, 16 -> 48 k7 1-D, 16 -> 64 k3;
 // docs/performance.md, thirty-sixth session). With fewer tiles the GEMM path spread over 16
 // threads better (16 -> 12 k3, 9 tiles: 2.7x at 1 thread, 0.65x at 16), and with 12 channels too
 // (12 -> 24 k4 s2, 32 tiles: 0.73x at 16). Not 1-D layers with at most two taps per stride
@@ -1052,7 +1052,7 @@ bool direct_forward_suits(const Plan& pl, int64_t elem_bytes) {
   // The forward's lanes are its output channels: they fill the tiles, or one vector of them
   // three quarters or more (12 to 16 in float32 at AVX-512, a tile of one vector:
   // with_block_vectors) over at most kOneVectorForwardMaxChannels input channels. There the
-  // kernel measured 1.1x-2.3x the GEMM path on 1-D and 2-D layers (8 to 64 input channels, k3 to
+  // kernel measured 1.1x-2.6x the GEMM path on 1-D and 2-D layers (8 to 64 input channels, k3 to
   // k9, dilated too; docs/performance.md, thirty-sixth session); with 96 input channels and more
   // the GEMM's deeper products won on the 16-core host (0.66x-0.92x), and at 9 and 20 output
   // channels (one vector 9/16 full, two 20/32) the kernel lost (0.67x, 0.81x).
