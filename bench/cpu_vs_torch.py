@@ -37,9 +37,9 @@ import time
 # child lives through one round (or one recheck round) and is then replaced, so that PyTorch, like
 # tgrad's bench, runs in a new process every round: on the 16-core host the same binary's speed
 # changed by up to 1.6x from one process to the next, and a side kept in one process for all
-# rounds got one draw where the other got one per round. After each answer tgrad waits OMP_SETTLE_SECONDS,
-# past the time OpenMP's threads spin before they sleep (libgomp's spin, libiomp's 200 ms
-# KMP_BLOCKTIME), so that they are asleep while tgrad runs.
+# rounds got one draw where the other got one per round. After each answer tgrad waits
+# OMP_SETTLE_SECONDS, past the time OpenMP's threads spin before they sleep (libgomp's spin,
+# libiomp's 200 ms KMP_BLOCKTIME), so that they are asleep while tgrad runs.
 OMP_SETTLE_SECONDS = 0.3
 
 

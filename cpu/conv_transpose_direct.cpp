@@ -1129,7 +1129,7 @@ bool direct_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // fewer channels at a stride im2col copies with a run-time step (3, 6), the copy cost more than
   // the kernel did. Grouped layers keep the kernel: with 8 groups of 16 channels it measured
   // faster, each group's product being too small to pay for the GEMM's packing.
-  if (kShortTile && pl.in_h == 1 && pl.groups == 1 && pl.taps <= int128{2} * pl.stride_w &&
+  if (kShortTile && cols_few_copies_of_dy(pl) && pl.groups == 1 &&
       (int128{pl.batch} * pl.in_w >= kWgradGemmPositions || pl.cig >= kWgradGemmChannels))
     return false;
   if (pl.in_h == 1) {
