@@ -165,6 +165,23 @@ void depthwise_dgrad(const Plan& pl, const float* dy, const float* w, float* dx,
 void depthwise_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads);
 void depthwise_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads);
 void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads);
+// conv_transpose_depthwise_blocked.cpp: the same passes on blocks of channels laid
+// channels-last, for the depthwise shapes its *_suits take (depthwise_* call them there).
+bool depthwise_blocked_forward_suits(const Plan& pl, int64_t elem_bytes);
+bool depthwise_blocked_dgrad_suits(const Plan& pl, int64_t elem_bytes);
+bool depthwise_blocked_wgrad_suits(const Plan& pl, int64_t elem_bytes);
+void depthwise_blocked_forward(const Plan& pl, const float* x, const float* w, const float* b,
+                               float* y, int threads);
+void depthwise_blocked_forward(const Plan& pl, const double* x, const double* w, const double* b,
+                               double* y, int threads);
+void depthwise_blocked_dgrad(const Plan& pl, const float* dy, const float* w, float* dx,
+                             int threads);
+void depthwise_blocked_dgrad(const Plan& pl, const double* dy, const double* w, double* dx,
+                             int threads);
+void depthwise_blocked_wgrad(const Plan& pl, const float* x, const float* dy, float* dw,
+                             int threads);
+void depthwise_blocked_wgrad(const Plan& pl, const double* x, const double* dy, double* dw,
+                             int threads);
 // The same file's forward loops for few input channels per group (any output channels), for the
 // shapes few_input_forward_suits: each (n, co) plane of y gathers its group's input channels.
 inline constexpr int kFewInputForwardChannels = 4;

@@ -455,10 +455,14 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
 
 void depthwise_forward(const Plan& pl, const float* x, const float* w, const float* b, float* y,
                        int threads) {
+  if (depthwise_blocked_forward_suits(pl, sizeof(float)))
+    return depthwise_blocked_forward(pl, x, w, b, y, threads);
   forward_planes<1>(pl, x, w, b, y, threads);
 }
 void depthwise_forward(const Plan& pl, const double* x, const double* w, const double* b, double* y,
                        int threads) {
+  if (depthwise_blocked_forward_suits(pl, sizeof(double)))
+    return depthwise_blocked_forward(pl, x, w, b, y, threads);
   forward_planes<1>(pl, x, w, b, y, threads);
 }
 
@@ -487,15 +491,23 @@ void few_input_forward(const Plan& pl, const double* x, const double* w, const d
   few_input_forward_typed(pl, x, w, b, y, threads);
 }
 void depthwise_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {
+  if (depthwise_blocked_dgrad_suits(pl, sizeof(float)))
+    return depthwise_blocked_dgrad(pl, dy, w, dx, threads);
   dgrad_typed(pl, dy, w, dx, threads);
 }
 void depthwise_dgrad(const Plan& pl, const double* dy, const double* w, double* dx, int threads) {
+  if (depthwise_blocked_dgrad_suits(pl, sizeof(double)))
+    return depthwise_blocked_dgrad(pl, dy, w, dx, threads);
   dgrad_typed(pl, dy, w, dx, threads);
 }
 void depthwise_wgrad(const Plan& pl, const float* x, const float* dy, float* dw, int threads) {
+  if (depthwise_blocked_wgrad_suits(pl, sizeof(float)))
+    return depthwise_blocked_wgrad(pl, x, dy, dw, threads);
   wgrad_typed(pl, x, dy, dw, threads);
 }
 void depthwise_wgrad(const Plan& pl, const double* x, const double* dy, double* dw, int threads) {
+  if (depthwise_blocked_wgrad_suits(pl, sizeof(double)))
+    return depthwise_blocked_wgrad(pl, x, dy, dw, threads);
   wgrad_typed(pl, x, dy, dw, threads);
 }
 

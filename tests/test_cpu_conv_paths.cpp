@@ -505,6 +505,28 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(1, {4, 7, 300}, {7, 1, 5}, true, {1}, {2}, {0}, {3}, 7)},
       {"depthwise 1-D stride 20 (GEMMs)",
        conv_case_from_shapes(1, {2, 3, 40}, {3, 1, 25}, true, {20}, {3}, {0}, {1}, 3)},
+      // Depthwise on blocks of channels laid channels-last (conv_transpose_depthwise_blocked.cpp:
+      // rows of a few vectors, at least half the blocks' lanes holding channels, three quarters
+      // for dgrad). 28 channels (a last block of 12 at AVX-512) at strides 2, padded, dilated
+      // on W, with output padding, every pass; k2 at stride 3, whose third phases no tap
+      // reaches (the bias alone there); 1-D k5 over 40 channels, wgrad in 4 slices of the items
+      // added in order; 20 channels (5/8 of two blocks): the forward and wgrad blocked, dgrad on
+      // its rows; 48 channels at 16 x 16, k4 s2, the work (3 MFLOP) enough to go on several
+      // threads, wgrad's 3 blocks in 6 slices (float64: 6 blocks, 3 slices).
+      {"depthwise blocked, strides 2, dilated, output padding",
+       conv_case_from_shapes(2, {3, 28, 9, 11}, {28, 1, 4, 3}, true, {2, 2}, {1, 2}, {1, 0}, {1, 2},
+                             28)},
+      {"depthwise blocked, k2 s3, phases no tap reaches",
+       conv_case_from_shapes(2, {2, 16, 5, 6}, {16, 1, 2, 2}, true, {3, 3}, {0, 0}, {2, 1}, {1, 1},
+                             16)},
+      {"depthwise blocked, 1-D, wgrad in slices",
+       conv_case_from_shapes(1, {4, 40, 30}, {40, 1, 5}, false, {1}, {2}, {0}, {1}, 40)},
+      {"depthwise blocked, on several threads",
+       conv_case_from_shapes(2, {8, 48, 16, 16}, {48, 1, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
+                             {1, 1}, 48)},
+      {"depthwise blocked forward and wgrad, 20 channels",
+       conv_case_from_shapes(2, {2, 20, 6, 6}, {20, 1, 3, 3}, true, {1, 1}, {1, 1}, {0, 0}, {1, 1},
+                             20)},
       // The forward's stride-2 col2im on rows of exactly one vector (16 at AVX-512, 8 at AVX2):
       // an edge tap's 15 positions go as one vector that starts a position before the tap's
       // first (its lanes there add -0.0), where y and the column buffer have that element. k4 s2

@@ -1,0 +1,442 @@
+// Depthwise ConvTranspose on the CPU (one input and one output channel per group) on blocks of
+// channels laid channels-last: a vector holds one position of L channels (L = the level's lanes),
+// so every lane does useful work whatever the planes' width. conv_transpose_depthwise.cpp runs
+// along a plane's rows instead, a vector of L columns; on small planes (14 x 14, 8 x 8) most of
+// its lanes are past the row's end and its loops over tap rows cost more than the arithmetic
+// (a 512-channel 3 x 3 wgrad on 14 x 14 took 13x PyTorch's time, the dgrad of 128 channels at
+// 8 x 8 3.7x). Here each task copies its block's planes into channels-last buffers (L x L
+// register transposes), zero-padded so that every tap reads inside them, works there, and copies
+// the result back:
+//   forward: y[oh, ow] = b + sum over the taps that reach (oh, ow) of w[kh, kw] x[ih, iw]
+//   dgrad:   dx[ih, iw] = sum over (kh, kw) of w[kh, kw] dy[ih*sh - ph + kh*dh, iw*sw - pw + kw*dw]
+//   wgrad:   dw[kh, kw] = sum over n, ih, iw of x[ih, iw] dy[oh, ow]
+// Each output element is one chain in a fixed order: the forward's bias, then its taps in (kh, kw)
+// order; dgrad's taps in (kh, kw) order; wgrad's positions in (n, ih, iw) order within a slice of
+// the items, the slices (cut by the shape only) then added in order. Tasks are (item, block) or
+// (block, slice): the results do not depend on the thread count (docs/design.md, "Determinism").
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/conv_transpose_cols.h"
+#include "cpu/gemm.h"
+#include "cpu/kernels.h"
+#include "cpu/parallel.h"
+
+// One copy per x86-64 level (cpu/kernels.h); nothing here may be shared between the copies.
+namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv {
+namespace {
+
+template <class T>
+constexpr int kL = gemm::kLanes<T>;
+
+// Positions a register tile of the forward and dgrad holds: P accumulators, the tap's weight
+// vector and the loads beside them within the level's registers.
+constexpr int kTilePositions = gemm::kVecRegisters >= 32 ? 12 : 6;
+// wgrad's taps a sweep over the positions holds, one accumulator each.
+constexpr int kWgradTaps = gemm::kVecRegisters >= 32 ? 24 : 12;
+// A channels-last buffer (one item's block of planes, padded) at most this large: the tasks'
+// buffers stay in L2 while they are worked on. Larger planes keep the row kernels, whose vectors
+// are full there.
+constexpr int64_t kMaxBufferBytes = int64_t{1} << 19;
+// wgrad cuts the items into slices of partial sums for this many tasks, where the blocks are
+// fewer.
+constexpr int64_t kWgradMinTasks = 16;
+
+// cl[p * L + c] = src[c * plane + p] for p < hw and the block's nc channels; lanes past nc zero.
+template <class T>
+void planes_to_cl(const T* src, int64_t plane, int nc, int64_t hw, T* cl) {
+  constexpr int L = kL<T>;
+  int64_t p0 = 0;
+  for (; p0 + L <= hw; p0 += L)
+    gemm::transpose_tile<T, L>(src + p0, plane, nc, cl + p0 * L, L, L);
+  for (; p0 < hw; ++p0)
+    for (int c = 0; c < L; ++c)
+      cl[p0 * L + c] = c < nc ? src[c * plane + p0] : T(0);
+}
+
+// dst[c * plane + p] = cl[p * L + c] for p < hw and c < nc: planes_to_cl's inverse.
+template <class T>
+void cl_to_planes(const T* cl, int64_t hw, int nc, T* dst, int64_t plane) {
+  constexpr int L = kL<T>;
+  int64_t p0 = 0;
+  if (nc == L)
+    for (; p0 + L <= hw; p0 += L)
+      gemm::transpose_tile<T, L>(cl + p0 * L, L, L, dst + p0, plane, L);
+  for (; p0 < hw; ++p0)
+    for (int c = 0; c < nc; ++c)
+      dst[c * plane + p0] = cl[p0 * L + c];
+}
+
+// The flat channels-last rows of `flat` (h rows of w positions) into a padded buffer whose row r
+// starts at (r + top) * row_len + left positions; the padding is left as it is (zero).
+template <class T>
+void pad_rows(const T* flat, int64_t h, int64_t w, T* padded, int64_t row_len, int64_t top,
+              int64_t left) {
+  constexpr int L = kL<T>;
+  for (int64_t r = 0; r < h; ++r)
+    std::memcpy(padded + ((r + top) * row_len + left) * L, flat + r * w * L, sizeof(T) * w * L);
+}
+
+// The taps' weights of a block of channels, wl[t * L + c] = w[(c0 + c) * taps + t], lanes past
+// nc zero.
+template <class T>
+void block_weights(const T* w, int64_t taps, int64_t c0, int nc, T* wl) {
+  constexpr int L = kL<T>;
+  for (int64_t t = 0; t < taps; ++t)
+    for (int c = 0; c < L; ++c)
+      wl[t * L + c] = c < nc ? w[(c0 + c) * taps + t] : T(0);
+}
+
+// out[p] (P positions, `out_step` elements apart) = init + sum over the steps s of wl_s * src_s[p *
+// src_step], one chain per position, steps in order: a step is a weight vector and where its
+// positions' inputs start.
+template <class T>
+struct Step {
+  const T* w;
+  const T* src;
+};
+template <class T, int P>
+void tile(const Step<T>* steps, int64_t count, int64_t src_step, const T* init, T* out,
+          int64_t out_step) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  Vec acc[P];
+  for (int p = 0; p < P; ++p) {
+    if (init != nullptr) {
+      std::memcpy(&acc[p], init, sizeof(Vec));
+    } else {
+      acc[p] = Vec{};
+    }
+  }
+  for (int64_t s = 0; s < count; ++s) {
+    Vec wv;
+    std::memcpy(&wv, steps[s].w, sizeof(Vec));
+    const T* src = steps[s].src;
+    for (int p = 0; p < P; ++p) {
+      Vec v;
+      std::memcpy(&v, src + p * src_step, sizeof(Vec));
+      acc[p] += wv * v;
+    }
+  }
+  for (int p = 0; p < P; ++p)
+    std::memcpy(out + p * out_step, &acc[p], sizeof(Vec));
+}
+
+// tile over n positions, kTilePositions at a time, the steps' sources advanced by `src_step`
+// elements a position.
+template <class T>
+void run_tiles(std::vector<Step<T>>& steps, int64_t count, int64_t n, int64_t src_step,
+               const T* init, T* out, int64_t out_step) {
+  for (int64_t p0 = 0; p0 < n; p0 += kTilePositions) {
+    const int np = static_cast<int>(std::min<int64_t>(kTilePositions, n - p0));
+    gemm::with_count<kTilePositions>(np, [&]<int P>() {
+      tile<T, P>(steps.data(), count, src_step, init, out + p0 * out_step, out_step);
+    });
+    for (int64_t s = 0; s < count; ++s)
+      steps[static_cast<size_t>(s)].src += kTilePositions * src_step;
+  }
+}
+
+// Forward. Along W, output ow = j*sw + r (phase r) gets tap kw from input iw = j - q, where
+// kw*dw - pw = q*sw + r; x's channels-last rows are padded by `left` positions before and enough
+// after that every j of every phase reads inside them (zeros past the row).
+struct ForwardLayout {
+  int64_t left, row_len;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> phase_taps;  // per r: (kw, q)
+};
+
+ForwardLayout forward_layout(const Plan& pl) {
+  ForwardLayout f;
+  f.phase_taps.resize(static_cast<size_t>(pl.stride_w));
+  int64_t q_lo = 0, q_hi = 0;
+  for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
+    const int64_t off = kw * pl.dil_w - pl.pad_w, q = floor_div(off, pl.stride_w);
+    f.phase_taps[static_cast<size_t>(off - q * pl.stride_w)].push_back({kw, q});
+    q_lo = std::min(q_lo, q);
+    q_hi = std::max(q_hi, q);
+  }
+  // j - q ranges over [-q_hi, ceil(out_w / sw) - 1 - q_lo].
+  f.left = q_hi;
+  f.row_len = f.left + std::max(pl.in_w, ceil_div(pl.out_w, pl.stride_w) - q_lo);
+  return f;
+}
+
+// dgrad: dx column iw reads dy column iw*sw - pw + kw*dw, in [-pw, (in_w - 1)*sw - pw + (kw -
+// 1)*dw]; dy's rows padded by `left` before and to `row_len` in all.
+struct DgradLayout {
+  int64_t left, row_len;
+};
+
+DgradLayout dgrad_layout(const Plan& pl) {
+  const int64_t lo = std::min<int64_t>(0, -pl.pad_w);
+  const int64_t hi = (pl.in_w - 1) * pl.stride_w - pl.pad_w + (pl.kernel_w - 1) * pl.dil_w;
+  return {-lo, -lo + std::max(pl.out_w, hi + 1)};
+}
+
+// wgrad reads dy at rows [-ph, (in_h - 1)*sh - ph + (kh - 1)*dh] too: padded on every side.
+struct WgradLayout {
+  int64_t top, rows, left, row_len;
+};
+
+WgradLayout wgrad_layout(const Plan& pl) {
+  const DgradLayout d = dgrad_layout(pl);
+  const int64_t lo = std::min<int64_t>(0, -pl.pad_h);
+  const int64_t hi = (pl.in_h - 1) * pl.stride_h - pl.pad_h + (pl.kernel_h - 1) * pl.dil_h;
+  return {-lo, -lo + std::max(pl.out_h, hi + 1), d.left, d.row_len};
+}
+
+template <class T>
+void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+  constexpr int L = kL<T>;
+  const ForwardLayout f = forward_layout(pl);
+  const int64_t blocks = ceil_div(pl.groups, int64_t{L});
+  const int64_t flat = std::max(pl.in_hw, pl.out_hw) * L;
+  const int64_t padded = pl.in_h * f.row_len * L;
+  parallel_for(
+      threads, pl.batch * blocks,
+      [&] {
+        Workspace<T> ws(flat + padded + (pl.taps + 1) * L);
+        std::fill_n(ws.data() + flat, padded, T(0));
+        return ws;
+      },
+      [&](Workspace<T>& ws, int64_t task) {
+        const int64_t n = task / blocks, c0 = task % blocks * L;
+        const int nc = static_cast<int>(std::min<int64_t>(L, pl.groups - c0));
+        T* cl = ws.data();
+        T* xp = cl + flat;
+        T* wl = xp + padded;
+        T* bias = wl + pl.taps * L;
+        block_weights(w, pl.taps, c0, nc, wl);
+        for (int c = 0; c < L; ++c)
+          bias[c] = b != nullptr && c < nc ? b[c0 + c] : T(0);
+        planes_to_cl(x + (n * pl.groups + c0) * pl.in_hw, pl.in_hw, nc, pl.in_hw, cl);
+        pad_rows(cl, pl.in_h, pl.in_w, xp, f.row_len, 0, f.left);
+        std::vector<Step<T>> steps(static_cast<size_t>(pl.taps));
+        for (int64_t oh = 0; oh < pl.out_h; ++oh) {
+          for (int64_t r = 0; r < std::min(pl.stride_w, pl.out_w); ++r) {
+            int64_t count = 0;
+            for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+              const int64_t num = oh + pl.pad_h - kh * pl.dil_h;
+              if (num < 0 || num % pl.stride_h != 0 || num / pl.stride_h >= pl.in_h) continue;
+              const int64_t ih = num / pl.stride_h;
+              for (const auto& [kw, q] : f.phase_taps[static_cast<size_t>(r)])
+                steps[static_cast<size_t>(count++)] = {wl + (kh * pl.kernel_w + kw) * L,
+                                                       xp + (ih * f.row_len + f.left - q) * L};
+            }
+            const int64_t outputs = ceil_div(pl.out_w - r, pl.stride_w);
+            run_tiles(steps, count, outputs, int64_t{L}, bias, cl + (oh * pl.out_w + r) * L,
+                      pl.stride_w * L);
+          }
+        }
+        cl_to_planes(cl, pl.out_hw, nc, y + (n * pl.groups + c0) * pl.out_hw, pl.out_hw);
+      });
+}
+
+template <class T>
+void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
+  constexpr int L = kL<T>;
+  const DgradLayout d = dgrad_layout(pl);
+  const int64_t blocks = ceil_div(pl.groups, int64_t{L});
+  const int64_t flat = std::max(pl.in_hw, pl.out_hw) * L;
+  const int64_t padded = pl.out_h * d.row_len * L;
+  parallel_for(
+      threads, pl.batch * blocks,
+      [&] {
+        Workspace<T> ws(flat + padded + pl.taps * L);
+        std::fill_n(ws.data() + flat, padded, T(0));
+        return ws;
+      },
+      [&](Workspace<T>& ws, int64_t task) {
+        const int64_t n = task / blocks, c0 = task % blocks * L;
+        const int nc = static_cast<int>(std::min<int64_t>(L, pl.groups - c0));
+        T* cl = ws.data();
+        T* dyp = cl + flat;
+        T* wl = dyp + padded;
+        block_weights(w, pl.taps, c0, nc, wl);
+        planes_to_cl(dy + (n * pl.groups + c0) * pl.out_hw, pl.out_hw, nc, pl.out_hw, cl);
+        pad_rows(cl, pl.out_h, pl.out_w, dyp, d.row_len, 0, d.left);
+        std::vector<Step<T>> steps(static_cast<size_t>(pl.taps));
+        for (int64_t ih = 0; ih < pl.in_h; ++ih) {
+          int64_t count = 0;
+          for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
+            if (ih < pl.h.lo[kh] || ih >= pl.h.hi[kh]) continue;
+            const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
+            for (int64_t kw = 0; kw < pl.kernel_w; ++kw)
+              steps[static_cast<size_t>(count++)] = {
+                  wl + (kh * pl.kernel_w + kw) * L,
+                  dyp + (oh * d.row_len + d.left - pl.pad_w + kw * pl.dil_w) * L};
+          }
+          // Rows no tap reaches are zero (the chain of no steps).
+          run_tiles(steps, count, pl.in_w, pl.stride_w * L, static_cast<const T*>(nullptr),
+                    cl + ih * pl.in_w * L, int64_t{L});
+        }
+        cl_to_planes(cl, pl.in_hw, nc, dx + (n * pl.groups + c0) * pl.in_hw, pl.in_hw);
+      });
+}
+
+// acc[t] += x * src[offsets[t]] for the TB taps of a sweep, over the positions (ih, iw) of x's
+// rows in order.
+template <class T, int TB>
+void wgrad_sweep(const T* xcl, const T* dyp, const int64_t* offsets, int64_t in_h, int64_t in_w,
+                 int64_t row_step, int64_t col_step, T* acc_mem) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int L = kL<T>;
+  Vec acc[TB];
+  for (int t = 0; t < TB; ++t)
+    std::memcpy(&acc[t], acc_mem + t * L, sizeof(Vec));
+  for (int64_t ih = 0; ih < in_h; ++ih) {
+    const T* row = dyp + ih * row_step;
+    for (int64_t iw = 0; iw < in_w; ++iw) {
+      Vec xv;
+      std::memcpy(&xv, xcl + (ih * in_w + iw) * L, sizeof(Vec));
+      const T* at = row + iw * col_step;
+      for (int t = 0; t < TB; ++t) {
+        Vec v;
+        std::memcpy(&v, at + offsets[t], sizeof(Vec));
+        acc[t] += xv * v;
+      }
+    }
+  }
+  for (int t = 0; t < TB; ++t)
+    std::memcpy(acc_mem + t * L, &acc[t], sizeof(Vec));
+}
+
+template <class T>
+void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
+  constexpr int L = kL<T>;
+  const WgradLayout d = wgrad_layout(pl);
+  const int64_t blocks = ceil_div(pl.groups, int64_t{L});
+  const int64_t slices =
+      std::clamp<int64_t>(ceil_div(kWgradMinTasks, blocks), 1, std::max<int64_t>(1, pl.batch));
+  const int64_t flat = std::max(pl.in_hw, pl.out_hw) * L;
+  const int64_t padded = d.rows * d.row_len * L;
+  // Tap t = (kh, kw) reads dy's padded buffer at (ih*sh + kh*dh - ph + top, iw*sw + kw*dw - pw +
+  // left): offsets from (ih*sh, iw*sw).
+  std::vector<int64_t> offsets(static_cast<size_t>(pl.taps));
+  for (int64_t kh = 0; kh < pl.kernel_h; ++kh)
+    for (int64_t kw = 0; kw < pl.kernel_w; ++kw)
+      offsets[static_cast<size_t>(kh * pl.kernel_w + kw)] =
+          ((kh * pl.dil_h - pl.pad_h + d.top) * d.row_len + kw * pl.dil_w - pl.pad_w + d.left) * L;
+  // Partial sums per slice, [slice][block][tap][lane].
+  std::vector<T> partial(static_cast<size_t>(slices * blocks * pl.taps * L), T(0));
+  parallel_for(
+      threads, blocks * slices,
+      [&] {
+        Workspace<T> ws(2 * flat + padded);
+        std::fill_n(ws.data() + 2 * flat, padded, T(0));
+        return ws;
+      },
+      [&](Workspace<T>& ws, int64_t task) {
+        const int64_t blk = task / slices, s = task % slices, c0 = blk * L;
+        const int nc = static_cast<int>(std::min<int64_t>(L, pl.groups - c0));
+        const int64_t n0 = pl.batch * s / slices, n1 = pl.batch * (s + 1) / slices;
+        T* xcl = ws.data();
+        T* cl = xcl + flat;
+        T* dyp = cl + flat;
+        T* acc = partial.data() + (s * blocks + blk) * pl.taps * L;
+        for (int64_t n = n0; n < n1; ++n) {
+          planes_to_cl(x + (n * pl.groups + c0) * pl.in_hw, pl.in_hw, nc, pl.in_hw, xcl);
+          planes_to_cl(dy + (n * pl.groups + c0) * pl.out_hw, pl.out_hw, nc, pl.out_hw, cl);
+          pad_rows(cl, pl.out_h, pl.out_w, dyp, d.row_len, d.top, d.left);
+          for (int64_t t0 = 0; t0 < pl.taps; t0 += kWgradTaps) {
+            const int tb = static_cast<int>(std::min<int64_t>(kWgradTaps, pl.taps - t0));
+            gemm::with_count<kWgradTaps>(tb, [&]<int TB>() {
+              wgrad_sweep<T, TB>(xcl, dyp, offsets.data() + t0, pl.in_h, pl.in_w,
+                                 pl.stride_h * d.row_len * L, pl.stride_w * L, acc + t0 * L);
+            });
+          }
+        }
+      });
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * L, nc = std::min<int64_t>(L, pl.groups - c0);
+    for (int64_t t = 0; t < pl.taps; ++t) {
+      for (int64_t c = 0; c < nc; ++c) {
+        T sum = T(0);
+        for (int64_t s = 0; s < slices; ++s)
+          sum += partial[static_cast<size_t>(((s * blocks + blk) * pl.taps + t) * L + c)];
+        dw[(c0 + c) * pl.taps + t] = sum;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The shape's buffers fit, and its channels fill at least `fill_num / fill_den` of the blocks'
+// lanes.
+bool blocked_common(const Plan& pl, int64_t lanes, int64_t fill_num, int64_t fill_den) {
+  if (pl.cig != 1 || pl.cog != 1 || pl.batch < 1 || pl.in_hw < 1 || pl.out_hw < 1) return false;
+  if (pl.groups * fill_den < ceil_div(pl.groups, lanes) * lanes * fill_num) return false;
+  // Each pass's buffers for one item's block, the padded ones as the layouts above lay them out
+  // (in 128 bits: the geometry accepts paddings and dilations near 2^62 that cancel in the
+  // output's size), within kMaxBufferBytes.
+  const int128 vec = gemm::kVecBytes;
+  const int128 flat = int128{std::max(pl.in_hw, pl.out_hw)} * vec;
+  const auto floor_q = [&](int128 off) {
+    const int128 q = off / pl.stride_w;
+    return (off % pl.stride_w != 0 && off < 0) ? q - 1 : q;
+  };
+  const int128 q_lo = std::min<int128>(0, floor_q(-int128{pl.pad_w}));
+  const int128 q_hi = std::max<int128>(0, floor_q(int128{pl.kernel_w - 1} * pl.dil_w - pl.pad_w));
+  const int128 fwd_row = q_hi + std::max<int128>(pl.in_w, ceil_div(pl.out_w, pl.stride_w) - q_lo);
+  const int128 w_hi =
+      int128{pl.in_w - 1} * pl.stride_w - pl.pad_w + int128{pl.kernel_w - 1} * pl.dil_w;
+  const int128 h_hi =
+      int128{pl.in_h - 1} * pl.stride_h - pl.pad_h + int128{pl.kernel_h - 1} * pl.dil_h;
+  const int128 bwd_row = int128{pl.pad_w} + std::max<int128>(pl.out_w, w_hi + 1);
+  const int128 bwd_rows = int128{pl.pad_h} + std::max<int128>(pl.out_h, h_hi + 1);
+  const int128 most =
+      std::max(flat + int128{pl.in_h} * fwd_row * vec, 2 * flat + bwd_rows * bwd_row * vec);
+  return most <= kMaxBufferBytes;
+}
+
+}  // namespace
+
+// The row kernels' vectors run along W (y's rows in the forward, x's in dgrad and wgrad): rows of
+// a few vectors leave them little to do per loop, and measured at 1 thread (docs/performance.md,
+// thirty-seventh session) the blocks won where rows are at most 3 vectors long (forward and
+// wgrad: 1.2x-26x on 7 x 7 to 40 x 40 planes) or 2 (dgrad: 1.2x-4.5x), and lost past them (a
+// 56 x 56 plane at stride 1: dgrad 0.51x, wgrad 0.77x; 1-D rows of 1000: dgrad 0.43x). dgrad's
+// gather is the row kernels' best pass: with 8 or 21 channels in blocks of 16 it lost (0.64x,
+// 0.89x) and needs three quarters of the lanes; the others half.
+bool depthwise_blocked_forward_suits(const Plan& pl, int64_t elem_bytes) {
+  const int64_t lanes = gemm::kVecBytes / elem_bytes;
+  return pl.out_w <= 3 * lanes && blocked_common(pl, lanes, 1, 2);
+}
+bool depthwise_blocked_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
+  const int64_t lanes = gemm::kVecBytes / elem_bytes;
+  return pl.in_w <= 2 * lanes && blocked_common(pl, lanes, 3, 4);
+}
+bool depthwise_blocked_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
+  const int64_t lanes = gemm::kVecBytes / elem_bytes;
+  return pl.in_w <= 3 * lanes && blocked_common(pl, lanes, 1, 2);
+}
+
+void depthwise_blocked_forward(const Plan& pl, const float* x, const float* w, const float* b,
+                               float* y, int threads) {
+  forward_typed(pl, x, w, b, y, threads);
+}
+void depthwise_blocked_forward(const Plan& pl, const double* x, const double* w, const double* b,
+                               double* y, int threads) {
+  forward_typed(pl, x, w, b, y, threads);
+}
+void depthwise_blocked_dgrad(const Plan& pl, const float* dy, const float* w, float* dx,
+                             int threads) {
+  dgrad_typed(pl, dy, w, dx, threads);
+}
+void depthwise_blocked_dgrad(const Plan& pl, const double* dy, const double* w, double* dx,
+                             int threads) {
+  dgrad_typed(pl, dy, w, dx, threads);
+}
+void depthwise_blocked_wgrad(const Plan& pl, const float* x, const float* dy, float* dw,
+                             int threads) {
+  wgrad_typed(pl, x, dy, dw, threads);
+}
+void depthwise_blocked_wgrad(const Plan& pl, const double* x, const double* dy, double* dw,
+                             int threads) {
+  wgrad_typed(pl, x, dy, dw, threads);
+}
+
+}  // namespace tgrad::cpu::TGRAD_CPU_ISA_NS::conv
