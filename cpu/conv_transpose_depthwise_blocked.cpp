@@ -35,13 +35,9 @@ constexpr int kL = gemm::kLanes<T>;
 constexpr int kTilePositions = gemm::kVecRegisters >= 32 ? 12 : 6;
 // wgrad's taps a sweep over the positions holds, one accumulator each.
 constexpr int kWgradTaps = gemm::kVecRegisters >= 32 ? 24 : 12;
-// A channels-last buffer (one item's block of planes, padded) at most this large: the tasks'
-// buffers stay in L2 while they are worked on. Larger planes keep the row kernels, whose vectors
-// are full there.
-constexpr int64_t kMaxBufferBytes = int64_t{1} << 19;
-// wgrad cuts the items into slices of partial sums for this many tasks, where the blocks are
-// fewer.
-constexpr int64_t kWgradMinTasks = 16;
+// A task's channels-last buffers (an item's block of planes, flat and padded) at most this large,
+// each thread holding one set: larger planes keep the row kernels, whose vectors are full there.
+constexpr int64_t kMaxBufferBytes = int64_t{4} << 20;
 
 // cl[p * L + c] = src[c * plane + p] for p < hw and the block's nc channels; lanes past nc zero.
 template <class T>
@@ -185,22 +181,34 @@ WgradLayout wgrad_layout(const Plan& pl) {
   return {-lo, -lo + std::max(pl.out_h, hi + 1), d.left, d.row_len};
 }
 
+// Bands of rows a pass's (item, block) tasks are cut into: enough for kMinTasks tasks where the
+// rows allow (one item of 64 channels is 4 blocks). A band copies only the rows its taps read and
+// computes whole output elements, so the cut changes no bit.
+int64_t bands_for(int64_t tasks, int64_t rows) {
+  return std::clamp<int64_t>(ceil_div(kMinTasks, std::max<int64_t>(1, tasks)), 1,
+                             std::max<int64_t>(1, rows));
+}
+
 template <class T>
 void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
   constexpr int L = kL<T>;
   const ForwardLayout f = forward_layout(pl);
   const int64_t blocks = ceil_div(pl.groups, int64_t{L});
+  const int64_t bands = bands_for(pl.batch * blocks, pl.out_h);
   const int64_t flat = std::max(pl.in_hw, pl.out_hw) * L;
   const int64_t padded = pl.in_h * f.row_len * L;
   parallel_for(
-      threads, pl.batch * blocks,
+      threads, pl.batch * blocks * bands,
       [&] {
         Workspace<T> ws(flat + padded + (pl.taps + 1) * L);
         std::fill_n(ws.data() + flat, padded, T(0));
         return ws;
       },
       [&](Workspace<T>& ws, int64_t task) {
-        const int64_t n = task / blocks, c0 = task % blocks * L;
+        const int64_t n = task / (blocks * bands), c0 = task / bands % blocks * L;
+        const int64_t band = task % bands;
+        const int64_t oh0 = pl.out_h * band / bands, oh1 = pl.out_h * (band + 1) / bands;
+        if (oh0 == oh1) return;
         const int nc = static_cast<int>(std::min<int64_t>(L, pl.groups - c0));
         T* cl = ws.data();
         T* xp = cl + flat;
@@ -209,10 +217,17 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
         block_weights(w, pl.taps, c0, nc, wl);
         for (int c = 0; c < L; ++c)
           bias[c] = b != nullptr && c < nc ? b[c0 + c] : T(0);
-        planes_to_cl(x + (n * pl.groups + c0) * pl.in_hw, pl.in_hw, nc, pl.in_hw, cl);
-        pad_rows(cl, pl.in_h, pl.in_w, xp, f.row_len, 0, f.left);
+        // The input rows the band's outputs read: ih = (oh + ph - kh*dh) / sh.
+        const int64_t ih0 = std::max<int64_t>(
+            0, ceil_div(oh0 + pl.pad_h - (pl.kernel_h - 1) * pl.dil_h, pl.stride_h));
+        const int64_t ih1 = std::min(pl.in_h, floor_div(oh1 - 1 + pl.pad_h, pl.stride_h) + 1);
+        if (ih0 < ih1) {
+          planes_to_cl(x + (n * pl.groups + c0) * pl.in_hw + ih0 * pl.in_w, pl.in_hw, nc,
+                       (ih1 - ih0) * pl.in_w, cl);
+          pad_rows(cl, ih1 - ih0, pl.in_w, xp, f.row_len, ih0, f.left);
+        }
         std::vector<Step<T>> steps(static_cast<size_t>(pl.taps));
-        for (int64_t oh = 0; oh < pl.out_h; ++oh) {
+        for (int64_t oh = oh0; oh < oh1; ++oh) {
           for (int64_t r = 0; r < std::min(pl.stride_w, pl.out_w); ++r) {
             int64_t count = 0;
             for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
@@ -224,11 +239,12 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
                                                        xp + (ih * f.row_len + f.left - q) * L};
             }
             const int64_t outputs = ceil_div(pl.out_w - r, pl.stride_w);
-            run_tiles(steps, count, outputs, int64_t{L}, bias, cl + (oh * pl.out_w + r) * L,
+            run_tiles(steps, count, outputs, int64_t{L}, bias, cl + ((oh - oh0) * pl.out_w + r) * L,
                       pl.stride_w * L);
           }
         }
-        cl_to_planes(cl, pl.out_hw, nc, y + (n * pl.groups + c0) * pl.out_hw, pl.out_hw);
+        cl_to_planes(cl, (oh1 - oh0) * pl.out_w, nc,
+                     y + (n * pl.groups + c0) * pl.out_hw + oh0 * pl.out_w, pl.out_hw);
       });
 }
 
@@ -237,26 +253,37 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   constexpr int L = kL<T>;
   const DgradLayout d = dgrad_layout(pl);
   const int64_t blocks = ceil_div(pl.groups, int64_t{L});
+  const int64_t bands = bands_for(pl.batch * blocks, pl.in_h);
   const int64_t flat = std::max(pl.in_hw, pl.out_hw) * L;
   const int64_t padded = pl.out_h * d.row_len * L;
   parallel_for(
-      threads, pl.batch * blocks,
+      threads, pl.batch * blocks * bands,
       [&] {
         Workspace<T> ws(flat + padded + pl.taps * L);
         std::fill_n(ws.data() + flat, padded, T(0));
         return ws;
       },
       [&](Workspace<T>& ws, int64_t task) {
-        const int64_t n = task / blocks, c0 = task % blocks * L;
+        const int64_t n = task / (blocks * bands), c0 = task / bands % blocks * L;
+        const int64_t band = task % bands;
+        const int64_t ih0 = pl.in_h * band / bands, ih1 = pl.in_h * (band + 1) / bands;
+        if (ih0 == ih1) return;
         const int nc = static_cast<int>(std::min<int64_t>(L, pl.groups - c0));
         T* cl = ws.data();
         T* dyp = cl + flat;
         T* wl = dyp + padded;
         block_weights(w, pl.taps, c0, nc, wl);
-        planes_to_cl(dy + (n * pl.groups + c0) * pl.out_hw, pl.out_hw, nc, pl.out_hw, cl);
-        pad_rows(cl, pl.out_h, pl.out_w, dyp, d.row_len, 0, d.left);
+        // The rows of dy the band's taps read.
+        const int64_t oh0 = std::max<int64_t>(0, ih0 * pl.stride_h - pl.pad_h);
+        const int64_t oh1 = std::min(
+            pl.out_h, (ih1 - 1) * pl.stride_h - pl.pad_h + (pl.kernel_h - 1) * pl.dil_h + 1);
+        if (oh0 < oh1) {
+          planes_to_cl(dy + (n * pl.groups + c0) * pl.out_hw + oh0 * pl.out_w, pl.out_hw, nc,
+                       (oh1 - oh0) * pl.out_w, cl);
+          pad_rows(cl, oh1 - oh0, pl.out_w, dyp, d.row_len, oh0, d.left);
+        }
         std::vector<Step<T>> steps(static_cast<size_t>(pl.taps));
-        for (int64_t ih = 0; ih < pl.in_h; ++ih) {
+        for (int64_t ih = ih0; ih < ih1; ++ih) {
           int64_t count = 0;
           for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
             if (ih < pl.h.lo[kh] || ih >= pl.h.hi[kh]) continue;
@@ -268,9 +295,10 @@ void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
           }
           // Rows no tap reaches are zero (the chain of no steps).
           run_tiles(steps, count, pl.in_w, pl.stride_w * L, static_cast<const T*>(nullptr),
-                    cl + ih * pl.in_w * L, int64_t{L});
+                    cl + (ih - ih0) * pl.in_w * L, int64_t{L});
         }
-        cl_to_planes(cl, pl.in_hw, nc, dx + (n * pl.groups + c0) * pl.in_hw, pl.in_hw);
+        cl_to_planes(cl, (ih1 - ih0) * pl.in_w, nc,
+                     dx + (n * pl.groups + c0) * pl.in_hw + ih0 * pl.in_w, pl.in_hw);
       });
 }
 
@@ -301,13 +329,16 @@ void wgrad_sweep(const T* xcl, const T* dyp, const int64_t* offsets, int64_t in_
     std::memcpy(acc_mem + t * L, &acc[t], sizeof(Vec));
 }
 
+// wgrad: tasks (block, slice), a slice a run of the rows of x over the batch, (n, ih) in order,
+// cut by the shape only; each sums its rows' products in order into its partial sums, and the
+// slices' partials are added in slice order.
 template <class T>
 void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   constexpr int L = kL<T>;
   const WgradLayout d = wgrad_layout(pl);
   const int64_t blocks = ceil_div(pl.groups, int64_t{L});
-  const int64_t slices =
-      std::clamp<int64_t>(ceil_div(kWgradMinTasks, blocks), 1, std::max<int64_t>(1, pl.batch));
+  const int64_t units = pl.batch * pl.in_h;
+  const int64_t slices = bands_for(blocks, units);
   const int64_t flat = std::max(pl.in_hw, pl.out_hw) * L;
   const int64_t padded = d.rows * d.row_len * L;
   // Tap t = (kh, kw) reads dy's padded buffer at (ih*sh + kh*dh - ph + top, iw*sw + kw*dw - pw +
@@ -329,20 +360,31 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
       [&](Workspace<T>& ws, int64_t task) {
         const int64_t blk = task / slices, s = task % slices, c0 = blk * L;
         const int nc = static_cast<int>(std::min<int64_t>(L, pl.groups - c0));
-        const int64_t n0 = pl.batch * s / slices, n1 = pl.batch * (s + 1) / slices;
+        const int64_t u0 = units * s / slices, u1 = units * (s + 1) / slices;
         T* xcl = ws.data();
         T* cl = xcl + flat;
         T* dyp = cl + flat;
         T* acc = partial.data() + (s * blocks + blk) * pl.taps * L;
-        for (int64_t n = n0; n < n1; ++n) {
-          planes_to_cl(x + (n * pl.groups + c0) * pl.in_hw, pl.in_hw, nc, pl.in_hw, xcl);
-          planes_to_cl(dy + (n * pl.groups + c0) * pl.out_hw, pl.out_hw, nc, pl.out_hw, cl);
-          pad_rows(cl, pl.out_h, pl.out_w, dyp, d.row_len, d.top, d.left);
+        for (int64_t u = u0; u < u1;) {
+          // The slice's rows [r0, r1) of item n.
+          const int64_t n = u / pl.in_h, r0 = u % pl.in_h;
+          const int64_t r1 = std::min(pl.in_h, r0 + (u1 - u));
+          u += r1 - r0;
+          const int64_t oh0 = std::max<int64_t>(0, r0 * pl.stride_h - pl.pad_h);
+          const int64_t oh1 = std::min(
+              pl.out_h, (r1 - 1) * pl.stride_h - pl.pad_h + (pl.kernel_h - 1) * pl.dil_h + 1);
+          if (oh0 >= oh1) continue;  // no tap of these rows lands inside y
+          planes_to_cl(x + (n * pl.groups + c0) * pl.in_hw + r0 * pl.in_w, pl.in_hw, nc,
+                       (r1 - r0) * pl.in_w, xcl);
+          planes_to_cl(dy + (n * pl.groups + c0) * pl.out_hw + oh0 * pl.out_w, pl.out_hw, nc,
+                       (oh1 - oh0) * pl.out_w, cl);
+          pad_rows(cl, oh1 - oh0, pl.out_w, dyp, d.row_len, d.top + oh0, d.left);
           for (int64_t t0 = 0; t0 < pl.taps; t0 += kWgradTaps) {
             const int tb = static_cast<int>(std::min<int64_t>(kWgradTaps, pl.taps - t0));
             gemm::with_count<kWgradTaps>(tb, [&]<int TB>() {
-              wgrad_sweep<T, TB>(xcl, dyp, offsets.data() + t0, pl.in_h, pl.in_w,
-                                 pl.stride_h * d.row_len * L, pl.stride_w * L, acc + t0 * L);
+              wgrad_sweep<T, TB>(xcl, dyp + r0 * pl.stride_h * d.row_len * L, offsets.data() + t0,
+                                 r1 - r0, pl.in_w, pl.stride_h * d.row_len * L, pl.stride_w * L,
+                                 acc + t0 * L);
             });
           }
         }
@@ -364,7 +406,7 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
 
 namespace {
 
-// The shape's buffers fit, and its channels fill at least `fill_num / fill_den` of the blocks'
+// The shape's buffers fit, and its channels fill at least fill_num / fill_den of the blocks'
 // lanes.
 bool blocked_common(const Plan& pl, int64_t lanes, int64_t fill_num, int64_t fill_den) {
   if (pl.cig != 1 || pl.cog != 1 || pl.batch < 1 || pl.in_hw < 1 || pl.out_hw < 1) return false;
@@ -394,24 +436,26 @@ bool blocked_common(const Plan& pl, int64_t lanes, int64_t fill_num, int64_t fil
 
 }  // namespace
 
-// The row kernels' vectors run along W (y's rows in the forward, x's in dgrad and wgrad): rows of
-// a few vectors leave them little to do per loop, and measured at 1 thread (docs/performance.md,
-// thirty-seventh session) the blocks won where rows are at most 3 vectors long (forward and
-// wgrad: 1.2x-26x on 7 x 7 to 40 x 40 planes) or 2 (dgrad: 1.2x-4.5x), and lost past them (a
-// 56 x 56 plane at stride 1: dgrad 0.51x, wgrad 0.77x; 1-D rows of 1000: dgrad 0.43x). dgrad's
-// gather is the row kernels' best pass: with 8 or 21 channels in blocks of 16 it lost (0.64x,
-// 0.89x) and needs three quarters of the lanes; the others half.
+// The row kernels' vectors run along W (y's rows in the forward, x's in dgrad and wgrad), the
+// blocks' along the channels. Measured at 1 thread against the row kernels (docs/performance.md,
+// thirty-seventh session), the blocks won the forward and wgrad on every 2-D plane from 7 x 7 to
+// 112 x 112 (1.2x-26x) and on 1-D rows with 4 taps or more; they lost on long 1-D rows of 3 taps
+// (1000 positions: 0.63x forward, 0.77x wgrad), where the transposes cost more than the taps, and
+// the forward with half the lanes empty (8 channels in blocks of 16: 0.93x; wgrad won 4.2x
+// there). dgrad's rows are the row kernels' best case: the blocks won on rows under 2 vectors
+// (1.3x-6x) and lost or tied from 2 vectors on (32 x 32 at stride 2: 0.87x-1.1x, 112 x 112:
+// 0.79x), and with a quarter of the lanes or more empty (8, 21 and 24 channels: 0.70x-0.96x).
 bool depthwise_blocked_forward_suits(const Plan& pl, int64_t elem_bytes) {
   const int64_t lanes = gemm::kVecBytes / elem_bytes;
-  return pl.out_w <= 3 * lanes && blocked_common(pl, lanes, 1, 2);
+  return (pl.out_w <= 3 * lanes || pl.taps >= 4) && blocked_common(pl, lanes, 9, 16);
 }
 bool depthwise_blocked_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   const int64_t lanes = gemm::kVecBytes / elem_bytes;
-  return pl.in_w <= 2 * lanes && blocked_common(pl, lanes, 3, 4);
+  return pl.in_w < 2 * lanes && blocked_common(pl, lanes, 13, 16);
 }
 bool depthwise_blocked_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
   const int64_t lanes = gemm::kVecBytes / elem_bytes;
-  return pl.in_w <= 3 * lanes && blocked_common(pl, lanes, 1, 2);
+  return (pl.in_w <= 3 * lanes || pl.taps >= 4) && blocked_common(pl, lanes, 8, 16);
 }
 
 void depthwise_blocked_forward(const Plan& pl, const float* x, const float* w, const float* b,

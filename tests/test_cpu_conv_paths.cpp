@@ -512,7 +512,9 @@ std::vector<PathCase> path_cases() {
       // reaches (the bias alone there); 1-D k5 over 40 channels, wgrad in 4 slices of the items
       // added in order; 20 channels (5/8 of two blocks): the forward and wgrad blocked, dgrad on
       // its rows; 48 channels at 16 x 16, k4 s2, the work (3 MFLOP) enough to go on several
-      // threads, wgrad's 3 blocks in 6 slices (float64: 6 blocks, 3 slices).
+      // threads, wgrad's 3 blocks in 6 slices (float64: 6 blocks, 3 slices); one item of 32
+      // channels, k7 s2: 2 blocks, so the forward and dgrad cut the rows into 8 bands, wgrad
+      // into 8 slices.
       {"depthwise blocked, strides 2, dilated, output padding",
        conv_case_from_shapes(2, {3, 28, 9, 11}, {28, 1, 4, 3}, true, {2, 2}, {1, 2}, {1, 0}, {1, 2},
                              28)},
@@ -524,6 +526,9 @@ std::vector<PathCase> path_cases() {
       {"depthwise blocked, on several threads",
        conv_case_from_shapes(2, {8, 48, 16, 16}, {48, 1, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 48)},
+      {"depthwise blocked, one item in bands of rows",
+       conv_case_from_shapes(2, {1, 32, 32, 32}, {32, 1, 7, 7}, true, {2, 2}, {3, 3}, {1, 1},
+                             {1, 1}, 32)},
       {"depthwise blocked forward and wgrad, 20 channels",
        conv_case_from_shapes(2, {2, 20, 6, 6}, {20, 1, 3, 3}, true, {1, 1}, {1, 1}, {0, 0}, {1, 1},
                              20)},
