@@ -946,7 +946,7 @@ void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype(), [&]<class T>() {
     forward_typed<T>(pl, data<T>(x), data<T>(w), b != nullptr ? data<T>(*b) : nullptr, data<T>(y),
-                     threads_for(g.flops(), threads));
+                     threads_for(pass_work(g, pl), threads));
   });
 }
 
@@ -960,7 +960,7 @@ void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor&
   if (dx.numel() == 0) return;
   dispatch_floating(dx.dtype(), [&]<class T>() {
     dgrad_typed<T>(pl, data<T>(dy), data<T>(w), data<T>(dx), g.x_numel(),
-                   threads_for(g.flops(), threads));
+                   threads_for(pass_work(g, pl), threads));
   });
 }
 

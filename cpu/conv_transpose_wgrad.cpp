@@ -940,7 +940,7 @@ void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& 
       return;
     }
     wgrad_typed<T>(pl, data<T>(x), data<T>(dy), data<T>(dw), g.w_numel(),
-                   threads_for(g.flops(), threads));
+                   threads_for(pass_work(g, pl), threads));
   });
 }
 
