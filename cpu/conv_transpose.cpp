@@ -945,8 +945,9 @@ void conv_transpose_forward(const ConvGeometry& g, const Tensor& x, const Tensor
   if (b != nullptr) check_numel(*b, g.out_channels, fn, "b", g);
   if (y.numel() == 0) return;
   dispatch_floating(y.dtype(), [&]<class T>() {
+    const bool blocked = depthwise(pl) && depthwise_blocked_forward_suits(pl, sizeof(T));
     forward_typed<T>(pl, data<T>(x), data<T>(w), b != nullptr ? data<T>(*b) : nullptr, data<T>(y),
-                     threads_for(pass_work(g, pl), threads));
+                     threads_for(pass_work(g, blocked), threads));
   });
 }
 
@@ -959,8 +960,9 @@ void conv_transpose_dgrad(const ConvGeometry& g, const Tensor& dy, const Tensor&
   check_numel(dx, g.x_numel(), fn, "dx", g);
   if (dx.numel() == 0) return;
   dispatch_floating(dx.dtype(), [&]<class T>() {
+    const bool blocked = depthwise(pl) && depthwise_blocked_dgrad_suits(pl, sizeof(T));
     dgrad_typed<T>(pl, data<T>(dy), data<T>(w), data<T>(dx), g.x_numel(),
-                   threads_for(pass_work(g, pl), threads));
+                   threads_for(pass_work(g, blocked), threads));
   });
 }
 

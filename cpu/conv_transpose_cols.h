@@ -154,16 +154,17 @@ inline bool depthwise(const Plan& pl) {
   return pl.cig == 1 && pl.cog == 1 && pl.stride_w <= kMaxPhases;
 }
 
-// The work threads_for weighs a pass by: its multiply-adds, but for a depthwise layer, whose
-// few multiply-adds per element leave its time to the elements it moves, at least
-// kDepthwiseElementWork per element of x and y. On flops alone a 96-channel 12 x 12 k3 s2 layer
-// (2 MFLOP, 0.55 M elements, 0.2 ms) stayed on one thread at 16 threads, where PyTorch took
-// 0.12 ms.
-inline constexpr double kDepthwiseElementWork = 16;
-inline double pass_work(const ConvGeometry& g, const Plan& pl) {
-  if (!depthwise(pl)) return g.flops();
-  return std::max(g.flops(), kDepthwiseElementWork * (static_cast<double>(g.x_numel()) +
-                                                      static_cast<double>(g.y_numel())));
+// The work threads_for weighs a pass by: its multiply-adds, or at least kMovedElementWork per
+// element of x and y where the pass is on the depthwise blocks (`blocked`), whose few
+// multiply-adds an element leave its time to the elements it moves. On flops alone a 96-channel
+// 12 x 12 k3 s2 dgrad (2 MFLOP, 0.55 M elements, 0.2 ms) stayed on one thread at 16 threads,
+// where PyTorch took 0.12 ms. The row kernels keep the flops: a 1-D dgrad of 256 planes of 64
+// went from 0.11 ms on one thread to 0.25 ms on 16.
+inline constexpr double kMovedElementWork = 16;
+inline double pass_work(const ConvGeometry& g, bool blocked) {
+  if (!blocked) return g.flops();
+  return std::max(g.flops(), kMovedElementWork * (static_cast<double>(g.x_numel()) +
+                                                  static_cast<double>(g.y_numel())));
 }
 
 // conv_transpose_depthwise.cpp: the passes when depthwise(pl).

@@ -939,8 +939,9 @@ void conv_transpose_wgrad(const ConvGeometry& g, const Tensor& x, const Tensor& 
       std::fill_n(data<T>(dw), g.w_numel(), T(0));
       return;
     }
+    const bool blocked = depthwise(pl) && depthwise_blocked_wgrad_suits(pl, sizeof(T));
     wgrad_typed<T>(pl, data<T>(x), data<T>(dy), data<T>(dw), g.w_numel(),
-                   threads_for(pass_work(g, pl), threads));
+                   threads_for(pass_work(g, blocked), threads));
   });
 }
 
