@@ -72,6 +72,13 @@ constexpr int64_t kMaxPaddedBytes = int64_t{32} << 20;
 // The weight is packed once per call: that pays when every packed element serves at least this
 // many positions (batch x input positions).
 constexpr int64_t kDirectMinPositions = 256;
+// dgrad's kernel from this many positions where the few-columns product does not take the shape
+// (a weight past L2 on up to 256 columns, or up to 64 columns: it reads the weight once, in
+// place, where the kernel's tiles stream all of it once per row of positions). On 64 to 255
+// positions with a weight of up to 1.2 MiB, the kernel ran 1.1x-3.2x faster than the GEMM path
+// at 1, 4 and 16 threads on the 16-core host (docs/performance.md, thirty-seventh session); with
+// the few-columns shapes (256 -> 128 on one 8 x 8 item, 2 MiB) it lost 0.68x-0.86x.
+constexpr int64_t kDirectDgradMinPositions = 64;
 constexpr int64_t kDirectMinSteps = 64;
 // The forward's gather pays for itself from this many taps: with fewer, the column buffer is a
 // few copies of y and the GEMM path measured as fast (S2-S4's k3 and k5 1-D layers).
@@ -1005,7 +1012,10 @@ int128 padded_elems(const Plan& pl) {
 bool direct_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // Fewer positions per tile than this leave too few accumulators to hide the FMAs' latency.
   const bool row = pl.in_w >= 4;
-  const bool reuse = int128{pl.batch} * pl.in_hw >= kDirectMinPositions;
+  const int128 positions = int128{pl.batch} * pl.in_hw;
+  const bool reuse = positions >= kDirectMinPositions ||
+                     (positions >= kDirectDgradMinPositions &&
+                      !few_columns_wide_fit(pl, pl.in_channels * pl.rows * elem_bytes));
   // A tile's sums go through memory once (the transposed store into dx): the tile needs enough
   // steps of (co, kh, kw) to amortize that.
   const bool steps = pl.rows >= kDirectMinSteps;

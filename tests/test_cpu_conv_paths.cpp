@@ -388,18 +388,19 @@ std::vector<PathCase> path_cases() {
       // padding.
       {"few rows, 2-D, 2 items", conv_case_from_shapes(2, {2, 9, 15, 17}, {9, 2, 3, 3}, false,
                                                        {2, 2}, {1, 1}, {1, 0}, {1, 1}, 1)},
-      // Batch 1, 200 input channels on a 9 x 11 image (99 columns, one column block, one
-      // task by the shape): dgrad and wgrad cut the input channels for the threads (channel_cut)
+      // Batch 1, 200 input channels on a 33 x 3 image (99 columns, one column block, one task by
+      // the shape; rows of 3, too short for the direct dgrad, which takes 64 positions or more
+      // of a small weight): dgrad and wgrad cut the input channels for the threads (channel_cut)
       // into blocks of 96 + 104 at 2 threads (the short quantum in the larger block), 4 x 48 + 8
       // at 5 and 16; no cut at 1.
       {"input channels cut for the threads, batch 1",
-       conv_case_from_shapes(2, {1, 200, 9, 11}, {200, 40, 2, 2}, true, {2, 2}, {0, 0}, {0, 0},
+       conv_case_from_shapes(2, {1, 200, 33, 3}, {200, 40, 2, 2}, true, {2, 2}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
-      // The same cut on a block of 3 items of 5 x 5 (x and dx go through buffers, channel by
+      // The same cut on a block of 3 items of 8 x 3 (x and dx go through buffers, channel by
       // channel from the block's first), 144 input channels: 48 + 96 at 2 threads, 3 x 48 at 5
       // and 16.
       {"input channels cut for the threads, items batched",
-       conv_case_from_shapes(2, {3, 144, 5, 5}, {144, 24, 3, 3}, false, {2, 2}, {1, 1}, {1, 1},
+       conv_case_from_shapes(2, {3, 144, 8, 3}, {144, 24, 3, 3}, false, {2, 2}, {1, 1}, {1, 1},
                              {1, 1}, 1)},
       // wgrad's GEMM path (k2 s2: one tap per stride phase, so not the direct kernel), one task
       // by the shape, its 30 output channels cut for the threads (output_channel_parts) into
