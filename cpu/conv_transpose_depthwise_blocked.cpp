@@ -74,6 +74,17 @@ void pad_rows(const T* flat, int64_t h, int64_t w, T* padded, int64_t row_len, i
     std::memcpy(padded + ((r + top) * row_len + left) * L, flat + r * w * L, sizeof(T) * w * L);
 }
 
+// Rows [r0, r1) of a block's planes (rows of w positions; channel 0's plane at src, `plane`
+// elements apart) into a padded buffer as pad_rows lays them out, row r at (r + top) * row_len +
+// left positions, through the flat buffer cl.
+template <class T>
+void rows_to_padded(const T* src, int64_t plane, int nc, int64_t r0, int64_t r1, int64_t w, T* cl,
+                    T* padded, int64_t row_len, int64_t top, int64_t left) {
+  if (r0 >= r1) return;
+  planes_to_cl(src + r0 * w, plane, nc, (r1 - r0) * w, cl);
+  pad_rows(cl, r1 - r0, w, padded, row_len, top + r0, left);
+}
+
 // The taps' weights of a block of channels, wl[t * L + c] = w[(c0 + c) * taps + t], lanes past
 // nc zero.
 template <class T>
@@ -201,30 +212,41 @@ int64_t bands_for(int64_t tasks, int64_t rows, int64_t plane_positions) {
   return std::clamp<int64_t>(bands, 1, rows);
 }
 
-template <class T>
-void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+// Runs fn(cl, padded, extra, n, c0, nc, r0, r1) for every task (item n, block of channels from c0,
+// nc of them, band [r0, r1) of `rows` rows), each thread holding scratch of a flat channels-last
+// buffer, `padded` elements of padded buffer (zero at first: every task writes the same columns
+// of its rows, so the padding stays zero) and `extra` elements.
+template <class T, class Fn>
+void for_each_band(const Plan& pl, int64_t rows, int64_t plane_positions, int64_t padded,
+                   int64_t extra, int threads, Fn&& fn) {
   constexpr int L = kL<T>;
-  const ForwardLayout f = forward_layout(pl);
   const int64_t blocks = ceil_div(pl.groups, int64_t{L});
-  const int64_t bands = bands_for(pl.batch * blocks, pl.out_h, pl.out_hw);
+  const int64_t bands = bands_for(pl.batch * blocks, rows, plane_positions);
   const int64_t flat = std::max(pl.in_hw, pl.out_hw) * L;
-  const int64_t padded = pl.in_h * f.row_len * L;
   parallel_for(
       threads, pl.batch * blocks * bands,
       [&] {
-        Workspace<T> ws(flat + padded + (pl.taps + 1) * L);
+        Workspace<T> ws(flat + padded + extra);
         std::fill_n(ws.data() + flat, padded, T(0));
         return ws;
       },
       [&](Workspace<T>& ws, int64_t task) {
         const int64_t n = task / (blocks * bands), c0 = task / bands % blocks * L;
         const int64_t band = task % bands;
-        const int64_t oh0 = pl.out_h * band / bands, oh1 = pl.out_h * (band + 1) / bands;
-        if (oh0 == oh1) return;
+        const int64_t r0 = rows * band / bands, r1 = rows * (band + 1) / bands;
+        if (r0 == r1) return;
         const int nc = static_cast<int>(std::min<int64_t>(L, pl.groups - c0));
-        T* cl = ws.data();
-        T* xp = cl + flat;
-        T* wl = xp + padded;
+        fn(ws.data(), ws.data() + flat, ws.data() + flat + padded, n, c0, nc, r0, r1);
+      });
+}
+
+template <class T>
+void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int threads) {
+  constexpr int L = kL<T>;
+  const ForwardLayout f = forward_layout(pl);
+  for_each_band<T>(
+      pl, pl.out_h, pl.out_hw, pl.in_h * f.row_len * L, (pl.taps + 1) * L, threads,
+      [&](T* cl, T* xp, T* wl, int64_t n, int64_t c0, int nc, int64_t oh0, int64_t oh1) {
         T* bias = wl + pl.taps * L;
         block_weights(w, pl.taps, c0, nc, wl);
         for (int c = 0; c < L; ++c)
@@ -233,11 +255,8 @@ void forward_typed(const Plan& pl, const T* x, const T* w, const T* b, T* y, int
         const int64_t ih0 = std::max<int64_t>(
             0, ceil_div(oh0 + pl.pad_h - (pl.kernel_h - 1) * pl.dil_h, pl.stride_h));
         const int64_t ih1 = std::min(pl.in_h, floor_div(oh1 - 1 + pl.pad_h, pl.stride_h) + 1);
-        if (ih0 < ih1) {
-          planes_to_cl(x + (n * pl.groups + c0) * pl.in_hw + ih0 * pl.in_w, pl.in_hw, nc,
-                       (ih1 - ih0) * pl.in_w, cl);
-          pad_rows(cl, ih1 - ih0, pl.in_w, xp, f.row_len, ih0, f.left);
-        }
+        rows_to_padded(x + (n * pl.groups + c0) * pl.in_hw, pl.in_hw, nc, ih0, ih1, pl.in_w, cl, xp,
+                       f.row_len, 0, f.left);
         std::vector<Step<T>> steps(static_cast<size_t>(pl.taps));
         for (int64_t oh = oh0; oh < oh1; ++oh) {
           for (int64_t r = 0; r < std::min(pl.stride_w, pl.out_w); ++r) {
@@ -264,36 +283,16 @@ template <class T>
 void dgrad_typed(const Plan& pl, const T* dy, const T* w, T* dx, int threads) {
   constexpr int L = kL<T>;
   const DgradLayout d = dgrad_layout(pl);
-  const int64_t blocks = ceil_div(pl.groups, int64_t{L});
-  const int64_t bands = bands_for(pl.batch * blocks, pl.in_h, pl.in_hw);
-  const int64_t flat = std::max(pl.in_hw, pl.out_hw) * L;
-  const int64_t padded = pl.out_h * d.row_len * L;
-  parallel_for(
-      threads, pl.batch * blocks * bands,
-      [&] {
-        Workspace<T> ws(flat + padded + pl.taps * L);
-        std::fill_n(ws.data() + flat, padded, T(0));
-        return ws;
-      },
-      [&](Workspace<T>& ws, int64_t task) {
-        const int64_t n = task / (blocks * bands), c0 = task / bands % blocks * L;
-        const int64_t band = task % bands;
-        const int64_t ih0 = pl.in_h * band / bands, ih1 = pl.in_h * (band + 1) / bands;
-        if (ih0 == ih1) return;
-        const int nc = static_cast<int>(std::min<int64_t>(L, pl.groups - c0));
-        T* cl = ws.data();
-        T* dyp = cl + flat;
-        T* wl = dyp + padded;
+  for_each_band<T>(
+      pl, pl.in_h, pl.in_hw, pl.out_h * d.row_len * L, pl.taps * L, threads,
+      [&](T* cl, T* dyp, T* wl, int64_t n, int64_t c0, int nc, int64_t ih0, int64_t ih1) {
         block_weights(w, pl.taps, c0, nc, wl);
         // The rows of dy the band's taps read.
         const int64_t oh0 = std::max<int64_t>(0, ih0 * pl.stride_h - pl.pad_h);
         const int64_t oh1 = std::min(
             pl.out_h, (ih1 - 1) * pl.stride_h - pl.pad_h + (pl.kernel_h - 1) * pl.dil_h + 1);
-        if (oh0 < oh1) {
-          planes_to_cl(dy + (n * pl.groups + c0) * pl.out_hw + oh0 * pl.out_w, pl.out_hw, nc,
-                       (oh1 - oh0) * pl.out_w, cl);
-          pad_rows(cl, oh1 - oh0, pl.out_w, dyp, d.row_len, oh0, d.left);
-        }
+        rows_to_padded(dy + (n * pl.groups + c0) * pl.out_hw, pl.out_hw, nc, oh0, oh1, pl.out_w, cl,
+                       dyp, d.row_len, 0, d.left);
         std::vector<Step<T>> steps(static_cast<size_t>(pl.taps));
         for (int64_t ih = ih0; ih < ih1; ++ih) {
           int64_t count = 0;
@@ -388,9 +387,8 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
           if (oh0 >= oh1) continue;  // no tap of these rows lands inside y
           planes_to_cl(x + (n * pl.groups + c0) * pl.in_hw + r0 * pl.in_w, pl.in_hw, nc,
                        (r1 - r0) * pl.in_w, xcl);
-          planes_to_cl(dy + (n * pl.groups + c0) * pl.out_hw + oh0 * pl.out_w, pl.out_hw, nc,
-                       (oh1 - oh0) * pl.out_w, cl);
-          pad_rows(cl, oh1 - oh0, pl.out_w, dyp, d.row_len, d.top + oh0, d.left);
+          rows_to_padded(dy + (n * pl.groups + c0) * pl.out_hw, pl.out_hw, nc, oh0, oh1, pl.out_w,
+                         cl, dyp, d.row_len, d.top, d.left);
           for (int64_t t0 = 0; t0 < pl.taps; t0 += kWgradTaps) {
             const int tb = static_cast<int>(std::min<int64_t>(kWgradTaps, pl.taps - t0));
             gemm::with_count<kWgradTaps>(tb, [&]<int TB>() {
