@@ -12,8 +12,9 @@
 //   wgrad:   dw[kh, kw] = sum over n, ih, iw of x[ih, iw] dy[oh, ow]
 // Each output element is one chain in a fixed order: the forward's bias, then its taps in (kh, kw)
 // order; dgrad's taps in (kh, kw) order; wgrad's positions in (n, ih, iw) order within a slice of
-// the items, the slices (cut by the shape only) then added in order. Tasks are (item, block) or
-// (block, slice): the results do not depend on the thread count (docs/design.md, "Determinism").
+// x's rows over the batch, the slices (cut by the shape only) then added in order. Tasks are
+// (item, block, band of rows) or (block, slice): the results do not depend on the thread count
+// (docs/design.md, "Determinism").
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -139,6 +140,7 @@ void run_tiles(std::vector<Step<T>>& steps, int64_t count, int64_t n, int64_t sr
     gemm::with_count<kTilePositions>(np, [&]<int P>() {
       tile<T, P>(steps.data(), count, src_step, init, out + p0 * out_step, out_step);
     });
+    if (p0 + kTilePositions >= n) break;  // no pointer past the buffers is formed
     for (int64_t s = 0; s < count; ++s)
       steps[static_cast<size_t>(s)].src += kTilePositions * src_step;
   }
@@ -196,10 +198,10 @@ WgradLayout wgrad_layout(const Plan& pl) {
 // rows allow (one item of 64 channels is 4 blocks), and on planes of kBandedMinPositions
 // positions or more up to kBandedTasks, in bands of kMinBandRows rows or more. There, with about
 // one task a thread, the 16-core host waited on the slowest, and smaller bands kept the buffers
-// in cache on one thread too (host run 267: 1.2x-2.2x at 16 threads on 64 x 64 planes, 1.4x at
-// 1 thread on one item of 256 channels); on 12 x 12 planes the extra tasks cost more than they
-// gave (0.72x-0.86x at 4 and 16 threads). A band copies only the rows its taps read and
-// computes whole output elements, so the cut changes no bit.
+// in cache on one thread too (docs/performance.md, thirty-seventh session: 1.2x-2.2x at 16 threads
+// on 64 x 64 planes, 1.4x at 1 thread on one item of 256 channels); on 12 x 12 planes the extra
+// tasks cost more than they gave (0.72x-0.86x at 4 and 16 threads). A band copies only the rows its
+// taps read and computes whole output elements, so the cut changes no bit.
 constexpr int64_t kBandedTasks = 4 * kMinTasks;
 constexpr int64_t kBandedMinPositions = 1024;
 constexpr int64_t kMinBandRows = 8;
