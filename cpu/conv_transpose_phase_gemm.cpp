@@ -50,8 +50,12 @@ constexpr int64_t kMinPieceColumns = 64;
 constexpr int64_t kMinPositions = 64;                  // batch x input positions
 constexpr int64_t kForwardPartRows = 4 * gemm::kRows;  // forward's parts of the output channels
 // wgrad's reduction is cut into at most this many slices, of at least kMinSliceColumns columns.
+// With 2048, 12 -> 64 channels over 3480 columns made one slice, 2 tasks for 16 threads (0.42x
+// PyTorch on the 16-core host); from 512 the thread model (cpu_conv_bench --model-threads 16)
+// gave it and a 5400-column layer 4.3x-5.3x, the one-thread times unchanged (docs/performance.md,
+// thirty-seventh session).
 constexpr int64_t kMaxSlices = 16;
-constexpr int64_t kMinSliceColumns = 2048;
+constexpr int64_t kMinSliceColumns = 512;
 constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
 // For the threads, dgrad's parts of the input channels hold at least 2 x kMinPartRows rows of
 // Z_r, and wgrad's parts of its products at least kMinWgradPart rows or columns.

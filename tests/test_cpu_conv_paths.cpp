@@ -108,7 +108,7 @@ std::vector<PathCase> path_cases() {
       {"phase GEMMs, stride 4, long rows",
        conv_case_from_shapes(2, {2, 8, 3, 19}, {8, 64, 8, 8}, true, {4, 4}, {2, 2}, {0, 3}, {1, 1},
                              1)},
-      // A stride-1 1-D layer (one phase), 4 sequences of 1100: wgrad's reduction in 2 slices
+      // A stride-1 1-D layer (one phase), 4 sequences of 1100: wgrad's reduction in 8 slices
       // added in order (in float64 its rows in 2 chunks); with threads the forward's tasks take
       // parts of the output channels and pieces of the rows, dgrad's parts of the input channels
       // and pieces.
