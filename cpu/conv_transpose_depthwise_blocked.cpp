@@ -146,52 +146,79 @@ void run_tiles(std::vector<Step<T>>& steps, int64_t count, int64_t n, int64_t sr
   }
 }
 
+// A padded axis of a buffer: `before` positions of padding, then the rest to `len` in all.
+// Computed in I: int128 where the rules bound the buffers (the geometry accepts paddings and
+// dilations near 2^62 that cancel in the output's size), int64 in the kernels the rules admit.
+template <class I>
+struct PaddedAxis {
+  I before, len;
+};
+
+// floor(a / b) for b > 0, in I.
+template <class I>
+I floor_div_in(I a, I b) {
+  const I q = a / b;
+  return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
 // Forward. Along W, output ow = j*sw + r (phase r) gets tap kw from input iw = j - q, where
-// kw*dw - pw = q*sw + r; x's channels-last rows are padded by `left` positions before and enough
-// after that every j of every phase reads inside them (zeros past the row).
+// kw*dw - pw = q*sw + r; x's channels-last rows are padded before by the largest q (at least 0)
+// and after so that every j of every phase reads inside them (zeros past the row): j - q ranges
+// over [-q_hi, ceil(out_w / sw) - 1 - q_lo], q ascending with kw.
+template <class I>
+PaddedAxis<I> forward_row(const Plan& pl) {
+  const I q_lo = std::min<I>(0, floor_div_in<I>(-I{pl.pad_w}, pl.stride_w));
+  const I q_hi =
+      std::max<I>(0, floor_div_in<I>(I{pl.kernel_w - 1} * pl.dil_w - pl.pad_w, pl.stride_w));
+  return {q_hi, q_hi + std::max<I>(pl.in_w, ceil_div(pl.out_w, pl.stride_w) - q_lo)};
+}
+
 struct ForwardLayout {
   int64_t left, row_len;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> phase_taps;  // per r: (kw, q)
 };
 
 ForwardLayout forward_layout(const Plan& pl) {
-  ForwardLayout f;
+  const PaddedAxis<int64_t> row = forward_row<int64_t>(pl);
+  ForwardLayout f{row.before, row.len, {}};
   f.phase_taps.resize(static_cast<size_t>(pl.stride_w));
-  int64_t q_lo = 0, q_hi = 0;
   for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
     const int64_t off = kw * pl.dil_w - pl.pad_w, q = floor_div(off, pl.stride_w);
     f.phase_taps[static_cast<size_t>(off - q * pl.stride_w)].push_back({kw, q});
-    q_lo = std::min(q_lo, q);
-    q_hi = std::max(q_hi, q);
   }
-  // j - q ranges over [-q_hi, ceil(out_w / sw) - 1 - q_lo].
-  f.left = q_hi;
-  f.row_len = f.left + std::max(pl.in_w, ceil_div(pl.out_w, pl.stride_w) - q_lo);
   return f;
 }
 
-// dgrad: dx column iw reads dy column iw*sw - pw + kw*dw, in [-pw, (in_w - 1)*sw - pw + (kw -
-// 1)*dw]; dy's rows padded by `left` before and to `row_len` in all.
+// dgrad and wgrad read dy along an axis at i*s - p + k*d for input i and tap k, in [-p, (in -
+// 1)*s - p + (kernel - 1)*d]: padded by p before and to cover that reach and dy after.
+template <class I>
+PaddedAxis<I> backward_axis(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad,
+                            int64_t dil) {
+  const I hi = I{in - 1} * stride - pad + I{kernel - 1} * dil;
+  return {I{pad}, I{pad} + std::max<I>(out, hi + 1)};
+}
+
+// dgrad pads dy along W only (it visits only the rows some tap reaches); wgrad along H too, its
+// sweep reading every tap's row for every row of x.
 struct DgradLayout {
   int64_t left, row_len;
 };
 
 DgradLayout dgrad_layout(const Plan& pl) {
-  const int64_t lo = std::min<int64_t>(0, -pl.pad_w);
-  const int64_t hi = (pl.in_w - 1) * pl.stride_w - pl.pad_w + (pl.kernel_w - 1) * pl.dil_w;
-  return {-lo, -lo + std::max(pl.out_w, hi + 1)};
+  const PaddedAxis<int64_t> w =
+      backward_axis<int64_t>(pl.in_w, pl.out_w, pl.kernel_w, pl.stride_w, pl.pad_w, pl.dil_w);
+  return {w.before, w.len};
 }
 
-// wgrad reads dy at rows [-ph, (in_h - 1)*sh - ph + (kh - 1)*dh] too: padded on every side.
 struct WgradLayout {
   int64_t top, rows, left, row_len;
 };
 
 WgradLayout wgrad_layout(const Plan& pl) {
   const DgradLayout d = dgrad_layout(pl);
-  const int64_t lo = std::min<int64_t>(0, -pl.pad_h);
-  const int64_t hi = (pl.in_h - 1) * pl.stride_h - pl.pad_h + (pl.kernel_h - 1) * pl.dil_h;
-  return {-lo, -lo + std::max(pl.out_h, hi + 1), d.left, d.row_len};
+  const PaddedAxis<int64_t> h =
+      backward_axis<int64_t>(pl.in_h, pl.out_h, pl.kernel_h, pl.stride_h, pl.pad_h, pl.dil_h);
+  return {h.before, h.len, d.left, d.row_len};
 }
 
 // Bands of rows a pass's (item, block) tasks are cut into: enough for kMinTasks tasks where the
@@ -414,33 +441,20 @@ void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The shape's buffers fit, and its channels fill at least fill_num / fill_den of the blocks'
 // lanes.
 bool blocked_common(const Plan& pl, int64_t lanes, int64_t fill_num, int64_t fill_den) {
   if (pl.cig != 1 || pl.cog != 1 || pl.batch < 1 || pl.in_hw < 1 || pl.out_hw < 1) return false;
   if (pl.groups * fill_den < ceil_div(pl.groups, lanes) * lanes * fill_num) return false;
   // Each pass's buffers for one item's block, the padded ones as the layouts above lay them out
-  // (in 128 bits: the geometry accepts paddings and dilations near 2^62 that cancel in the
-  // output's size), within kMaxBufferBytes.
+  // (in 128 bits), within kMaxBufferBytes.
   const int128 vec = gemm::kVecBytes;
   const int128 flat = int128{std::max(pl.in_hw, pl.out_hw)} * vec;
-  const auto floor_q = [&](int128 off) {
-    const int128 q = off / pl.stride_w;
-    return (off % pl.stride_w != 0 && off < 0) ? q - 1 : q;
-  };
-  const int128 q_lo = std::min<int128>(0, floor_q(-int128{pl.pad_w}));
-  const int128 q_hi = std::max<int128>(0, floor_q(int128{pl.kernel_w - 1} * pl.dil_w - pl.pad_w));
-  const int128 fwd_row = q_hi + std::max<int128>(pl.in_w, ceil_div(pl.out_w, pl.stride_w) - q_lo);
-  const int128 w_hi =
-      int128{pl.in_w - 1} * pl.stride_w - pl.pad_w + int128{pl.kernel_w - 1} * pl.dil_w;
-  const int128 h_hi =
-      int128{pl.in_h - 1} * pl.stride_h - pl.pad_h + int128{pl.kernel_h - 1} * pl.dil_h;
-  const int128 bwd_row = int128{pl.pad_w} + std::max<int128>(pl.out_w, w_hi + 1);
-  const int128 bwd_rows = int128{pl.pad_h} + std::max<int128>(pl.out_h, h_hi + 1);
+  const int128 fwd_row = forward_row<int128>(pl).len;
+  const int128 bwd_row =
+      backward_axis<int128>(pl.in_w, pl.out_w, pl.kernel_w, pl.stride_w, pl.pad_w, pl.dil_w).len;
+  const int128 bwd_rows =
+      backward_axis<int128>(pl.in_h, pl.out_h, pl.kernel_h, pl.stride_h, pl.pad_h, pl.dil_h).len;
   const int128 most =
       std::max(flat + int128{pl.in_h} * fwd_row * vec, 2 * flat + bwd_rows * bwd_row * vec);
   return most <= kMaxBufferBytes;

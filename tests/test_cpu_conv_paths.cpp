@@ -507,8 +507,9 @@ std::vector<PathCase> path_cases() {
       {"depthwise 1-D stride 20 (GEMMs)",
        conv_case_from_shapes(1, {2, 3, 40}, {3, 1, 25}, true, {20}, {3}, {0}, {1}, 3)},
       // Depthwise on blocks of channels laid channels-last (conv_transpose_depthwise_blocked.cpp:
-      // rows of a few vectors, at least half the blocks' lanes holding channels, three quarters
-      // for dgrad). 28 channels (a last block of 12 at AVX-512) at strides 2, padded, dilated
+      // the forward and wgrad on 2-D planes, more than half the blocks' lanes holding channels;
+      // dgrad on rows under 2 vectors with 13/16 of the lanes holding channels). 28 channels (a
+      // last block of 12 at AVX-512) at strides 2, padded, dilated
       // on W, with output padding, every pass; k2 at stride 3, whose third phases no tap
       // reaches (the bias alone there); 1-D k5 over 40 channels, wgrad in 4 slices of the items
       // added in order; 20 channels (5/8 of two blocks): the forward and wgrad blocked, dgrad on
