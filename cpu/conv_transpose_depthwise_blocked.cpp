@@ -457,7 +457,11 @@ bool blocked_common(const Plan& pl, int64_t lanes, int64_t fill_num, int64_t fil
       backward_axis<int128>(pl.in_h, pl.out_h, pl.kernel_h, pl.stride_h, pl.pad_h, pl.dil_h).len;
   const int128 most =
       std::max(flat + int128{pl.in_h} * fwd_row * vec, 2 * flat + bwd_rows * bwd_row * vec);
-  return most <= kMaxBufferBytes;
+  // wgrad steps down dy's padded rows stride_h rows at a time. Past one row of x the buffer
+  // holds the steps; on one row a stride near 2^63 (a valid geometry: it moves no output) would
+  // overflow the step it never takes.
+  const int128 row_step = int128{pl.stride_h} * bwd_row * vec;
+  return most <= kMaxBufferBytes && row_step <= kMaxBufferBytes;
 }
 
 }  // namespace

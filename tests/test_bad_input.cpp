@@ -607,5 +607,23 @@ TEST(BadInput, FuzzDepthwiseDgradHugeRowStride) {
   EXPECT_TRUE(allclose(x.grad(), x1.grad(), 0.0, 0.0));
 }
 
+// fuzz_conv_transpose in CI: a depthwise layer of one input row at an H stride near 2^63, on
+// enough channels for the CPU's blocks of channels. Their wgrad's step between dy's rows for
+// two input rows, stride x padded row, overflowed (UBSan aborts there) though one row never
+// takes it. Every pass must equal the same call with stride 1.
+TEST(BadInput, FuzzDepthwiseBlockedWgradHugeRowStride) {
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 3;
+  Generator gen(17);
+  // 16 channels fill the blocks at every vector width; 5 columns and 3 x 3 taps are rows the
+  // blocks take in all three passes.
+  const Tensor x0 = randn({2, 16, 1, 5}, gen).to(kFloat64);
+  const Tensor w0 = randn({16, 1, 3, 3}, gen).to(kFloat64);
+  // Sums of at most 2 x 5 x 9 products of O(1) values, in float64.
+  expect_huge_stride_passes_equal(x0, w0, huge, [](const Tensor& x, const Tensor& w, int64_t s) {
+    return conv_transpose2d(x, w, Tensor(),
+                            ConvTranspose2dFuncOptions().stride({s, 1}).padding({1, 1}).groups(16));
+  });
+}
+
 }  // namespace
 }  // namespace tgrad
