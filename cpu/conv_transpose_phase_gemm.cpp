@@ -696,6 +696,13 @@ bool phase_gemm_common(const Plan& pl, int64_t elem_bytes) {
 // and few-rows loops won (0.1x-0.8x here). wgrad's rows are cig x |T_r| and its columns cog.
 constexpr int64_t kMinDepth = 16;
 bool phase_gemm_forward_suits(const Plan& pl, int64_t elem_bytes) {
+  // At stride 1 the one phase sums over all of y's positions, the padding's zeros too, where the
+  // column path sums over x's: past a quarter more positions (k4 on 9 x 9 to 14 x 14 images,
+  // 1.4x-1.5x x's) the column path measured 1.03x-1.3x faster at 1 thread here and 2x-2.5x at 16
+  // threads on the host, where the phase tasks' thin pieces of a small image lose
+  // (docs/performance.md, thirty-eighth session). At strides above 1 common's gain rule stands.
+  if (pl.stride_h == 1 && pl.stride_w == 1 && 4 * int128{pl.out_hw} > 5 * int128{pl.in_hw})
+    return false;
   // Rows of 4 or more: on 3 x 3 images the copies of runs of 3 cost more than the thinner buffer
   // saved (grouped 8 -> 64 k8 s2: 0.8x-0.9x).
   return phase_gemm_common(pl, elem_bytes) && pl.cog >= 16 && pl.in_w >= 4 &&
