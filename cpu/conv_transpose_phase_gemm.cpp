@@ -688,6 +688,16 @@ bool phase_gemm_common(const Plan& pl, int64_t elem_bytes) {
          (4 * int128{pl.out_hw} <= 5 * in_hw || 2 * int128{pl.out_hw} * phase_rows <= in_hw * rows);
 }
 
+// At stride 1 the forward's and wgrad's one phase sums over all of y's positions, the padding's
+// zeros too, where the column path sums over x's. Past a quarter more positions (k4 on 9 x 9 to
+// 14 x 14 images, 1.4x-1.5x x's) the column path measured faster at 1 thread here (forward
+// 1.03x-1.3x, wgrad 1.04x-1.11x) and about 2x at 16 threads (the forward on the host, wgrad in
+// the thread model), where the phase tasks' thin pieces of a small image lose
+// (docs/performance.md, thirty-eighth session). At strides above 1 common's gain rule stands.
+bool stride1_overhang(const Plan& pl) {
+  return pl.stride_h == 1 && pl.stride_w == 1 && 4 * int128{pl.out_hw} > 5 * int128{pl.in_hw};
+}
+
 }  // namespace
 
 // Each pass's product must be one the GEMM's tile fills, measured on random layers at AVX-512
@@ -696,13 +706,7 @@ bool phase_gemm_common(const Plan& pl, int64_t elem_bytes) {
 // and few-rows loops won (0.1x-0.8x here). wgrad's rows are cig x |T_r| and its columns cog.
 constexpr int64_t kMinDepth = 16;
 bool phase_gemm_forward_suits(const Plan& pl, int64_t elem_bytes) {
-  // At stride 1 the one phase sums over all of y's positions, the padding's zeros too, where the
-  // column path sums over x's: past a quarter more positions (k4 on 9 x 9 to 14 x 14 images,
-  // 1.4x-1.5x x's) the column path measured 1.03x-1.3x faster at 1 thread here and 2x-2.5x at 16
-  // threads on the host, where the phase tasks' thin pieces of a small image lose
-  // (docs/performance.md, thirty-eighth session). At strides above 1 common's gain rule stands.
-  if (pl.stride_h == 1 && pl.stride_w == 1 && 4 * int128{pl.out_hw} > 5 * int128{pl.in_hw})
-    return false;
+  if (stride1_overhang(pl)) return false;
   // Rows of 4 or more: on 3 x 3 images the copies of runs of 3 cost more than the thinner buffer
   // saved (grouped 8 -> 64 k8 s2: 0.8x-0.9x).
   return phase_gemm_common(pl, elem_bytes) && pl.cog >= 16 && pl.in_w >= 4 &&
@@ -712,6 +716,7 @@ bool phase_gemm_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   return phase_gemm_common(pl, elem_bytes) && pl.cog >= 48 && pl.cig >= 8;
 }
 bool phase_gemm_wgrad_suits(const Plan& pl, int64_t elem_bytes) {
+  if (stride1_overhang(pl)) return false;
   return phase_gemm_common(pl, elem_bytes) && pl.cog >= 32 &&
          mul_le(int128{12} * pl.stride_h, pl.stride_w, int128{pl.cig} * pl.taps);
 }
