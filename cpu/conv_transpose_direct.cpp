@@ -92,6 +92,7 @@ constexpr int64_t kForwardMinTaps = 9;
 constexpr int64_t kForwardMinTapsFewChannels = 4;
 constexpr int64_t kSparseForwardMaxChannels = 32;     // direct_forward_suits
 constexpr int64_t kOneVectorForwardMaxChannels = 64;  // direct_forward_suits
+constexpr int64_t kDeepForwardChannels = 64;          // direct_forward_suits
 // Below AVX-512 (16 vector registers) the tile holds 6 positions, and the gather measured
 // slower than im2col + the backend GEMM, on an Intel and an AMD machine, wherever im2col copies
 // with a constant stride (stride_is_constant: W strides 1, 2 and 4; docs/performance.md, "CPU
@@ -1069,7 +1070,17 @@ bool direct_forward_suits(const Plan& pl, int64_t elem_bytes) {
   const bool one_vector = pl.cog * elem_bytes <= gemm::kVecBytes &&
                           4 * pl.cog * elem_bytes >= 3 * gemm::kVecBytes &&
                           pl.cig <= kOneVectorForwardMaxChannels;
-  const bool lanes = fills_lanes(pl.cog, elem_bytes) || one_vector;
+  // From kDeepForwardChannels input channels on, the GEMM's deep products keep pace with the
+  // kernel's full tiles, and a tile's idle lanes decide: with 24 output channels (32 lanes, a
+  // quarter idle) the GEMM path measured 1.06x-1.4x faster at 64 to 192 input channels (k4 and
+  // k5 on 12 x 12 to 20 x 20), 1.7x in the 16-thread model; with 40 of 48 lanes the two tied, and
+  // with 56 of 64 or 88 of 96 the kernel won at 64 (1.07x-1.16x) and lost at 128 (56 of 64:
+  // 0.91x). So there it needs seven eighths of the lanes (docs/performance.md, thirty-eighth
+  // session).
+  const int64_t block = block_of(elem_bytes);
+  const bool idle_lanes =
+      pl.cig >= kDeepForwardChannels && 8 * pl.cog < 7 * gemm::round_up(pl.cog, block);
+  const bool lanes = (fills_lanes(pl.cog, elem_bytes) && !idle_lanes) || one_vector;
   const bool row = pl.out_w >= 4;
   const bool reuse = int128{pl.batch} * pl.out_hw >= kDirectMinPositions;
   // Rows and columns of y past x's reach (the kernel's overhang where the padding is less than
