@@ -314,16 +314,25 @@ void col2im_channels_last(const Plan& pl, const ColBlock& blk, const T* cols_t, 
         transpose_matrix(src, pl.taps, pl.taps, nco, tmp, nco);
         src = tmp;
       }
+      // The taps kw with 0 <= ow = first_ow + kw * dil < out_w.
+      const int64_t first_ow = iw * pl.stride_w - pl.pad_w;
+      const int64_t kw0 = std::clamp<int64_t>(-floor_div(first_ow, pl.dil_w), 0, pl.kernel_w);
+      const int64_t kw1 =
+          std::clamp<int64_t>(-floor_div(first_ow - pl.out_w, pl.dil_w), kw0, pl.kernel_w);
       for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
         const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
-        if (oh < 0 || oh >= pl.out_h) continue;
-        for (int64_t kw = 0; kw < pl.kernel_w; ++kw) {
-          const int64_t ow = iw * pl.stride_w - pl.pad_w + kw * pl.dil_w;
-          if (ow < 0 || ow >= pl.out_w) continue;
-          T* dst = ycl_j + (oh * pl.out_w + ow) * nco;
-          const T* tap = src + (kh * pl.kernel_w + kw) * nco;
-          for (int64_t c = 0; c < nco; ++c)
-            dst[c] += tap[c];
+        if (oh < 0 || oh >= pl.out_h || kw0 == kw1) continue;
+        T* dst = ycl_j + (oh * pl.out_w + first_ow + kw0 * pl.dil_w) * nco;
+        const T* tap = src + (kh * pl.kernel_w + kw0) * nco;
+        if (pl.dil_w == 1) {
+          // Undilated, a row's taps land on consecutive positions: their (tap, channel) rows and
+          // y's (position, channel) run are one contiguous run each. With a few channels a block
+          // (6 of 48 -> 48 k7 s2's 8 blocks) a tap's run is shorter than a vector, and the
+          // compiler's loop added it a scalar at a time: a third of that forward's time.
+          add_run(dst, tap, (kw1 - kw0) * nco);
+        } else {
+          for (int64_t kw = kw0; kw < kw1; ++kw)
+            add_run(dst + (kw - kw0) * pl.dil_w * nco, tap + (kw - kw0) * nco, nco);
         }
       }
     }

@@ -867,6 +867,24 @@ void col2im_add(const Plan& pl, const T* cols, int64_t ld, int64_t co0, int64_t 
 // Forward's GEMM blocks of at most this many columns write their buffer transposed.
 inline constexpr int64_t kMaxTransposedCols = 128;
 
+// y[i] += c[i] for i < n, contiguous on both sides, whole vectors at a time and the rest a scalar
+// at a time.
+template <class T>
+inline void add_run(T* y, const T* c, int64_t n) {
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  constexpr int64_t L = gemm::kLanes<T>;
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    Vec a, b;
+    std::memcpy(&a, y + i, sizeof(Vec));
+    std::memcpy(&b, c + i, sizeof(Vec));
+    a += b;
+    std::memcpy(y + i, &a, sizeof(Vec));
+  }
+  for (; i < n; ++i)
+    y[i] += c[i];
+}
+
 // col2im_add for a transposed buffer: y_c[oh, ow] += cols_t[(p - p0)*ld + r], position by position
 // (each position's rows of channels [co0, co1) are contiguous). A position's taps that land in
 // the row are one run of kw (ow grows with kw); undilated, their outputs are one run of the row

@@ -446,6 +446,16 @@ std::vector<PathCase> path_cases() {
       {"forward channels-last, items batched",
        conv_case_from_shapes(2, {8, 24, 6, 7}, {24, 40, 4, 4}, false, {2, 2}, {1, 1}, {0, 0},
                              {1, 1}, 1)},
+      // Forward channels-last adds a row's taps as one run of (tap, channel) elements where W is
+      // undilated, tap by tap where it is: k4x5 dilated 2 in W with padding 3, so each row's
+      // taps are clipped at both of y's edges, 24 channels (a vector and a half), output padding
+      // in W.
+      {"forward channels-last, dilated in W, taps clipped at both edges",
+       conv_case_from_shapes(2, {2, 24, 5, 6}, {24, 24, 4, 5}, true, {2, 2}, {1, 3}, {0, 1},
+                             {1, 2}, 1)},
+      {"forward channels-last, taps clipped at both edges",
+       conv_case_from_shapes(2, {2, 24, 5, 6}, {24, 24, 4, 5}, false, {2, 2}, {1, 3}, {0, 1},
+                             {1, 1}, 1)},
       // Forward channels-last with fewer columns (2 items of 3 x 4) than input channels (72):
       // the weight stays in (channel, tap) order and each column's 16 x 40 rows are transposed
       // (partial vectors on both sides), output padding on H.
