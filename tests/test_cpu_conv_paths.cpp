@@ -108,6 +108,19 @@ std::vector<PathCase> path_cases() {
       {"phase GEMMs, stride 4, long rows",
        conv_case_from_shapes(2, {2, 8, 3, 19}, {8, 64, 8, 8}, true, {4, 4}, {2, 2}, {0, 3}, {1, 1},
                              1)},
+      // Stride 3, whose phase planes' rows (24 and more wide) are copied out of dy a vector at
+      // a time by every_third's shuffles: the phase GEMMs (8 -> 64 k6), the few input channels'
+      // phase dgrad and wgrad (1 -> 12 k4) and the depthwise row kernels' phase planes (3
+      // channels, too few for the blocks of channels).
+      {"phase GEMMs, stride 3, long rows",
+       conv_case_from_shapes(2, {2, 8, 3, 23}, {8, 64, 6, 6}, true, {3, 3}, {2, 1}, {0, 2}, {1, 1},
+                             1)},
+      {"few input channels by phases, stride 3, long rows",
+       conv_case_from_shapes(2, {2, 1, 6, 30}, {1, 12, 4, 4}, false, {3, 3}, {0, 1}, {0, 0},
+                             {1, 1}, 1)},
+      {"depthwise rows, stride 3, long rows",
+       conv_case_from_shapes(2, {2, 3, 4, 30}, {3, 1, 5, 5}, true, {3, 3}, {1, 2}, {1, 2}, {1, 1},
+                             3)},
       // A stride-1 1-D layer (one phase), 4 sequences of 1100: wgrad's reduction in 8 slices
       // added in order (in float64 its rows in 2 chunks); with threads the forward's tasks take
       // parts of the output channels and pieces of the rows, dgrad's parts of the input channels
