@@ -255,21 +255,20 @@ ChannelBlocks forward_channel_blocks(const Plan& pl, const ColBlocks& cb, int64_
   return best;
 }
 
-// Forward of short rows at a W stride above 1 where several taps land on each output (DCGAN's
-// k4 s2 layers on 4 x 4 to 8 x 8 images): col2im_add would add each tap's row into y a scalar at
-// a time, every s-th element, 4 adds an output (a fifth of DCGAN 128 -> 64's forward). Here a
-// task's outputs gather channels-last: the GEMM's buffer holds each column's rows in (tap,
-// channel) order (see forward_typed for how), and each position adds every tap's run of channels
-// into ycl[item][oh][ow][channel] as vectors; the block is transposed into y at the end. The sums
-// of an output go in (column block, position, tap) order, whatever the block of channels.
-// Measured against col2im_add at 1 / 2 threads: DCGAN 128 -> 64 1.18x / 1.23x, the grouped x2
-// layer 1.24x / 1.16x, DCGAN 256 -> 128 at 4 x 4 (128 columns a task) 1.19x / 1.26x; with fewer
-// taps an output (CycleGAN's k3 s2: 0.91x / 0.83x, U-Net's k2 s2: 0.93x / 1.03x) it lost, and
-// below kChannelsLastMinColumns columns a task (9 columns of 16 channels: 0.8x) the block's
-// transposes cost more than the scalar adds.
-// The task's block of y is held whole, so it is bounded (a tall image of short rows would need
-// one as large as its output): `per_block` is the shape's channels per block, at least any the
-// threads' cut gives.
+// Forward of short rows at a W stride above 1, or at stride 1 under a vector, where several taps
+// land on each output (DCGAN's k4 s2 layers on 4 x 4 to 8 x 8 images): col2im_add would add each
+// tap's row into y a scalar at a time, every s-th element, 4 adds an output (a fifth of DCGAN 128
+// -> 64's forward). Here a task's outputs gather channels-last: the GEMM's buffer holds each
+// column's rows in (tap, channel) order (see forward_typed for how), and each position adds every
+// tap's run of channels into ycl[item][oh][ow][channel] as vectors; the block is transposed into y
+// at the end. The sums of an output go in (column block, position, tap) order, whatever the block
+// of channels. Measured against col2im_add at 1 / 2 threads: DCGAN 128 -> 64 1.18x / 1.23x, the
+// grouped x2 layer 1.24x / 1.16x, DCGAN 256 -> 128 at 4 x 4 (128 columns a task) 1.19x / 1.26x;
+// with fewer taps an output (CycleGAN's k3 s2: 0.91x / 0.83x, U-Net's k2 s2: 0.93x / 1.03x) it
+// lost, and below kChannelsLastMinColumns columns a task (9 columns of 16 channels: 0.8x) the
+// block's transposes cost more than the scalar adds. The task's block of y is held whole, so it is
+// bounded (a tall image of short rows would need one as large as its output): `per_block` is the
+// shape's channels per block, at least any the threads' cut gives.
 bool forward_channels_last(const Plan& pl, const ColBlocks& cb, int64_t per_block,
                            int64_t elem_bytes) {
   constexpr int64_t kMaxRowLanes = 2;  // col2im_add's vector loops take rows past 2 vectors
@@ -278,7 +277,12 @@ bool forward_channels_last(const Plan& pl, const ColBlocks& cb, int64_t per_bloc
   constexpr int64_t kMaxBlockBytes = int64_t{4} << 20;
   const int64_t lanes = gemm::kVecBytes / elem_bytes;
   const int64_t items = std::min(pl.batch, cb.items_per_block);
-  return pl.stride_w > 1 && pl.in_w <= kMaxRowLanes * lanes && pl.cog >= lanes &&
+  // At stride 1 col2im_add adds each tap's row of x's width: under a vector it does so a scalar
+  // at a time, and the block's runs of channels won (64 -> 256 k4 on 11 x 11 1.32x, 48 -> 192 on
+  // 10 x 10 1.29x, 128 -> 64 on 4 x 4 1.15x, k3x2 on 7 x 7 1.28x); from a vector on (16 x 16:
+  // 0.82x-0.93x) col2im_add's own vector loop won (docs/performance.md, thirty-eighth session).
+  const bool row_runs = pl.stride_w > 1 || pl.in_w < lanes;
+  return row_runs && pl.in_w <= kMaxRowLanes * lanes && pl.cog >= lanes &&
          mul_le(int128{kMinTapsPerOutput} * pl.stride_h, pl.stride_w, pl.taps) &&
          items * pl.in_hw >= kChannelsLastMinColumns &&
          fits(items * per_block, pl.out_hw, elem_bytes, kMaxBlockBytes);

@@ -469,6 +469,14 @@ std::vector<PathCase> path_cases() {
       {"forward channels-last, taps clipped at both edges",
        conv_case_from_shapes(2, {2, 24, 5, 6}, {24, 24, 4, 5}, false, {2, 2}, {1, 3}, {0, 1},
                              {1, 1}, 1)},
+      // At stride 1 on rows under a vector: 24 -> 20 k3x4 on 6 x 7 images, padded, and dilated
+      // 2 in W with an output padding.
+      {"forward channels-last, stride 1, short rows",
+       conv_case_from_shapes(2, {3, 24, 6, 7}, {24, 20, 3, 4}, true, {1, 1}, {1, 2}, {0, 0},
+                             {1, 1}, 1)},
+      {"forward channels-last, stride 1, dilated in W",
+       conv_case_from_shapes(2, {3, 24, 6, 7}, {24, 20, 3, 4}, false, {1, 1}, {1, 2}, {0, 1},
+                             {1, 2}, 1)},
       // Forward channels-last with fewer columns (2 items of 3 x 4) than input channels (72):
       // the weight stays in (channel, tap) order and each column's 16 x 40 rows are transposed
       // (partial vectors on both sides), output padding on H.
