@@ -116,8 +116,8 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(2, {2, 8, 3, 23}, {8, 64, 6, 6}, true, {3, 3}, {2, 1}, {0, 2}, {1, 1},
                              1)},
       {"few input channels by phases, stride 3, long rows",
-       conv_case_from_shapes(2, {2, 1, 6, 30}, {1, 12, 4, 4}, false, {3, 3}, {0, 1}, {0, 0},
-                             {1, 1}, 1)},
+       conv_case_from_shapes(2, {2, 1, 6, 30}, {1, 12, 4, 4}, false, {3, 3}, {0, 1}, {0, 0}, {1, 1},
+                             1)},
       {"depthwise rows, stride 3, long rows",
        conv_case_from_shapes(2, {2, 3, 4, 30}, {3, 1, 5, 5}, true, {3, 3}, {1, 2}, {1, 2}, {1, 1},
                              3)},
@@ -464,16 +464,16 @@ std::vector<PathCase> path_cases() {
       // taps are clipped at both of y's edges, 24 channels (a vector and a half), output padding
       // in W.
       {"forward channels-last, dilated in W, taps clipped at both edges",
-       conv_case_from_shapes(2, {2, 24, 5, 6}, {24, 24, 4, 5}, true, {2, 2}, {1, 3}, {0, 1},
-                             {1, 2}, 1)},
+       conv_case_from_shapes(2, {2, 24, 5, 6}, {24, 24, 4, 5}, true, {2, 2}, {1, 3}, {0, 1}, {1, 2},
+                             1)},
       {"forward channels-last, taps clipped at both edges",
        conv_case_from_shapes(2, {2, 24, 5, 6}, {24, 24, 4, 5}, false, {2, 2}, {1, 3}, {0, 1},
                              {1, 1}, 1)},
       // At stride 1 on rows under a vector: 24 -> 20 k3x4 on 6 x 7 images, padded, and dilated
       // 2 in W with an output padding.
       {"forward channels-last, stride 1, short rows",
-       conv_case_from_shapes(2, {3, 24, 6, 7}, {24, 20, 3, 4}, true, {1, 1}, {1, 2}, {0, 0},
-                             {1, 1}, 1)},
+       conv_case_from_shapes(2, {3, 24, 6, 7}, {24, 20, 3, 4}, true, {1, 1}, {1, 2}, {0, 0}, {1, 1},
+                             1)},
       {"forward channels-last, stride 1, dilated in W",
        conv_case_from_shapes(2, {3, 24, 6, 7}, {24, 20, 3, 4}, false, {1, 1}, {1, 2}, {0, 1},
                              {1, 2}, 1)},
