@@ -318,11 +318,7 @@ void col2im_channels_last(const Plan& pl, const ColBlock& blk, const T* cols_t, 
         transpose_matrix(src, pl.taps, pl.taps, nco, tmp, nco);
         src = tmp;
       }
-      // The taps kw with 0 <= ow = first_ow + kw * dil < out_w.
-      const int64_t first_ow = iw * pl.stride_w - pl.pad_w;
-      const int64_t kw0 = std::clamp<int64_t>(-floor_div(first_ow, pl.dil_w), 0, pl.kernel_w);
-      const int64_t kw1 =
-          std::clamp<int64_t>(-floor_div(first_ow - pl.out_w, pl.dil_w), kw0, pl.kernel_w);
+      const auto [first_ow, kw0, kw1] = taps_in_row(pl, iw);
       for (int64_t kh = 0; kh < pl.kernel_h; ++kh) {
         const int64_t oh = ih * pl.stride_h - pl.pad_h + kh * pl.dil_h;
         if (oh < 0 || oh >= pl.out_h || kw0 == kw1) continue;

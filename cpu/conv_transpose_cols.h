@@ -914,6 +914,19 @@ inline void add_run(T* y, const T* c, int64_t n) {
     y[i] += c[i];
 }
 
+// The taps kw that x's column iw puts inside y's row: [kw0, kw1), those with 0 <= ow = first_ow +
+// kw * dil < out_w, from the geometry (no scan of the taps).
+struct RowTaps {
+  int64_t first_ow, kw0, kw1;
+};
+inline RowTaps taps_in_row(const Plan& pl, int64_t iw) {
+  const int64_t first_ow = iw * pl.stride_w - pl.pad_w;
+  const int64_t kw0 = std::clamp<int64_t>(-floor_div(first_ow, pl.dil_w), 0, pl.kernel_w);
+  const int64_t kw1 =
+      std::clamp<int64_t>(-floor_div(first_ow - pl.out_w, pl.dil_w), kw0, pl.kernel_w);
+  return {first_ow, kw0, kw1};
+}
+
 // col2im_add for a transposed buffer: y_c[oh, ow] += cols_t[(p - p0)*ld + r], position by position
 // (each position's rows of channels [co0, co1) are contiguous). A position's taps that land in
 // the row are one run of kw (ow grows with kw); undilated, their outputs are one run of the row
@@ -925,11 +938,7 @@ void col2im_add_transposed(const Plan& pl, const T* cols_t, int64_t ld, int64_t 
                            int64_t p0, int64_t len, T* y_ng) {
   for (int64_t p = p0; p < p0 + len; ++p) {
     const int64_t ih = p / pl.in_w, iw = p % pl.in_w;
-    // The taps with 0 <= iw * stride - pad + kw * dil < out_w.
-    const int64_t first_ow = iw * pl.stride_w - pl.pad_w;
-    const int64_t kw0 = std::clamp<int64_t>(-floor_div(first_ow, pl.dil_w), 0, pl.kernel_w);
-    const int64_t kw1 =
-        std::clamp<int64_t>(-floor_div(first_ow - pl.out_w, pl.dil_w), kw0, pl.kernel_w);
+    const auto [first_ow, kw0, kw1] = taps_in_row(pl, iw);
     const T* c = cols_t + (p - p0) * ld;
     for (int64_t co = co0; co < co1; ++co) {
       T* y_c = y_ng + co * pl.out_hw;
