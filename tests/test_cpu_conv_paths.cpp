@@ -338,7 +338,10 @@ std::vector<PathCase> path_cases() {
        conv_case_from_shapes(1, {1, 4, 2100}, {4, 64, 4}, false, {2}, {1}, {0}, {1}, 1)},
       // Fewer planes than twice the threads, and enough work for several threads: the depthwise
       // loops and the forward of few input channels cut the planes' rows into bands (one
-      // channel, k5x7 at strides 2 x 3; 2 -> 1 channel k5 s2).
+      // channel, k5x7 at strides 2 x 3; 2 -> 1 channel k5 s2). The one channel's phase rows are
+      // past the depthwise loops' band bound (cache_bands) at any thread count: its dgrad converts
+      // a band's rows of dy into a buffer of the band's rows, its wgrad sums each band apart and
+      // adds the bands in order.
       {"depthwise, one plane in bands",
        conv_case_from_shapes(2, {1, 1, 200, 180}, {1, 1, 5, 7}, true, {2, 3}, {2, 3}, {1, 2},
                              {1, 1}, 1)},
