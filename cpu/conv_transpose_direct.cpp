@@ -353,15 +353,24 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
   const int64_t tile_elems = B * kMaxPositions;
   const int64_t acc_elems = part_blocks * run * tile_elems;
   const int64_t dst_plane = q.rows * q.cols;
+  // A thread's scratch, and the run whose window padding its buffer holds: a task of the same run
+  // (another item or group, so the same window) finds its zeros there and writes only the
+  // source's rows (on 11 x 11 images of 8 reduce channels, one sweep a task, the zeros were 6%
+  // of the pass).
+  struct State {
+    Workspace<T> ws;
+    std::vector<int64_t> offsets;
+    int64_t zeroed_run = -1;
+  };
   parallel_for(
       threads, q.groups * q.batch * runs * block_parts,
       [&] {
-        return std::pair(Workspace<T>(acc_elems + sweep * window_elems),
-                         std::vector<int64_t>(static_cast<size_t>(sweep * q.taps())));
+        return State{Workspace<T>(acc_elems + sweep * window_elems),
+                     std::vector<int64_t>(static_cast<size_t>(sweep * q.taps()))};
       },
-      [&](std::pair<Workspace<T>, std::vector<int64_t>>& state, int64_t t) {
-        const Workspace<T>& ws = state.first;
-        int64_t* offsets = state.second.data();
+      [&](State& state, int64_t t) {
+        const Workspace<T>& ws = state.ws;
+        int64_t* offsets = state.offsets.data();
         const int64_t part = t % block_parts, j = t / block_parts % runs;
         const int64_t ng = t / (block_parts * runs), n = ng / q.groups, g = ng % q.groups;
         const int64_t b0 = part * part_blocks, b1 = std::min(blocks, b0 + part_blocks);
@@ -391,7 +400,11 @@ void run_gather(const Gather& q, const T* src, const T* packed, int64_t packed_s
           const T* base =
               inside ? src_ng + r0 * plane + (win.y0 - q.ph) * row + (win.x0 - q.pw) : window;
           if (!inside) {
-            if (r0 == 0) pad_window_zeros(span, std::min(sweep, q.reduce), win.h, win.w, window);
+            // The window (its rows, columns and shape) is a function of the run alone.
+            if (r0 == 0 && state.zeroed_run != j) {
+              pad_window_zeros(span, std::min(sweep, q.reduce), win.h, win.w, window);
+              state.zeroed_run = j;
+            }
             pad_window_copy(q, span, src_ng, r0, r1, win.y0, win.h, win.x0, win.w, window);
           }
           for (int64_t cb = b0; cb < b1; ++cb) {
