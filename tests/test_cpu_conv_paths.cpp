@@ -83,6 +83,11 @@ std::vector<PathCase> path_cases() {
       {"1x1 stride 1, many rows, dgrad on dy in place",
        conv_case_from_shapes(2, {2, 16, 32, 33}, {16, 256, 1, 1}, false, {1, 1}, {0, 0}, {0, 0},
                              {1, 1}, 1)},
+      // Both 1x1 cases above have forwards that write each item's product into y in place
+      // (pointwise_forward); here 2 groups of 12 -> 5 with a bias on 300-step sequences, cut
+      // into runs of 64 positions at 16 threads and one run at 1 (the last run partial).
+      {"1x1 stride 1, grouped forward in place",
+       conv_case_from_shapes(1, {3, 24, 300}, {24, 5, 1}, true, {1}, {0}, {0}, {1}, 2)},
       // A 2-D stride 4 at k3 (one tap per phase, the phases past the taps unreached) with the
       // channels and positions the direct wgrad takes: wgrad goes to im2col at that stride and
       // the GEMM; an output padding in both dimensions.
