@@ -234,6 +234,84 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
       });
 }
 
+// wgrad of a 1x1 layer at stride 1 without padding (cols_are_dy) with few input channels
+// (kPointwiseMaxInputs): dw_g (cig x cog) = the sum over items of x_ng dy_ng^T. Both operands lie
+// along the reduction (positions), so few_rows_wgrad_run's tiles read them in place: dy once
+// from memory, each run of its rows from L1 by every block of input channels in turn. The phase
+// and column paths copied dy's planes first, and a GEMM would transpose dy to pack it (8 -> 96 on
+// 37 x 40, 16 items: copies were half the pass).
+// The reduction over (item, position) is cut into `slices` ranges by the shape alone, each
+// summed in lanes into its own vectors; the slices' vectors are added in slice order, then
+// across lanes in lane order. Tasks (slice, group, block of output rows): a cut changes no bit.
+constexpr int64_t kPointwiseMaxInputs = 16;
+bool pointwise_wgrad_suits(const Plan& pl) {
+  return cols_are_dy(pl) && pl.cig <= kPointwiseMaxInputs;
+}
+
+template <class T>
+void pointwise_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
+  constexpr int64_t C = kFewRowsChannels, J = kFewRowsRows, kMinSlicePositions = 4096;
+  constexpr int L = gemm::kLanes<T>;
+  const int64_t total = pl.batch * pl.in_hw;  // the reduction's length
+  const int64_t channel_blocks = ceil_div(pl.cig, C), row_blocks = ceil_div(pl.cog, J);
+  const int64_t tile = C * J * L;  // one tile's vectors of sums
+  const int64_t group_tiles = channel_blocks * row_blocks;
+  // Enough (slice, group, row block) tasks for 16 threads where the positions allow.
+  constexpr int64_t kWantedTasks = 32;
+  const int64_t slices = std::clamp<int64_t>(
+      std::min(ceil_div(kWantedTasks, pl.groups * row_blocks), total / kMinSlicePositions), 1,
+      kMaxWgradSlices);
+  const Workspace<T> sums(slices * pl.groups * group_tiles * tile);
+  const int64_t parts =
+      std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, slices * pl.groups), 1, row_blocks);
+  const int64_t per_part = ceil_div(row_blocks, parts);
+  parallel_for(threads, slices * pl.groups * parts, [&](int64_t t) {
+    const int64_t part = t % parts, g = t / parts % pl.groups, s = t / (parts * pl.groups);
+    const int64_t rb0 = std::min(row_blocks, part * per_part);
+    const int64_t rb1 = std::min(row_blocks, rb0 + per_part);
+    T* task_sums = sums.data() + (s * pl.groups + g) * group_tiles * tile;
+    const int64_t q0 = total * s / slices, q1 = total * (s + 1) / slices;
+    for (int64_t q = q0; q < q1;) {
+      const int64_t n = q / pl.in_hw, p = q % pl.in_hw;
+      const int64_t len = std::min({q1 - q, pl.in_hw - p, kFewRowsChunk});
+      const T* x_n = x + (n * pl.in_channels + g * pl.cig) * pl.in_hw + p;
+      const T* dy_n = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw + p;
+      for (int64_t rb = rb0; rb < rb1; ++rb) {
+        const int rows = static_cast<int>(std::min(J, pl.cog - rb * J));
+        for (int64_t cb = 0; cb < channel_blocks; ++cb) {
+          const int channels = static_cast<int>(std::min(C, pl.cig - cb * C));
+          T* acc = task_sums + (rb * channel_blocks + cb) * tile;
+          with_tile<C, J>(channels, rows, [&]<int CC, int RR>() {
+            few_rows_wgrad_run<T, CC, RR>(x_n + cb * C * pl.in_hw, pl.in_hw,
+                                          dy_n + rb * J * pl.out_hw, pl.out_hw, len, q == q0, acc);
+          });
+        }
+      }
+      q += len;
+    }
+  });
+  // dw[g * cig + ci, co] = the slices' vectors of its tile added in slice order, then its lanes
+  // in lane order; a tile of `channels` x `rows` keeps sum (c, j) (c * rows + j) vectors in.
+  parallel_for(threads, pl.groups * group_tiles, [&](int64_t t) {
+    const int64_t g = t / group_tiles, rb = t % group_tiles / channel_blocks;
+    const int64_t cb = t % channel_blocks;
+    const int64_t rows = std::min(J, pl.cog - rb * J), channels = std::min(C, pl.cig - cb * C);
+    T lanes[L];
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t j = 0; j < rows; ++j) {
+        const int64_t at = (rb * channel_blocks + cb) * tile + (c * rows + j) * L;
+        std::copy_n(sums.data() + g * group_tiles * tile + at, L, lanes);
+        for (int64_t s = 1; s < slices; ++s) {
+          const T* v = sums.data() + (s * pl.groups + g) * group_tiles * tile + at;
+          for (int l = 0; l < L; ++l)
+            lanes[l] += v[l];
+        }
+        dw[(g * pl.cig + cb * C + c) * pl.cog + rb * J + j] = lane_sum<L>(lanes);
+      }
+    }
+  });
+}
+
 // wgrad by stride phases, for few output channels: layers the direct kernel declines (it needs 4
 // output channels; RGB and mono outputs have 3 or 1) whose column buffer is too large for few rows
 // to keep in cache (DCGAN's RGB layer: 48 rows of 8192 positions, 1.5 MiB); and for few input
@@ -784,6 +862,10 @@ template <class T>
 void wgrad_typed(const Plan& pl, const T* x, const T* dy, T* dw, int64_t w_numel, int threads) {
   if (depthwise(pl)) {
     depthwise_wgrad(pl, x, dy, dw, threads);
+    return;
+  }
+  if (pointwise_wgrad_suits(pl)) {
+    pointwise_wgrad(pl, x, dy, dw, threads);
     return;
   }
   // By stride phases on the input channels' side first for up to 8 input channels (at AVX-512):
