@@ -234,24 +234,57 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
       });
 }
 
-// wgrad of a 1x1 layer at stride 1 without padding (cols_are_dy) with few input channels
-// (kPointwiseMaxInputs): dw_g (cig x cog) = the sum over items of x_ng dy_ng^T. Both operands lie
-// along the reduction (positions), so few_rows_wgrad_run's tiles read them in place: dy once
-// from memory, each run of its rows from L1 by every block of input channels in turn. The phase
-// and column paths copied dy's planes first, and a GEMM would transpose dy to pack it (8 -> 96 on
-// 37 x 40, 16 items: copies were half the pass).
+// wgrad of a one-tap layer (1x1, any stride and padding) with few input channels
+// (kPointwiseMaxInputs) or few output channels (kFewRowsMax): dw_g (cig x cog) = the sum over
+// items and x's positions of x_ng[p] dy_ng[p's output position]. x lies along the reduction;
+// so does dy at stride 1 without padding (cols_are_dy), else a task gathers its rows of dy for a
+// run of positions into a buffer (zeros where the position falls in the padding). The
+// few-rows tiles (sums in lanes over positions) then read both: dy once from memory, each run
+// of its rows from L1 for every block of input channels in turn. The phase and column paths
+// copied dy's planes whole first, and a GEMM would transpose dy to pack it (8 -> 96 on 37 x 40,
+// 16 items: copies were half the pass; 4 groups of 32 -> 6 at stride 2: Eigen's packing).
 // The reduction over (item, position) is cut into `slices` ranges by the shape alone, each
 // summed in lanes into its own vectors; the slices' vectors are added in slice order, then
 // across lanes in lane order. Tasks (slice, group, block of output rows): a cut changes no bit.
 constexpr int64_t kPointwiseMaxInputs = 16;
 bool pointwise_wgrad_suits(const Plan& pl) {
-  return cols_are_dy(pl) && pl.cig <= kPointwiseMaxInputs;
+  return pl.taps == 1 && (pl.cig <= kPointwiseMaxInputs || pl.cog <= kFewRowsMax);
+}
+
+// Rows [co0, co1) of dy_ng at x's positions [p, p + len) of one item, to out (rows ld apart):
+// position (ih, iw) reads dy at (ih * sh - ph, iw * sw - pw), zero outside dy.
+template <class T>
+void gather_one_tap(const Plan& pl, const T* dy_ng, int64_t co0, int64_t co1, int64_t p,
+                    int64_t len, T* out, int64_t ld) {
+  for (int64_t done = 0; done < len;) {
+    const int64_t ih = (p + done) / pl.in_w, iw0 = (p + done) % pl.in_w;
+    const int64_t seg = std::min(len - done, pl.in_w - iw0);
+    const int64_t oh = ih * pl.stride_h - pl.pad_h;
+    // The segment's columns [lo, hi) land inside dy's row: iw * sw - pw in [0, out_w).
+    int64_t lo = iw0, hi = iw0;
+    if (oh >= 0 && oh < pl.out_h) {
+      lo = std::clamp<int64_t>(ceil_div(pl.pad_w, pl.stride_w), iw0, iw0 + seg);
+      hi = std::clamp<int64_t>(ceil_div(pl.out_w + pl.pad_w, pl.stride_w), lo, iw0 + seg);
+    }
+    for (int64_t co = co0; co < co1; ++co) {
+      T* row = out + (co - co0) * ld + done;
+      std::fill(row, row + (lo - iw0), T(0));
+      std::fill(row + (hi - iw0), row + seg, T(0));
+    }
+    if (lo < hi) {
+      gather_strided_rows(out + done + (lo - iw0), ld,
+                          dy_ng + co0 * pl.out_hw + oh * pl.out_w + lo * pl.stride_w - pl.pad_w,
+                          pl.out_hw, co1 - co0, hi - lo, pl.stride_w);
+    }
+    done += seg;
+  }
 }
 
 template <class T>
 void pointwise_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
   constexpr int64_t C = kFewRowsChannels, J = kFewRowsRows, kMinSlicePositions = 4096;
   constexpr int L = gemm::kLanes<T>;
+  const bool in_place = cols_are_dy(pl);
   const int64_t total = pl.batch * pl.in_hw;  // the reduction's length
   const int64_t channel_blocks = ceil_div(pl.cig, C), row_blocks = ceil_div(pl.cog, J);
   const int64_t tile = C * J * L;  // one tile's vectors of sums
@@ -265,31 +298,44 @@ void pointwise_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads
   const int64_t parts =
       std::clamp<int64_t>(ceil_div(2 * int64_t{threads}, slices * pl.groups), 1, row_blocks);
   const int64_t per_part = ceil_div(row_blocks, parts);
-  parallel_for(threads, slices * pl.groups * parts, [&](int64_t t) {
-    const int64_t part = t % parts, g = t / parts % pl.groups, s = t / (parts * pl.groups);
-    const int64_t rb0 = std::min(row_blocks, part * per_part);
-    const int64_t rb1 = std::min(row_blocks, rb0 + per_part);
-    T* task_sums = sums.data() + (s * pl.groups + g) * group_tiles * tile;
-    const int64_t q0 = total * s / slices, q1 = total * (s + 1) / slices;
-    for (int64_t q = q0; q < q1;) {
-      const int64_t n = q / pl.in_hw, p = q % pl.in_hw;
-      const int64_t len = std::min({q1 - q, pl.in_hw - p, kFewRowsChunk});
-      const T* x_n = x + (n * pl.in_channels + g * pl.cig) * pl.in_hw + p;
-      const T* dy_n = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw + p;
-      for (int64_t rb = rb0; rb < rb1; ++rb) {
-        const int rows = static_cast<int>(std::min(J, pl.cog - rb * J));
-        for (int64_t cb = 0; cb < channel_blocks; ++cb) {
-          const int channels = static_cast<int>(std::min(C, pl.cig - cb * C));
-          T* acc = task_sums + (rb * channel_blocks + cb) * tile;
-          with_tile<C, J>(channels, rows, [&]<int CC, int RR>() {
-            few_rows_wgrad_run<T, CC, RR>(x_n + cb * C * pl.in_hw, pl.in_hw,
-                                          dy_n + rb * J * pl.out_hw, pl.out_hw, len, q == q0, acc);
-          });
+  const int64_t buffer = in_place ? 0 : per_part * J * kFewRowsChunk;
+  parallel_for(
+      threads, slices * pl.groups * parts, [&] { return Workspace<T>(buffer); },
+      [&](Workspace<T>& ws, int64_t t) {
+        const int64_t part = t % parts, g = t / parts % pl.groups, s = t / (parts * pl.groups);
+        const int64_t rb0 = std::min(row_blocks, part * per_part);
+        const int64_t rb1 = std::min(row_blocks, rb0 + per_part);
+        if (rb0 == rb1) return;
+        const int64_t co0 = rb0 * J, co1 = std::min(pl.cog, rb1 * J);
+        T* task_sums = sums.data() + (s * pl.groups + g) * group_tiles * tile;
+        const int64_t q0 = total * s / slices, q1 = total * (s + 1) / slices;
+        for (int64_t q = q0; q < q1;) {
+          const int64_t n = q / pl.in_hw, p = q % pl.in_hw;
+          const int64_t len = std::min({q1 - q, pl.in_hw - p, kFewRowsChunk});
+          const T* x_n = x + (n * pl.in_channels + g * pl.cig) * pl.in_hw + p;
+          const T* dy_ng = dy + (n * pl.out_channels + g * pl.cog) * pl.out_hw;
+          // Row co0 of this run's dy, and the distance between rows.
+          const T* d = dy_ng + co0 * pl.out_hw + p;
+          int64_t d_ld = pl.out_hw;
+          if (!in_place) {
+            gather_one_tap(pl, dy_ng, co0, co1, p, len, ws.data(), kFewRowsChunk);
+            d = ws.data();
+            d_ld = kFewRowsChunk;
+          }
+          for (int64_t rb = rb0; rb < rb1; ++rb) {
+            const int rows = static_cast<int>(std::min(J, pl.cog - rb * J));
+            for (int64_t cb = 0; cb < channel_blocks; ++cb) {
+              const int channels = static_cast<int>(std::min(C, pl.cig - cb * C));
+              T* acc = task_sums + (rb * channel_blocks + cb) * tile;
+              with_tile<C, J>(channels, rows, [&]<int CC, int RR>() {
+                few_rows_wgrad_run<T, CC, RR>(x_n + cb * C * pl.in_hw, pl.in_hw,
+                                              d + (rb - rb0) * J * d_ld, d_ld, len, q == q0, acc);
+              });
+            }
+          }
+          q += len;
         }
-      }
-      q += len;
-    }
-  });
+      });
   // dw[g * cig + ci, co] = the slices' vectors of its tile added in slice order, then its lanes
   // in lane order; a tile of `channels` x `rows` keeps sum (c, j) (c * rows + j) vectors in.
   parallel_for(threads, pl.groups * group_tiles, [&](int64_t t) {

@@ -88,11 +88,20 @@ std::vector<PathCase> path_cases() {
       // into runs of 64 positions at 16 threads and one run at 1 (the last run partial).
       {"1x1 stride 1, grouped forward in place",
        conv_case_from_shapes(1, {3, 24, 300}, {24, 5, 1}, true, {1}, {0}, {0}, {1}, 2)},
-      // wgrad of a 1x1 layer with up to 16 input channels reads x and dy in place
+      // wgrad of a 1x1 layer at stride 1 with up to 16 input channels reads x and dy in place
       // (pointwise_wgrad; the cases above with 12 and 16 take it too): 6 -> 7, edge tiles on both
       // sides, over 9003 positions in two slices that meet inside item 1.
       {"1x1 stride 1, wgrad in place in two slices",
        conv_case_from_shapes(1, {3, 6, 3001}, {6, 7, 1}, false, {1}, {0}, {0}, {1}, 1)},
+      // One tap at other strides: a task gathers its rows of dy for each run of positions,
+      // zeros where a position lands in the padding (row 0 and column 0 here) or past dy;
+      // 2-D strides 3 x 2 with an output padding, then 2 groups of 32 -> 3 at stride 2 (few
+      // output channels) over two slices.
+      {"one tap, strides 3 x 2, wgrad on gathered runs of dy",
+       conv_case_from_shapes(2, {2, 5, 9, 23}, {5, 7, 1, 1}, true, {3, 2}, {1, 2}, {1, 1}, {1, 1},
+                             1)},
+      {"one tap, stride 2, grouped, few outputs, two slices",
+       conv_case_from_shapes(1, {2, 64, 4500}, {64, 3, 1}, false, {2}, {0}, {0}, {1}, 2)},
       // A 2-D stride 4 at k3 (one tap per phase, the phases past the taps unreached) with the
       // channels and positions the direct wgrad takes: wgrad goes to im2col at that stride and
       // the GEMM; an output padding in both dimensions.
