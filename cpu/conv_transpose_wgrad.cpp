@@ -1040,10 +1040,17 @@ bool phase_dgrad_suits(const Plan& pl, int64_t elem_bytes) {
   // of 4 the tasks' copies cost more than the GEMM path (0.5x). Up to 8 input channels (two
   // tiles over each band's planes) it beat the direct dgrad, few rows and few columns too
   // (1.2x-3.3x: 8 -> 96 k8 s2, grouped 8 -> 48 k4 d1x2, 8 -> 8 k3); with 12 or 16 it lost or
-  // tied (0.7x-1.0x).
+  // tied (0.7x-1.0x), except on rows of kPhaseDgradLongRow or more with up to 16 output
+  // channels, where the few-rows and GEMM paths' column buffers of a long sequence go to memory:
+  // 16 -> 3 k8 s3 over 68345 steps 2.9x, 16 -> 1 k16 s8 1.5x, 16 -> 16 k4 s2 over 4000 1.4x; with
+  // 24 outputs they tied, on rows of 1000-1024 the gain was small or a loss (12 -> 2: 0.8x).
   constexpr int64_t kPhaseDgradMaxChannels = 8, kPhaseDgradMinRow = 8;
-  return gemm::kVecRegisters >= 32 && pl.cig <= kPhaseDgradMaxChannels &&
-         pl.in_w >= kPhaseDgradMinRow && phase_planes_fit(pl, elem_bytes, true);
+  constexpr int64_t kLongRowMaxChannels = 16, kPhaseDgradLongRow = 2048;
+  const bool channels = pl.cig <= kPhaseDgradMaxChannels ||
+                        (pl.cig <= kLongRowMaxChannels && pl.cog <= kLongRowMaxChannels &&
+                         pl.in_w >= kPhaseDgradLongRow);
+  return gemm::kVecRegisters >= 32 && channels && pl.in_w >= kPhaseDgradMinRow &&
+         phase_planes_fit(pl, elem_bytes, true);
 }
 
 void phase_dgrad(const Plan& pl, const float* dy, const float* w, float* dx, int threads) {

@@ -102,6 +102,10 @@ std::vector<PathCase> path_cases() {
                              1)},
       {"one tap, stride 2, grouped, few outputs, two slices",
        conv_case_from_shapes(1, {2, 64, 4500}, {64, 3, 1}, false, {2}, {0}, {0}, {1}, 2)},
+      // The phase dgrad takes 9 to 16 input channels on rows of 2048 or more with few outputs:
+      // 12 -> 3 k8 s3 p3 over 2100 steps (two tiles of channels, the second part empty).
+      {"phase dgrad, 12 input channels on a long row",
+       conv_case_from_shapes(1, {2, 12, 2100}, {12, 3, 8}, true, {3}, {3}, {1}, {1}, 1)},
       // A 2-D stride 4 at k3 (one tap per phase, the phases past the taps unreached) with the
       // channels and positions the direct wgrad takes: wgrad goes to im2col at that stride and
       // the GEMM; an output padding in both dimensions.
