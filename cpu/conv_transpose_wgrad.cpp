@@ -234,6 +234,39 @@ void wgrad_few_rows(const Plan& pl, const T* x, const T* dy, T* dw, int threads)
       });
 }
 
+// dw from the few-rows tiles' sums of `slices` slices, tile (g, cb, jb) of slice s at
+// sums + (((s * groups + g) * channel_blocks + cb) * column_blocks + jb) * C * J * L:
+// dw[g * cig + cb * C + c, jb * J + j] = the tile's sum (c, j) added over the slices in order, then
+// its lanes in lane order. A tile of `cols` columns keeps sum (c, j) (c * cols + j) vectors from
+// its start.
+template <class T>
+void tile_sums_to_dw(const Plan& pl, const T* sums, int64_t slices, int64_t channel_blocks,
+                     int64_t column_blocks, T* dw, int threads) {
+  constexpr int64_t C = kFewRowsChannels, J = kFewRowsRows;
+  constexpr int L = gemm::kLanes<T>;
+  typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
+  const int64_t tile_elems = C * J * L, tiles = pl.groups * channel_blocks * column_blocks;
+  parallel_for(threads, tiles, [&](int64_t tile) {
+    const int64_t g = tile / (channel_blocks * column_blocks);
+    const int64_t cb = tile / column_blocks % channel_blocks, jb = tile % column_blocks;
+    const int64_t channels = std::min(C, pl.cig - cb * C), cols = std::min(J, pl.rows - jb * J);
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t at = (c * cols + j) * L;
+        Vec v, part;
+        std::memcpy(&v, sums + tile * tile_elems + at, sizeof(Vec));
+        for (int64_t s = 1; s < slices; ++s) {
+          std::memcpy(&part, sums + (s * tiles + tile) * tile_elems + at, sizeof(Vec));
+          v += part;
+        }
+        T lanes[L];
+        std::memcpy(lanes, &v, sizeof(Vec));
+        dw[(g * pl.cig + cb * C + c) * pl.rows + jb * J + j] = lane_sum<L>(lanes);
+      }
+    }
+  });
+}
+
 // wgrad of a one-tap layer (1x1, any stride and padding) with few input channels
 // (kPointwiseMaxInputs) or few output channels (kFewRowsMax): dw_g (cig x cog) = the sum over
 // items and x's positions of x_ng[p] dy_ng[p's output position]. x lies along the reduction;
@@ -326,7 +359,7 @@ void pointwise_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads
             const int rows = static_cast<int>(std::min(J, pl.cog - rb * J));
             for (int64_t cb = 0; cb < channel_blocks; ++cb) {
               const int channels = static_cast<int>(std::min(C, pl.cig - cb * C));
-              T* acc = task_sums + (rb * channel_blocks + cb) * tile;
+              T* acc = task_sums + (cb * row_blocks + rb) * tile;
               with_tile<C, J>(channels, rows, [&]<int CC, int RR>() {
                 few_rows_wgrad_run<T, CC, RR>(x_n + cb * C * pl.in_hw, pl.in_hw,
                                               d + (rb - rb0) * J * d_ld, d_ld, len, q == q0, acc);
@@ -336,26 +369,7 @@ void pointwise_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads
           q += len;
         }
       });
-  // dw[g * cig + ci, co] = the slices' vectors of its tile added in slice order, then its lanes
-  // in lane order; a tile of `channels` x `rows` keeps sum (c, j) (c * rows + j) vectors in.
-  parallel_for(threads, pl.groups * group_tiles, [&](int64_t t) {
-    const int64_t g = t / group_tiles, rb = t % group_tiles / channel_blocks;
-    const int64_t cb = t % channel_blocks;
-    const int64_t rows = std::min(J, pl.cog - rb * J), channels = std::min(C, pl.cig - cb * C);
-    T lanes[L];
-    for (int64_t c = 0; c < channels; ++c) {
-      for (int64_t j = 0; j < rows; ++j) {
-        const int64_t at = (rb * channel_blocks + cb) * tile + (c * rows + j) * L;
-        std::copy_n(sums.data() + g * group_tiles * tile + at, L, lanes);
-        for (int64_t s = 1; s < slices; ++s) {
-          const T* v = sums.data() + (s * pl.groups + g) * group_tiles * tile + at;
-          for (int l = 0; l < L; ++l)
-            lanes[l] += v[l];
-        }
-        dw[(g * pl.cig + cb * C + c) * pl.cog + rb * J + j] = lane_sum<L>(lanes);
-      }
-    }
-  });
+  tile_sums_to_dw(pl, sums.data(), slices, channel_blocks, row_blocks, dw, threads);
 }
 
 // wgrad by stride phases, for few output channels: layers the direct kernel declines (it needs 4
@@ -693,29 +707,7 @@ void phase_wgrad(const Plan& pl, const T* x, const T* dy, T* dw, int threads) {
       }
     }
   });
-  // dw[cb * C + c, jb * J + j] = tile (cb, jb)'s sum (c, j) added over the slices in order, then
-  // its lanes in lane order; a tile of `cols` columns keeps sum (c, j) (c * cols + j) vectors
-  // from its start.
-  parallel_for(threads, tiles, [&](int64_t tile) {
-    typedef T Vec __attribute__((vector_size(gemm::kVecBytes)));
-    const int64_t g = tile / (channel_blocks * column_blocks);
-    const int64_t cb = tile / column_blocks % channel_blocks, jb = tile % column_blocks;
-    const int64_t channels = std::min(C, pl.cig - cb * C), cols = std::min(J, pl.rows - jb * J);
-    for (int64_t c = 0; c < channels; ++c) {
-      for (int64_t j = 0; j < cols; ++j) {
-        const int64_t at = (c * cols + j) * L;
-        Vec v, part;
-        std::memcpy(&v, acc_of(0, g, cb, jb) + at, sizeof(Vec));
-        for (int64_t s = 1; s < slices; ++s) {
-          std::memcpy(&part, acc_of(s, g, cb, jb) + at, sizeof(Vec));
-          v += part;
-        }
-        T lanes[L];
-        std::memcpy(lanes, &v, sizeof(Vec));
-        dw[(g * pl.cig + cb * C + c) * pl.rows + jb * J + j] = lane_sum<L>(lanes);
-      }
-    }
-  });
+  tile_sums_to_dw(pl, sums.data(), slices, channel_blocks, column_blocks, dw, threads);
 }
 
 // dgrad by stride phases, for few input channels (phase_dgrad_suits), on the same planes:
