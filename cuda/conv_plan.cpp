@@ -431,14 +431,14 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
     tile = p.M > 64 ? IgemmTiling{128, 128, 16, 2, false} : IgemmTiling{64, 256, 16, 2, false};
     max_taps = 0;
   } else {
-    // M <= 64, three taps or fewer: their A fragments loaded at once, 24 registers. ptxas
-    // reports this instance as serialized (C7512): at the 128-register cap of two CTAs per SM,
-    // the 64 accumulators and three taps' fragments, live until the step's wait, leave it too
-    // few. It stays, because the warning-free alternatives measured slower on S2 dgrad: two
-    // taps in flight, four warpgroups at one CTA per SM, one warpgroup per CTA (runs 18 and 54),
-    // a 64 x 192 tile (1.45x slower) and 8-channel steps (1.37x; runs 99 and 100; all in
-    // docs/performance.md).
-    tile = {64, 256, 16, 2, false};
+    // M <= 64, three taps or fewer: all of a step's taps issued at once, their weights staged in
+    // shared memory a step ahead. With their A fragments in registers instead (24 beside the 64
+    // accumulators at the 128-register cap of two CTAs per SM) ptxas serialized the wgmmas
+    // (C7512). Staged, with one raw stage fewer for the room, it measured as fast or faster
+    // (run 284: S1 forward 0.83 -> 0.79 ms, S2 dgrad 2.03 -> 2.02); the register-only
+    // alternatives had been slower on S2 dgrad (two taps in flight, a 64 x 192 tile, 8-channel
+    // steps: docs/performance.md).
+    tile = {64, 256, 16, 2, false, 3};
   }
   if (!tile.split && max_taps > 0 && taps_per_row(p) > max_taps)
     return "more than " + std::to_string(max_taps) + " taps a row";
@@ -1127,6 +1127,7 @@ std::string ConvPlan::describe() const {
          << (tile.split            ? std::string("one tap's chain at a time")
              : wgmma_max_taps == 0 ? std::string("2 taps in flight")
                                    : "taps<=" + std::to_string(wgmma_max_taps));
+      if (tile.a_smem_taps > 0) os << ", weights in shared memory";
     }
     os << ", raw stages " << p.raw_stages << ", smem " << p.smem_bytes << " B, grid "
        << igemm_ctas(p) << "]";

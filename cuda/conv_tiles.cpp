@@ -56,14 +56,20 @@ const char* igemm_plan_tiles(IgemmProblem& p, const IgemmTiling& t) {
   p.raw_pitch = static_cast<int>(ceil_div(win_cols, 32) * 32 + 8);  // == 8 mod 32: no conflicts
   // The converted window of one stage: every value once, twice (value, residual) for 3xTF32.
   p.conv_floats = t.chunk * p.win_cols * (t.split ? 2 : 1);
-  // 227 KB is the most one CTA may have; min_blocks CTAs share an SM's 228 KB (1 KB each is
-  // reserved, and the kernels' static arrays take about 0.5 KB). Up to 4 raw stages (3 steps
-  // of copies in flight: one step's multiply is shorter than a DRAM round trip), at least 2.
-  const int64_t limit = 227 * 1024 / t.min_blocks - 2048;
+  // 227 KB is the most one CTA may have; min_blocks CTAs share an SM's 228 KB, each also taking
+  // the 1 KB the driver reserves and the kernels' static tap table (IgemmTaps, 512 bytes). Up to
+  // 4 raw stages (3 steps of copies in flight: one step's multiply is shorter than a DRAM round
+  // trip), at least 2.
+  const int64_t limit =
+      std::min<int64_t>(227 * 1024, 228 * 1024 / t.min_blocks - kReservedSmemPerCta) -
+      kIgemmStaticSmem;
+  p.a_floats = t.a_smem_taps * t.bm * t.chunk;
   p.raw_stages = 4;
   int64_t bytes = 0;
   for (; p.raw_stages >= 2; --p.raw_stages) {
-    bytes = (2 * int64_t{p.conv_floats} + p.raw_stages * t.chunk * int64_t{p.raw_pitch}) * 4;
+    bytes = (2 * int64_t{p.conv_floats} + 2 * int64_t{p.a_floats} +
+             p.raw_stages * t.chunk * int64_t{p.raw_pitch}) *
+            4;
     if (bytes <= limit) break;
   }
   if (p.raw_stages < 2) return "two raw stages pass the shared memory of min_blocks CTAs per SM";

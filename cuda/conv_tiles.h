@@ -12,6 +12,10 @@ namespace tgrad::cuda {
 
 inline constexpr int kIgemmMaxTaps = 32;
 inline constexpr int kIgemmMaxKh = 8;
+// Shared memory an SM 9.0 CTA takes beside its dynamic allocation: what the driver reserves
+// (cudaDevAttrReservedSharedMemoryPerBlock) and the row kernels' static tap table (IgemmTaps).
+inline constexpr int kReservedSmemPerCta = 1024;
+inline constexpr int kIgemmStaticSmem = 512;
 
 struct IgemmProblem {
   const float* src;   // (N, C, Hs, Ws)
@@ -43,7 +47,8 @@ struct IgemmProblem {
   int raw_pitch;    // floats per channel row of the raw (as loaded) window
   int conv_floats;  // converted window of one stage
   int raw_stages;   // raw windows in flight, 2 to 4
-  int smem_bytes;   // two converted stages and the raw ones
+  int a_floats;     // one stage of weights staged in shared memory (0: A from registers)
+  int smem_bytes;   // two converted stages, two A stages and the raw ones
 };
 
 // CTAs of the implicit GEMM's launch (grid x), once the tiling fields are filled.
@@ -55,6 +60,9 @@ inline int64_t igemm_ctas(const IgemmProblem& p) {
 struct IgemmTiling {
   int bm, bn, chunk, min_blocks;  // min_blocks: CTAs per SM that shared memory must allow
   bool split;                     // 3xTF32: each staged value with its residual
+  // The wgmma kernel's weights staged in shared memory for up to this many taps a step (two
+  // stages), read through descriptors; 0: A fragments from registers (every other instance).
+  int a_smem_taps = 0;
 };
 
 // Forward (gather): how many of the kW taps land on src for output phase r, i.e. have

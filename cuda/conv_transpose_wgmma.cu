@@ -10,7 +10,9 @@
 //
 //   - A (weights) from registers: the A fragment of wgmma m64nNk8 for one warp is the m16n8k8
 //     fragment of its 16 rows, so the packed weights of the mma.sync kernel serve unchanged
-//     (igemm_pack_weights), read from L1 with one 128-bit load per (tap, k8 block).
+//     (igemm_pack_weights), read from L1 with one 128-bit load per (tap, k8 block). Except in
+//     the all-taps "high" instance (kSmemA), whose weights are staged in shared memory a step
+//     ahead and read through descriptors like B: in registers they serialized its wgmmas.
 //   - B (the window) from shared memory through a matrix descriptor. wgmma wants TF32 B K-major
 //     in "core matrices" of 8 columns x 4 channels (16 bytes a column). The converted window is
 //     stored as [channel group c/4][column j][c % 4], so one core matrix is 128 contiguous bytes,
@@ -23,20 +25,21 @@
 //     conversion then reads four channels of one column (copied by other threads) and writes
 //     them with one 16-byte store. Against one-float copies this was S2 dgrad 2.58 -> 2.20 ms.
 //
-//   - Taps: "high" with M <= 64 loads the A fragments of a row's taps (up to 3) before its
-//     wgmmas; longer rows, and M > 64, keep two taps' fragments in flight (kMaxTaps 0). "highest"
-//     runs each tap's 16-channel chain (small x big, big x small, big x big) from zero, waits for
-//     it and adds it into a float32 sum, so any tap count fits.
+//   - Taps: "high" with M <= 64 issues a row's taps (up to 3) at once, their weights staged in
+//     shared memory; longer rows, and M > 64, keep two taps' fragments in flight (kMaxTaps 0).
+//     "highest" runs each tap's 16-channel chain (small x big, big x small, big x big) from zero,
+//     waits for it and adds it into a float32 sum, so any tap count fits.
 //   - Modes (WgmmaMode, one instantiation each): plain; fill (forward where one output phase
 //     has all the taps writes the other phases' bias too); fold (M <= 32 in 2-D: GEMM rows
 //     M.. compute the next output row, so the 64-row tile is full; IgemmProblem::fold_m).
 //
 // Pipeline, two barriers per step, two converted windows and up to four raw ones:
-//   issue the wgmmas of step s on conv[s & 1] -> issue the copies of step s + raw_stages - 1 ->
-//   wait for this thread's copies of step s + 1, barrier (everyone's have landed) -> convert
-//   them into conv[(s + 1) & 1] (read by step s - 1, which every warpgroup finished before the
-//   last barrier) -> fence the generic writes for the async proxy -> wait for this warpgroup's
-//   wgmmas -> barrier.
+//   issue the wgmmas of step s on conv[s & 1] -> (kSmemA: load step s + 1's weights) -> issue
+//   the copies of step s + raw_stages - 1 -> wait for this thread's copies of step s + 1,
+//   barrier (everyone's have landed) -> convert them into conv[(s + 1) & 1] (read by step
+//   s - 1, which every warpgroup finished before the last barrier; kSmemA: store the weights
+//   into A stage (s + 1) & 1 likewise) -> fence the generic writes for the async proxy -> wait
+//   for this warpgroup's wgmmas -> barrier.
 // The conversion and the copies of the next step run while the tensor cores multiply this one,
 // and two CTAs per SM fill each other's gaps. Measured against the mma.sync kernel in
 // docs/performance.md.
@@ -77,6 +80,10 @@ struct WgmmaConfig {
   // registers are reloaded once the wgmmas of the tap two before it have completed). (3xTF32
   // waits after each tap, so any count runs.)
   static constexpr int kMaxTaps = kMaxTaps_;
+  // 1xTF32 with all of a row's taps at once: A staged in shared memory (IgemmTiling::a_smem_taps,
+  // below), since their fragments in registers beside the 64 accumulators left ptxas too few
+  // registers at two CTAs per SM and it serialized the wgmmas (C7512).
+  static constexpr bool kSmemA = !kSplit_ && kMaxTaps_ > 0;
 };
 
 // f(std::integral_constant<int, count>{}) for a runtime count in 1..kMax.
@@ -119,8 +126,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int planes = taps.planes;
   const int steps = planes * static_cast<int>(p.c_pad / Cfg::kChunk);
 
-  // Shared memory: the converted window [2 stages], then the raw window [raw_stages].
-  float* const raw_base = smem + 2 * p.conv_floats;
+  // Shared memory: the converted window [2 stages], the weights [2 stages] (kSmemA), then the
+  // raw window [raw_stages].
+  float* const a_smem = smem + 2 * p.conv_floats;
+  float* const raw_base = a_smem + 2 * p.a_floats;
   const int raw_floats = Cfg::kChunk * p.raw_pitch;
   // Copies: when window columns are consecutive src columns (win_step 1), 16 bytes a copy from
   // the 4-aligned column at or before col0 (raw column j + lead holds window column j), else
@@ -187,6 +196,58 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int64_t a_frag_stride = mt_total * 32 * kAU;
   const uint4* const a_lane =
       reinterpret_cast<const uint4*>(p.wp) + ((m0 / 16 + wgm * 4 + wq) * 32 + lane) * kAU;
+
+  // kSmemA: the weights of a step's taps, staged in shared memory as K-major core matrices
+  // [tap][c/4][m][c % 4] (kBM*kChunk floats a tap), one stage a step ahead of the wgmmas that read
+  // it. Thread tid carries one packed m16n8k8 fragment a tap (warp -> 16 rows x 8 channels, lane
+  // -> (g, t) as in the mma.sync kernel): one 16-byte load, loaded while the tensor cores run the
+  // step before, and four 4-byte stores, a warp's 32 lanes filling 32 consecutive floats.
+  constexpr int kAFrags = Cfg::kBM / 16 * Cfg::kKb;  // fragments of one tap's step
+  static_assert(!Cfg::kSmemA || Cfg::kThreads == 32 * kAFrags, "one fragment a thread a tap");
+  constexpr int kARegTaps = Cfg::kSmemA ? Cfg::kMaxTaps : 1;
+  uint4 a_next[kARegTaps];
+  int a_next_count = 0;
+  const int a_mt = warp % (Cfg::kBM / 16), a_kb = warp / (Cfg::kBM / 16);
+  const uint4* const a_thread =
+      reinterpret_cast<const uint4*>(p.wp) + (m0 / 16 + a_mt) * 32 + lane + a_kb * mt_total * 32;
+  const auto load_a = [&](int step) {
+    const int64_t chunk = step / planes;
+    const int kh = taps.active[step % planes];
+    const int first = taps.plane_first[kh];
+    a_next_count = taps.plane_count[kh];
+#pragma unroll
+    for (int jj = 0; jj < kARegTaps; ++jj) {
+      if (jj < a_next_count)
+        a_next[jj] = __ldg(a_thread +
+                           (taps.tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * mt_total * 32);
+    }
+  };
+  const auto store_a = [&](int step) {
+    float* const dst = a_smem + (step & 1) * p.a_floats;
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int jj = 0; jj < kARegTaps; ++jj) {
+      if (jj < a_next_count) {
+        float* const d = dst + jj * Cfg::kBM * Cfg::kChunk + (a_mt * 16 + g) * 4 + t;
+        const uint4 v = a_next[jj];
+        // Fragment value i is row g + 8*(i & 1), channel t + 4*(i >> 1) of the fragment.
+        d[(2 * a_kb * Cfg::kBM) * 4] = __uint_as_float(v.x);
+        d[(2 * a_kb * Cfg::kBM + 8) * 4] = __uint_as_float(v.y);
+        d[((2 * a_kb + 1) * Cfg::kBM) * 4] = __uint_as_float(v.z);
+        d[((2 * a_kb + 1) * Cfg::kBM + 8) * 4] = __uint_as_float(v.w);
+      }
+    }
+  };
+  // Descriptor of tap jj's k8 block kb in stage buf: core matrices 128 bytes apart along M (8
+  // rows), kBM*16 bytes along K (4 channels).
+  const uint32_t a_smem_addr = smem_addr(a_smem) + static_cast<uint32_t>(wgm * 64 * 16);
+  constexpr uint32_t kLboA = Cfg::kBM * 16;
+  const auto a_desc = [&](int buf, int jj, int kb) {
+    return wgmma_desc(
+        a_smem_addr + static_cast<uint32_t>((buf * p.a_floats + jj * Cfg::kBM * Cfg::kChunk) * 4 +
+                                            2 * kb * kLboA),
+        kLboA, 128);
+  };
   // Descriptor pieces: this warpgroup's first column in conv[0], LBO, SBO.
   const uint32_t conv_addr = smem_addr(smem) + static_cast<uint32_t>(wgn * Cfg::kN * 16);
   const uint32_t lbo = static_cast<uint32_t>(p.win_cols) * 16;
@@ -201,9 +262,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     cp_async_commit();
   }
   if (steps > 0) {
+    if constexpr (Cfg::kSmemA) load_a(0);
     igemm_wait_oldest(ahead);
     __syncthreads();
     convert_window(0);
+    if constexpr (Cfg::kSmemA) store_a(0);
   }
   fence_proxy_async();
   __syncthreads();
@@ -213,26 +276,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int kh = taps.active[step % planes];
     const int first = taps.plane_first[kh], count = taps.plane_count[kh];
     const uint32_t conv_step = conv_addr + static_cast<uint32_t>((step & 1) * p.conv_floats * 4);
-    // The step's kTaps x kKb wgmmas as straight-line code (one instance per tap count): the A
-    // registers are all written before the fence, so ptxas need not fence each wgmma itself.
-    auto issue = [&](auto taps_c) {
+    // kSmemA: the step's kTaps x kKb wgmmas as straight-line code (one instance per tap count),
+    // A (staged before the last barrier) and B both through descriptors.
+    auto issue_smem_a = [&](auto taps_c) {
       constexpr int kTaps = decltype(taps_c)::value;
-      uint4 a[kTaps][Cfg::kKb];
-#pragma unroll
-      for (int jj = 0; jj < kTaps; ++jj) {
-        const uint4* aj =
-            a_lane + (taps.tap_w[first + jj] * kb_total + chunk * Cfg::kKb) * mt_total * 32;
-#pragma unroll
-        for (int kb = 0; kb < Cfg::kKb; ++kb)
-          a[jj][kb] = __ldg(aj + kb * mt_total * 32);
-      }
       wgmma_fence();
 #pragma unroll
       for (int jj = 0; jj < kTaps; ++jj) {
         const uint32_t tap_addr = conv_step + static_cast<uint32_t>(taps.tap_col[first + jj] * 16);
 #pragma unroll
         for (int kb = 0; kb < Cfg::kKb; ++kb)
-          wgmma_tf32<Cfg::kN>(acc, a[jj][kb], wgmma_desc(tap_addr + 2 * kb * lbo, lbo, 128));
+          wgmma_tf32_ss<Cfg::kN>(acc, a_desc(step & 1, jj, kb),
+                                 wgmma_desc(tap_addr + 2 * kb * lbo, lbo, 128));
       }
       wgmma_commit();
     };
@@ -300,7 +355,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     } else if constexpr (Cfg::kMaxTaps == 0) {
       issue_pipelined();
     } else {
-      with_count<Cfg::kMaxTaps>(count, issue);
+      static_assert(Cfg::kSmemA, "1xTF32 with a tap limit stages its weights in shared memory");
+      with_count<Cfg::kMaxTaps>(count, issue_smem_a);
+    }
+    // kSmemA: the weights of step + 1 are loaded here, in flight through the copies, the wait
+    // and the conversion, and stored into the stage step - 1's wgmmas read (done before the
+    // last barrier).
+    if constexpr (Cfg::kSmemA) {
+      if (step + 1 < steps) load_a(step + 1);
     }
     if (step + ahead < steps) load_window(step + ahead);
     cp_async_commit();
@@ -308,6 +370,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       igemm_wait_oldest(ahead);
       __syncthreads();  // every thread's copies of step + 1 have landed
       convert_window(step + 1);
+      if constexpr (Cfg::kSmemA) store_a(step + 1);
     }
     fence_proxy_async();
     wgmma_wait_all();
@@ -394,7 +457,8 @@ bool wgmma_launch_tile(CachingAllocator& alloc, const IgemmProblem& p, const Ige
     using Cfg = decltype(cfg);
     if (Cfg::kBM != t.bm || Cfg::kBN != t.bn || Cfg::kChunk != t.chunk ||
         Cfg::kMinBlocks != t.min_blocks || Cfg::kSplit != t.split ||
-        (!Cfg::kSplit && Cfg::kMaxTaps != max_taps))
+        (!Cfg::kSplit && Cfg::kMaxTaps != max_taps) ||
+        (Cfg::kSmemA ? Cfg::kMaxTaps : 0) != t.a_smem_taps)
       return false;
     wgmma_launch<Cfg>(alloc, p, w, device);
     return true;

@@ -24,6 +24,7 @@ struct IgemmTaps {
   int planes;
   int64_t col0;  // src column of window column 0
 };
+static_assert(sizeof(IgemmTaps) <= kIgemmStaticSmem, "the planner's count of static shared memory");
 
 // The output tile of CTA blockIdx.x: phase r (from phase0), first GEMM row m0, first position
 // q0, output row oh and image n. Phases fastest: the CTAs that write interleaved columns of one

@@ -284,6 +284,38 @@ TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
   }
 }
 
+// The "high" wgmma instance that issues all of a row's taps at once (S1 forward, S2 dgrad) stages
+// their weights in shared memory, two stages of three taps; the others keep A in registers. Its
+// shared memory must still leave two CTAs per SM with three raw stages on S2's window.
+TEST(ConvPlan, WgmmaAllTapsInstanceStagesItsWeightsInSharedMemory) {
+  const std::vector<ConvLayerSpec> s = s_workloads();
+  const auto plan_of = [&](int index, ConvPass pass, Precision precision) {
+    return plan_conv(pass, geometry(s[static_cast<size_t>(index)], precision), DType::float32,
+                     DeviceCaps::h100());
+  };
+  for (const ConvPlan& plan : {plan_of(1, ConvPass::dgrad, Precision::high),
+                               plan_of(0, ConvPass::forward, Precision::high)}) {
+    ASSERT_EQ(plan.kernel, "wgmma") << plan.describe();
+    EXPECT_EQ(plan.wgmma_max_taps, 3) << plan.describe();
+    EXPECT_EQ(plan.tile.a_smem_taps, 3) << plan.describe();
+    EXPECT_EQ(plan.igemm.a_floats, 3 * 64 * 16) << plan.describe();
+    const int64_t per_cta =
+        int64_t{plan.igemm.smem_bytes} + cuda::kIgemmStaticSmem + cuda::kReservedSmemPerCta;
+    EXPECT_LE(2 * per_cta, 228 * 1024) << plan.describe();
+    EXPECT_EQ(plan.igemm.smem_bytes, (2 * plan.igemm.conv_floats + 2 * plan.igemm.a_floats +
+                                      plan.igemm.raw_stages * 16 * plan.igemm.raw_pitch) *
+                                         4)
+        << plan.describe();
+  }
+  EXPECT_GE(plan_of(1, ConvPass::dgrad, Precision::high).igemm.raw_stages, 3);
+  for (const ConvPlan& plan : {plan_of(3, ConvPass::dgrad, Precision::high),
+                               plan_of(4, ConvPass::forward, Precision::highest)}) {
+    ASSERT_EQ(plan.kernel, "wgmma") << plan.describe();
+    EXPECT_EQ(plan.tile.a_smem_taps, 0) << plan.describe();
+    EXPECT_EQ(plan.igemm.a_floats, 0) << plan.describe();
+  }
+}
+
 // 128 x 128: rows long enough to fill the implicit GEMM's tiles.
 ConvGeometry small_2d(int64_t ci, int64_t co, int64_t groups, Precision precision) {
   ConvLayerSpec l = bench::layer2d("t", "t", 2, ci, co, 128, 3, 1, 1, 0, groups);
