@@ -913,15 +913,23 @@ std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
 
 // ---- Depthwise direct kernels and the GEMM path (conv_path_rules.h) ---------------------------
 
-// A depthwise forward whose thin cells read 2 x 2 inputs (2-D, both axes' taps over two inputs
-// a phase: k4 s2, k3 s2) gives way to the thin kernel, whose four-input cells load a channel's
-// inputs together and write the sH x sW outputs that share them. Measured with every kernel
-// timed (benchmark mode, GPU run 100, H200) on the suite's two depthwise layers and four others:
-// the thin forward was 1.1x-2.8x faster on each with such cells, and 1.16x-1.8x slower on
-// those without (k2 s2: one input a cell; 3x3 s1: nine; 1-D k16 s8: two), which the depthwise
-// kernel keeps.
+// A small depthwise forward whose thin cells read 2 x 2 inputs (2-D, both axes' taps over two
+// inputs a phase: k4 s2, k3 s2) gives way to the thin kernel, whose four-input cells load a
+// channel's inputs together and write the sH x sW outputs that share them. When this was
+// measured (benchmark mode, GPU run 100) the thin forward was 1.1x-2.8x faster on every layer
+// with such cells, and 1.16x-1.8x slower on those without (k2 s2: one input a cell; 3x3 s1:
+// nine; 1-D k16 s8: two), which the depthwise kernel keeps. Since the depthwise forward took a
+// thread per output position with its taps worked out once (run 249), both kernels forced on
+// nine layers with such cells (run 287, H200): the depthwise kernel as fast or faster from 4.2M
+// outputs up (1.0x-1.53x; 16 x 256 channels at 64 x 64 0.444 -> 0.290 ms), the thin kernel
+// 1.75x faster on FCN's 21 channels at 16 x 16 (430K outputs), where the depthwise grid runs
+// one plane a thread and shares no tap setup across planes. So the thin kernel keeps those
+// under kThinDepthwiseMaxOutputs.
+constexpr int64_t kThinDepthwiseMaxOutputs = int64_t{1} << 20;
+
 bool thin_depthwise_forward(const PlanInput& in) {
   if (!in.prefer || in.pass != ConvPass::forward) return false;
+  if (in.g.y_numel() >= kThinDepthwiseMaxOutputs) return false;
   ThinPlan t;
   if (!thin_path_declined(in.pass, in.g, in.dtype, &t).empty()) return false;
   return t.th == 2 && t.tw == 2 && thin_use(in.g, t) >= kThinMinUse;
@@ -930,7 +938,8 @@ bool thin_depthwise_forward(const PlanInput& in) {
 std::string rule_depthwise(const PlanInput& in, ConvPlan& /*plan*/) {
   if (std::string no = depthwise_path_declined(in.pass, in.g, in.dtype); !no.empty()) return no;
   if (!in.forced && thin_depthwise_forward(in))
-    return "a forward whose cells read 2 x 2 inputs: the thin kernel's";
+    return "a forward under " + std::to_string(kThinDepthwiseMaxOutputs) +
+           " outputs whose cells read 2 x 2 inputs: the thin kernel's";
   return "";
 }
 

@@ -153,7 +153,8 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
 // channels per group that is not depthwise; a forward's cell (strides x C_out/groups) within 32
 // slots with at least half its multiplies useful, a dgrad's window (C_out/groups x taps) within 64.
 // No wgrad: the thin wgrad runs at "highest" only where batch-wgmma cannot, and these caps (an
-// H100's) have it. Of the depthwise calls, the 2-D forwards whose cells read 2 x 2 inputs.
+// H100's) have it. Of the depthwise calls, the 2-D forwards under 2^20 outputs whose cells read
+// 2 x 2 inputs.
 bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype) {
   const int64_t cog = l.out_channels / l.groups;
   if (dtype != DType::float32 || cog > 4) return false;
@@ -168,6 +169,13 @@ bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype) {
   }
   const bool depthwise = l.groups == l.in_channels && l.groups == l.out_channels;
   if (depthwise && (pass != ConvPass::forward || !two_by_two)) return false;
+  if (depthwise) {
+    int64_t outputs = l.batch * l.out_channels;
+    for (size_t a = 0; a < static_cast<size_t>(l.dims); ++a)
+      outputs *= (l.in_size[a] - 1) * l.stride[a] - 2 * l.padding[a] +
+                 (l.kernel[a] - 1) * l.dilation[a] + l.output_padding[a] + 1;
+    if (outputs >= (int64_t{1} << 20)) return false;
+  }
   if (pass == ConvPass::dgrad) return cog * taps <= 64;
   // The thin wgrad runs at "highest" where batch-wgmma cannot (these caps have it).
   if (pass == ConvPass::wgrad) return false;
@@ -1199,7 +1207,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
       {"grouped_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"grouped_g8", "direct", "direct", "direct", "direct"},
       {"fcn_up2_dw", "thin", "depthwise", "thin", "depthwise"},
-      {"depthwise_256", "thin", "depthwise", "thin", "depthwise"},
+      {"depthwise_256", "depthwise", "depthwise", "depthwise", "depthwise"},
       {"deconvnet_5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"deconvnet_1", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-igemm"},
   };
@@ -1660,7 +1668,8 @@ TEST(ConvPlan, TheDirectRowTakesNarrowCallsAndSaysWhy) {
 // past that the batch-positions kernels take them (float32), while float64, which those cannot
 // run, still goes direct up to 32 x 32. A float32 wgrad with more than 8 channels each way per
 // group goes to batch-wgmma at both precisions. Depthwise: the thin kernel takes the 2-D forwards
-// whose cells read 2 x 2 inputs, the depthwise kernel keeps the others and every dgrad and wgrad.
+// under 2^20 outputs whose cells read 2 x 2 inputs, the depthwise kernel keeps the others and
+// every dgrad and wgrad.
 // Geometries outside the suite (docs/performance.md has their timings).
 TEST(ConvPlan, GroupedAndDepthwiseCallsGoWhereTheyMeasuredFastest) {
   const DeviceCaps h100 = DeviceCaps::h100();
@@ -1691,15 +1700,19 @@ TEST(ConvPlan, GroupedAndDepthwiseCallsGoWhereTheyMeasuredFastest) {
   EXPECT_EQ(kernel(ConvPass::wgrad, g48x24, Precision::highest, DType::float64), "gemm");
   EXPECT_EQ(kernel(ConvPass::forward, g48x24, Precision::highest), "batch-igemm");
 
-  // Depthwise, k3 s2 p1 op1 at 64x64 (2 x 2 inputs a cell): the forward on the thin kernel,
-  // the depthwise row naming why it gave way; dgrad and wgrad on the depthwise kernels.
-  const ConvLayerSpec dw_k3s2 = bench::layer2d("t", "t", 16, 96, 96, 64, 3, 2, 1, 1, 96);
+  // Depthwise, k3 s2 p1 op1 at 24x24 (2 x 2 inputs a cell, 16 x 96 x 48 x 48 = 3.5M outputs
+  // at batch 16, 221K at batch 1): the small forward on the thin kernel, the depthwise row naming
+  // why it gave way; the large one, dgrad and wgrad on the depthwise kernels.
+  const ConvLayerSpec dw_k3s2 = bench::layer2d("t", "t", 1, 96, 96, 24, 3, 2, 1, 1, 96);
+  ConvLayerSpec dw_k3s2_large = dw_k3s2;
+  dw_k3s2_large.batch = 16;
   for (Precision precision : {Precision::highest, Precision::high}) {
     const ConvPlan fwd =
         plan_conv(ConvPass::forward, geometry(dw_k3s2, precision), DType::float32, h100);
     EXPECT_EQ(fwd.kernel, "thin") << fwd.describe();
     EXPECT_NE(reason_of(fwd, "depthwise").find("cells read 2 x 2 inputs"), std::string::npos)
         << fwd.describe();
+    EXPECT_EQ(kernel(ConvPass::forward, dw_k3s2_large, precision), "depthwise");
     EXPECT_EQ(kernel(ConvPass::dgrad, dw_k3s2, precision), "depthwise");
     EXPECT_EQ(kernel(ConvPass::wgrad, dw_k3s2, precision), "depthwise");
     EXPECT_EQ(kernel(ConvPass::forward, dw_k3s2, precision, DType::float64), "depthwise");
