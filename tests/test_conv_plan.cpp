@@ -324,6 +324,64 @@ TEST(ConvPlan, WgmmaAllTapsInstanceStagesItsWeightsInSharedMemory) {
   }
 }
 
+// Every row implicit-GEMM plan (wgmma, mma.sync; planned or forced) over a sweep of geometries
+// counts its shared memory as the kernels lay it out (two converted windows, two weight stages,
+// the raw stages) and leaves room for its min_blocks CTAs on an SM with the reserved kilobyte and
+// the static tap table each, within the 227 KB one CTA may have.
+TEST(ConvPlan, RowKernelPlansFitTheirCtasPerSm) {
+  const DeviceCaps h100 = DeviceCaps::h100();
+  int checked = 0, weights_staged = 0;
+  for (int dims : {1, 2}) {
+    for (int64_t ci : {8, 40, 64, 256}) {
+      for (int64_t co : {24, 64, 100}) {
+        for (int64_t k : {2, 3, 5, 7}) {
+          for (int64_t stride : {1, 2, 3}) {
+            for (int64_t dilation : {1, 3}) {
+              ConvLayerSpec l = dims == 1
+                                    ? bench::layer1d("t", "t", 2, ci, co, 3000, k, stride, k / 2)
+                                    : bench::layer2d("t", "t", 1, ci, co, 9, k, stride, k / 2);
+              if (dims == 2) l.in_size = {9, 1500};
+              l.dilation = {dilation, dims == 2 ? dilation : 1};
+              for (Precision precision : {Precision::highest, Precision::high}) {
+                for (ConvPass pass : {ConvPass::forward, ConvPass::dgrad}) {
+                  for (const char* forced : {"", "wgmma", "mma.sync"}) {
+                    ConvPlan plan;
+                    try {
+                      plan = plan_conv(pass, geometry(l, precision), DType::float32, h100, forced);
+                    } catch (const Error&) {
+                      continue;  // a forced kernel that cannot run the call
+                    }
+                    if (plan.kernel != "wgmma" && plan.kernel != "mma.sync") continue;
+                    const cuda::IgemmProblem& p = plan.igemm;
+                    const cuda::IgemmTiling& t = plan.tile;
+                    ++checked;
+                    weights_staged += t.a_smem_taps > 0;
+                    EXPECT_EQ(p.a_floats, t.a_smem_taps * t.bm * t.chunk) << plan.describe();
+                    EXPECT_EQ(p.smem_bytes, (2 * int64_t{p.conv_floats} + 2 * p.a_floats +
+                                             int64_t{p.raw_stages} * t.chunk * p.raw_pitch) *
+                                                4)
+                        << plan.describe();
+                    EXPECT_GE(p.raw_stages, 2) << plan.describe();
+                    EXPECT_LE(p.raw_stages, 4) << plan.describe();
+                    const int64_t per_cta =
+                        p.smem_bytes + cuda::kIgemmStaticSmem + cuda::kReservedSmemPerCta;
+                    EXPECT_LE(t.min_blocks * per_cta, h100.smem_per_sm) << plan.describe();
+                    EXPECT_LE(p.smem_bytes + cuda::kIgemmStaticSmem, h100.smem_per_block_optin)
+                        << plan.describe();
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // The sweep reaches both kernels and the instance that stages its weights.
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(weights_staged, 10);
+}
+
 // 128 x 128: rows long enough to fill the implicit GEMM's tiles.
 ConvGeometry small_2d(int64_t ci, int64_t co, int64_t groups, Precision precision) {
   ConvLayerSpec l = bench::layer2d("t", "t", 2, ci, co, 128, 3, 1, 1, 0, groups);
