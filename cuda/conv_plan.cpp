@@ -434,10 +434,9 @@ std::string rule_wgmma(const PlanInput& in, ConvPlan& plan) {
     // M <= 64, three taps or fewer: all of a step's taps issued at once, their weights staged in
     // shared memory a step ahead. With their A fragments in registers instead (24 beside the 64
     // accumulators at the 128-register cap of two CTAs per SM) ptxas serialized the wgmmas
-    // (C7512). Staged, with one raw stage fewer for the room, it measured as fast or faster
-    // (run 284: S1 forward 0.83 -> 0.79 ms, S2 dgrad 2.03 -> 2.02); the register-only
-    // alternatives had been slower on S2 dgrad (two taps in flight, a 64 x 192 tile, 8-channel
-    // steps: docs/performance.md).
+    // (C7512). Staged, with one raw stage fewer for the room, it measured as fast or faster,
+    // while the register-only alternatives had been slower on S2 dgrad (two taps in flight, a
+    // 64 x 192 tile, 8-channel steps; docs/performance.md, "Runs 284-287" and earlier).
     tile = {64, 256, 16, 2, false, 3};
   }
   if (!tile.split && max_taps > 0 && taps_per_row(p) > max_taps)
@@ -915,16 +914,12 @@ std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan) {
 
 // A small depthwise forward whose thin cells read 2 x 2 inputs (2-D, both axes' taps over two
 // inputs a phase: k4 s2, k3 s2) gives way to the thin kernel, whose four-input cells load a
-// channel's inputs together and write the sH x sW outputs that share them. When this was
-// measured (benchmark mode, GPU run 100) the thin forward was 1.1x-2.8x faster on every layer
-// with such cells, and 1.16x-1.8x slower on those without (k2 s2: one input a cell; 3x3 s1:
-// nine; 1-D k16 s8: two), which the depthwise kernel keeps. Since the depthwise forward took a
-// thread per output position with its taps worked out once (run 249), both kernels forced on
-// nine layers with such cells (run 287, H200): the depthwise kernel as fast or faster from 4.2M
-// outputs up (1.0x-1.53x; 16 x 256 channels at 64 x 64 0.444 -> 0.290 ms), the thin kernel
-// 1.75x faster on FCN's 21 channels at 16 x 16 (430K outputs), where the depthwise grid runs
-// one plane a thread and shares no tap setup across planes. So the thin kernel keeps those
-// under kThinDepthwiseMaxOutputs.
+// channel's inputs together and write the sH x sW outputs that share them. On cells of other
+// shapes (k2 s2: one input a cell; 3x3 s1: nine; 1-D k16 s8: two) the depthwise kernel was the
+// faster. Since the depthwise forward works out a position's taps once and walks planes, it is
+// as fast or faster on large layers too; only where the output is small (its grid then runs one
+// plane a thread, sharing no tap setup across planes) did the thin kernel keep its lead. Both
+// measured with every kernel timed: docs/performance.md, "Runs 284-287" and run 102's section.
 constexpr int64_t kThinDepthwiseMaxOutputs = int64_t{1} << 20;
 
 bool thin_depthwise_forward(const PlanInput& in) {

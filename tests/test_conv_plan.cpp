@@ -169,13 +169,7 @@ bool expect_thin(ConvPass pass, const ConvLayerSpec& l, DType dtype) {
   }
   const bool depthwise = l.groups == l.in_channels && l.groups == l.out_channels;
   if (depthwise && (pass != ConvPass::forward || !two_by_two)) return false;
-  if (depthwise) {
-    int64_t outputs = l.batch * l.out_channels;
-    for (size_t a = 0; a < static_cast<size_t>(l.dims); ++a)
-      outputs *= (l.in_size[a] - 1) * l.stride[a] - 2 * l.padding[a] +
-                 (l.kernel[a] - 1) * l.dilation[a] + l.output_padding[a] + 1;
-    if (outputs >= (int64_t{1} << 20)) return false;
-  }
+  if (depthwise && geometry(l, Precision::high).y_numel() >= (int64_t{1} << 20)) return false;
   if (pass == ConvPass::dgrad) return cog * taps <= 64;
   // The thin wgrad runs at "highest" where batch-wgmma cannot (these caps have it).
   if (pass == ConvPass::wgrad) return false;
@@ -292,6 +286,25 @@ TEST(ConvPlan, S1ToS5RunTheKernelsOfThePerformanceTable) {
   }
 }
 
+// A row implicit-GEMM plan (wgmma, mma.sync) counts its shared memory as the kernels lay it out
+// (two converted windows, two weight stages, the raw stages) and leaves room for its min_blocks
+// CTAs on an SM with the reserved kilobyte and the static tap table each, within the 227 KB one
+// CTA may have.
+void expect_row_plan_smem_fits(const ConvPlan& plan, const DeviceCaps& caps) {
+  const cuda::IgemmProblem& p = plan.igemm;
+  const cuda::IgemmTiling& t = plan.tile;
+  EXPECT_EQ(p.a_floats, t.a_smem_taps * t.bm * t.chunk) << plan.describe();
+  EXPECT_EQ(p.smem_bytes, (2 * int64_t{p.conv_floats} + 2 * p.a_floats +
+                           int64_t{p.raw_stages} * t.chunk * p.raw_pitch) *
+                              4)
+      << plan.describe();
+  EXPECT_GE(p.raw_stages, 2) << plan.describe();
+  EXPECT_LE(p.raw_stages, 4) << plan.describe();
+  const int64_t per_cta = p.smem_bytes + cuda::kIgemmStaticSmem + cuda::kReservedSmemPerCta;
+  EXPECT_LE(t.min_blocks * per_cta, caps.smem_per_sm) << plan.describe();
+  EXPECT_LE(p.smem_bytes + cuda::kIgemmStaticSmem, caps.smem_per_block_optin) << plan.describe();
+}
+
 // The "high" wgmma instance that issues all of a row's taps at once (S1 forward, S2 dgrad) stages
 // their weights in shared memory, two stages of three taps; the others keep A in registers. Its
 // shared memory must still leave two CTAs per SM with three raw stages on S2's window.
@@ -307,13 +320,8 @@ TEST(ConvPlan, WgmmaAllTapsInstanceStagesItsWeightsInSharedMemory) {
     EXPECT_EQ(plan.wgmma_max_taps, 3) << plan.describe();
     EXPECT_EQ(plan.tile.a_smem_taps, 3) << plan.describe();
     EXPECT_EQ(plan.igemm.a_floats, 3 * 64 * 16) << plan.describe();
-    const int64_t per_cta =
-        int64_t{plan.igemm.smem_bytes} + cuda::kIgemmStaticSmem + cuda::kReservedSmemPerCta;
-    EXPECT_LE(2 * per_cta, 228 * 1024) << plan.describe();
-    EXPECT_EQ(plan.igemm.smem_bytes, (2 * plan.igemm.conv_floats + 2 * plan.igemm.a_floats +
-                                      plan.igemm.raw_stages * 16 * plan.igemm.raw_pitch) *
-                                         4)
-        << plan.describe();
+    EXPECT_EQ(plan.tile.min_blocks, 2) << plan.describe();
+    expect_row_plan_smem_fits(plan, DeviceCaps::h100());
   }
   EXPECT_GE(plan_of(1, ConvPass::dgrad, Precision::high).igemm.raw_stages, 3);
   for (const ConvPlan& plan : {plan_of(3, ConvPass::dgrad, Precision::high),
@@ -325,9 +333,7 @@ TEST(ConvPlan, WgmmaAllTapsInstanceStagesItsWeightsInSharedMemory) {
 }
 
 // Every row implicit-GEMM plan (wgmma, mma.sync; planned or forced) over a sweep of geometries
-// counts its shared memory as the kernels lay it out (two converted windows, two weight stages,
-// the raw stages) and leaves room for its min_blocks CTAs on an SM with the reserved kilobyte and
-// the static tap table each, within the 227 KB one CTA may have.
+// counts its shared memory and fits its CTAs per SM (expect_row_plan_smem_fits).
 TEST(ConvPlan, RowKernelPlansFitTheirCtasPerSm) {
   const DeviceCaps h100 = DeviceCaps::h100();
   int checked = 0, weights_staged = 0;
@@ -352,22 +358,9 @@ TEST(ConvPlan, RowKernelPlansFitTheirCtasPerSm) {
                       continue;  // a forced kernel that cannot run the call
                     }
                     if (plan.kernel != "wgmma" && plan.kernel != "mma.sync") continue;
-                    const cuda::IgemmProblem& p = plan.igemm;
-                    const cuda::IgemmTiling& t = plan.tile;
                     ++checked;
-                    weights_staged += t.a_smem_taps > 0;
-                    EXPECT_EQ(p.a_floats, t.a_smem_taps * t.bm * t.chunk) << plan.describe();
-                    EXPECT_EQ(p.smem_bytes, (2 * int64_t{p.conv_floats} + 2 * p.a_floats +
-                                             int64_t{p.raw_stages} * t.chunk * p.raw_pitch) *
-                                                4)
-                        << plan.describe();
-                    EXPECT_GE(p.raw_stages, 2) << plan.describe();
-                    EXPECT_LE(p.raw_stages, 4) << plan.describe();
-                    const int64_t per_cta =
-                        p.smem_bytes + cuda::kIgemmStaticSmem + cuda::kReservedSmemPerCta;
-                    EXPECT_LE(t.min_blocks * per_cta, h100.smem_per_sm) << plan.describe();
-                    EXPECT_LE(p.smem_bytes + cuda::kIgemmStaticSmem, h100.smem_per_block_optin)
-                        << plan.describe();
+                    weights_staged += plan.tile.a_smem_taps > 0;
+                    expect_row_plan_smem_fits(plan, h100);
                   }
                 }
               }
