@@ -98,6 +98,13 @@ struct BatchIgemmPlan {
   // batch-wgmma: B from a channels-last copy of src (made per call), one 16-byte cp.async per
   // 4 channels of a column, instead of gathered through registers from src.
   bool channels_last = false;
+  // batch-wgmma at 1xTF32 with channels-last B: both tiles copied by the tensor memory
+  // accelerator (A as a box of the packed weights, B in im2col mode), one thread issuing them,
+  // instead of every thread's cp.async (batch_wgmma_tma_check says when). tma_lower and
+  // tma_upper (H, W) are the im2col map's bounding-box corners: position q of a phase is
+  // traversal coordinate q*ss + tma_lower, and the traversal wraps after the phase's q positions.
+  bool tma = false;
+  int tma_lower[2] = {0, 0}, tma_upper[2] = {0, 0};
   int phases_h = 1, phases_w = 1;
   int64_t groups = 1;  // one GEMM per group and phase (the grid's z: groups)
   int64_t max_q = 0;   // most output positions of one phase, times the batch (the grid's x)

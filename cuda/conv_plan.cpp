@@ -522,6 +522,8 @@ std::string batch_wgmma_declined(const PlanInput& in) {
 
 constexpr double kChannelsLastMinUses = 1024;
 constexpr int64_t kChannelsLastMinStride = 5;
+constexpr double kChannelsLastTmaMinUses = 512;
+constexpr int64_t kChannelsLastTmaMinStride = 4;
 
 // Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) runs the call, with its
 // plan in `plan`; else why not: what it cannot run, then (in.prefer) where the GEMM path measured
@@ -628,7 +630,18 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     const double uses = static_cast<double>(M) * static_cast<double>(g.kernel[0] * g.kernel[1]) /
                         static_cast<double>(fwd ? 1 : g.stride[0] * g.stride[1]);
     const bool wide_stride = !fwd && std::max(g.stride[0], g.stride[1]) >= kChannelsLastMinStride;
-    plan.channels_last = uses >= kChannelsLastMinUses || wide_stride;
+    // - at 1xTF32 with TMA copies (batch_wgmma_tma_check), also a dgrad from
+    //   kChannelsLastTmaMinUses uses or at stride kChannelsLastTmaMinStride: one thread's copy
+    //   a step replaces the gather's strided loads, while with fewer uses at stride 2 the
+    //   copy's own pass over src costs more than it saves, and forwards, whose gather reads
+    //   consecutive columns, gain less than the copy costs below kChannelsLastMinUses
+    //   (docs/performance.md, run 290).
+    const bool tma_ok = !plan.split && batch_wgmma_tma_check(g, fwd, plan).empty();
+    const bool tma_dgrad = tma_ok && !fwd &&
+                           (uses >= kChannelsLastTmaMinUses ||
+                            std::max(g.stride[0], g.stride[1]) >= kChannelsLastTmaMinStride);
+    plan.channels_last = uses >= kChannelsLastMinUses || wide_stride || tma_dgrad;
+    plan.tma = tma_ok && plan.channels_last;
   }
   plan.smem_bytes = wgmma ? batch_wgmma_smem_bytes(plan.bm, plan.bn, plan.channels_last, plan.split)
                           : batch_igemm_smem_bytes(plan.bm, plan.bn, plan.split);
@@ -1015,6 +1028,61 @@ std::string rule_fma(const PlanInput& in, ConvPlan& plan) {
 
 }  // namespace
 
+std::string batch_wgmma_tma_check(const ConvGeometry& g, bool forward, BatchIgemmPlan& plan) {
+  const char* const axis_name[2] = {"H", "W"};
+  const int phases[2] = {plan.phases_h, plan.phases_w};
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  for (int a = 0; a < 2; ++a) {
+    const auto u = static_cast<size_t>(a);
+    const int stride = i(g.stride[u]);
+    // dgrad's positions are src columns s apart: the traversal stride, at most 8.
+    if (!forward && stride > kTmaMaxTraversalStride)
+      return std::string("stride ") + std::to_string(stride) + " along " + axis_name[a] +
+             ": past TMA's traversal stride of " + std::to_string(kTmaMaxTraversalStride);
+    const int src = i(forward ? g.in_size[u] : g.out_size[u]);
+    const int out = i(forward ? g.out_size[u] : g.in_size[u]);
+    // One map serves every phase: the phases that read src must have as many positions (the
+    // traversal wraps after them), and the box starts at the lowest src offset of any tap.
+    int q = -1, lower = 0, reach = 0;
+    for (int r = 0; r < phases[a]; ++r) {
+      int sb[kBatchIgemmMaxTaps];
+      const BatchIgemmAxis ax =
+          batch_igemm_axis(forward, out, i(g.kernel[u]), stride, i(g.padding[u]), i(g.dilation[u]),
+                           r, nullptr, sb, kBatchIgemmMaxTaps);
+      if (ax.taps == 0) continue;  // a phase of bias alone loads nothing
+      if (q >= 0 && ax.q != q)
+        return std::string("phases of ") + std::to_string(q) + " and " + std::to_string(ax.q) +
+               " positions along " + axis_name[a] + ": one im2col traversal serves them all";
+      if (q < 0) lower = sb[0], reach = sb[0];
+      q = ax.q;
+      for (int t = 0; t < ax.taps; ++t)
+        lower = std::min(lower, sb[t]), reach = std::max(reach, sb[t]);
+    }
+    if (q < 0) return "no phase reads src";
+    // The traversal covers [lower, src + upper) in steps of ss (1 forward, s in dgrad): q
+    // positions when src + upper - lower = (q - 1)*ss + 1.
+    const int ss = forward ? 1 : stride;
+    const int64_t upper = int64_t{q - 1} * ss + 1 - src + lower;
+    if (lower < kTmaMinCorner || upper < kTmaMinCorner || lower > kTmaMaxCorner ||
+        upper > kTmaMaxCorner)
+      return std::string("im2col corners ") + std::to_string(lower) + ", " + std::to_string(upper) +
+             " along " + axis_name[a] + ": past a 4-D map's [" + std::to_string(kTmaMinCorner) +
+             ", " + std::to_string(kTmaMaxCorner) + "]";
+    if (reach - lower > kTmaMaxOffset)
+      return std::string("filter offsets up to ") + std::to_string(reach - lower) + " along " +
+             axis_name[a] + ": past 16 bits";
+    plan.tma_lower[a] = lower, plan.tma_upper[a] = static_cast<int>(upper);
+  }
+  // The map's coordinates are 32-bit and its byte strides under 2^40.
+  const int64_t channels = g.groups * plan.c_pad;
+  const int64_t sample_bytes =
+      channels * 4 * (forward ? g.in_size[0] * g.in_size[1] : g.out_size[0] * g.out_size[1]);
+  if (g.batch > kTmaMaxCoordinate || channels > kTmaMaxCoordinate ||
+      sample_bytes >= (int64_t{1} << 40))
+    return "a channels-last src past TMA's 32-bit coordinates or 40-bit strides";
+  return "";
+}
+
 const char* conv_pass_name(ConvPass pass) {
   switch (pass) {
     case ConvPass::forward:
@@ -1148,7 +1216,8 @@ std::string ConvPlan::describe() const {
        << (b.split ? " 3xTF32" : " 1xTF32") << (b.channels_last ? ", channels-last B" : "") << ", "
        << b.phases_h * b.phases_w << " phases, taps<=" << b.max_taps << ", smem " << b.smem_bytes
        << " B, grid " << b.n_tiles * b.phases_h * b.phases_w << "x" << b.m_tiles << "x" << b.groups
-       << (b.groups > 1 ? ", " + std::to_string(b.groups) + " groups" : std::string()) << "]";
+       << (b.groups > 1 ? ", " + std::to_string(b.groups) + " groups" : std::string())
+       << (b.tma ? ", copies by TMA" : "") << "]";
   } else if (kernel == kKernelMmaSync) {
     const WgradPlan& s = wgrad.plan;
     os << " [" << s.warps_m * kWgradWarpM << "x" << s.warps_n * kWgradWarpN << "x" << s.taps_per_cta

@@ -131,6 +131,17 @@ const std::vector<Candidate>& conv_candidates();
 ConvPlan plan_conv(ConvPass pass, const ConvGeometry& g, DType dtype, const DeviceCaps& caps,
                    const std::string& forced = "", bool prefer = true);
 
+// batch-wgmma's copies by the tensor memory accelerator (BatchIgemmPlan::tma), for a 1xTF32
+// plan reading the channels-last copy: "" when they apply, with the im2col map's corners
+// written to plan.tma_lower / tma_upper; else why not (a dgrad stride past 8, phases of unequal
+// position counts, corners or filter offsets past the map's ranges). Reads the plan's phases
+// and c_pad.
+inline constexpr int kTmaMaxTraversalStride = 8;
+inline constexpr int kTmaMinCorner = -128, kTmaMaxCorner = 127;  // a 4-D im2col map's corners
+inline constexpr int kTmaMaxOffset = 65535;                      // 16-bit filter offsets
+inline constexpr int64_t kTmaMaxCoordinate = 2147483647;
+std::string batch_wgmma_tma_check(const ConvGeometry& g, bool forward, BatchIgemmPlan& plan);
+
 // Test hook: while false, plan_conv_call plans without the speed preferences (PlanInput::prefer),
 // so tests can reach the tensor-core kernels on shapes too small to be worth them.
 void set_conv_preferences(bool on);

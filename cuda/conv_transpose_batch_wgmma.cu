@@ -35,6 +35,14 @@
 // step, one 128-byte line of the copy, stored with wgmma's 128-byte swizzle (16-byte group c of
 // row j at group c ^ (j % 8)) so that 8 lanes writing one row hit all 32 banks.
 //
+// Copied by TMA (plan.tma: 1xTF32 with channels-last B, where one im2col map serves every phase).
+// batch_wgmma_tma_kernel runs the same GEMM and stages, but thread 0 copies a step's A as one box
+// of the packed weights and its B in the tensor memory accelerator's im2col mode: kBN
+// consecutive columns' 32 channels at the step's tap offset, the traversal wrapping across rows
+// and samples, out-of-plane positions zero filled, landing with the 128-byte swizzle. Both
+// complete on the stage's mbarrier. No other thread computes a copy's address, which in the
+// cp.async kernel was a large share of its instructions (docs/performance.md).
+//
 // Pipeline, one barrier a step, kBatchWgmmaStages stages:
 //   load B of step s + 1 into registers -> wait for this thread's A copies of step s, fence its
 //   B stores of step s for the async proxy, wait for this warpgroup's wgmmas of step s - 1 ->
@@ -62,6 +70,7 @@
 #include "cuda/conv_transpose_igemm.cuh"
 #include "cuda/cuda_util.h"
 #include "cuda/tf32_mma.cuh"
+#include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace tgrad::cuda {
@@ -104,6 +113,35 @@ __global__ void __launch_bounds__(kPackThreads)
       });
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The epilogue of both kernels, once every warpgroup is done with the stages: this thread's
+// accumulators (acc[nt*4 + i] holds row g + 8*(i / 2), column nt*8 + 2t + i % 2 of its warp's
+// 16 x kN) staged in smem as the output tile, then written with the bias by
+// batch_igemm_store. Staged with a pitch of 8 mod 32 floats: a half warp's 8-byte writes hit
+// distinct banks.
+template <class Cfg>
+__device__ inline void store_tile(const BiArgs& a, float* smem, const float (&result)[Cfg::kN / 2],
+                                  const BiTile& tile) {
+  constexpr int kLdC = Cfg::kBN + 8;
+  static_assert(Cfg::kBM * kLdC <= Cfg::kStages * Cfg::kStageFloats,
+                "the output tile fits the stages");
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int wg = warp / 4, wgm = wg / Cfg::kWgN, wgn = wg % Cfg::kWgN;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float* row = smem + (wgm * 64 + (warp % 4) * 16 + g + 8 * half) * kLdC + wgn * Cfg::kN + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kN / 8; ++nt)
+      *reinterpret_cast<float2*>(row + nt * 8) =
+          make_float2(result[nt * 4 + half * 2], result[nt * 4 + half * 2 + 1]);
+  }
+  __syncthreads();
+  batch_igemm_store<Cfg::kBM, Cfg::kBN, Cfg::kThreads>(a, smem, kLdC, tile.ay, tile.ax, tile.n0,
+                                                       tile.m0);
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 // kCl: B from the channels-last copy (a.src_cl), each 16-byte group of 4 channels of a column
 // copied by cp.async into 128-byte swizzled rows (below); else gathered from src through
 // registers.
@@ -128,7 +166,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
 
   // B: this thread's column (tid % kBN, decomposed once for the whole K loop) and its 16-byte
   // channel groups cg = tid / kBN + kCgStep*u.
-  const int warp = tid / 32, lane = tid % 32;
+  const int warp = tid / 32;
   constexpr int kCgStep = Cfg::kThreads / kBN, kUnits = kBK / 4 / kCgStep;
   const int col = tid % kBN, cg0 = tid / kBN;
   const BiSource source = batch_igemm_source(a, tile, n0 + col);
@@ -310,25 +348,120 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   if (steps > 0) flush();
   cp_async_wait<0>();
   __syncthreads();  // every warpgroup is done with the stages: they now hold the output tile
-  const float* const result = Cfg::kSplit ? sum : acc;
-
-  // acc[nt*4 + i] holds row g + 8*(i / 2), column nt*8 + 2t + i % 2 of this warp's 16 x kN.
-  // Staged with a pitch of 8 mod 32 floats: a half warp's 8-byte writes hit distinct banks.
-  constexpr int kLdC = kBN + 8;
-  static_assert(kBM * kLdC <= kStages * Cfg::kStageFloats, "the output tile fits the stages");
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float* row = smem + (wgm * 64 + (warp % 4) * 16 + g + 8 * half) * kLdC + wgn * Cfg::kN + 2 * t;
-#pragma unroll
-    for (int nt = 0; nt < Cfg::kN / 8; ++nt)
-      *reinterpret_cast<float2*>(row + nt * 8) =
-          make_float2(result[nt * 4 + half * 2], result[nt * 4 + half * 2 + 1]);
+  if constexpr (Cfg::kSplit) {
+    store_tile<Cfg>(a, smem, sum, tile);
+  } else {
+    store_tile<Cfg>(a, smem, acc, tile);
   }
-  __syncthreads();
-  batch_igemm_store<kBM, kBN, Cfg::kThreads>(a, smem, kLdC, ay, ax, n0, m0);
 #else
   // Built without sm_90a's features the body would be empty and the output never written.
+  __trap();
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// The TMA kernel's tensor maps (by value, in the kernel's parameter space: __grid_constant__).
+// a: the packed weights as a 3-D tiled map (32 floats: 8 rows m x 4 channels; m_pad / 8; all
+// groups' taps x c_pad / 4), a step's A tile one box of 32 x kBM/8 x kBK/4, which lands as
+// [c/4][m][c % 4] like load_a's copies. b: the channels-last copy as a 4-D im2col map (all
+// groups' c_pad channels, Ws, Hs, N) with the 128-byte swizzle, a step's B tile kBN positions x
+// 32 channels at one tap's offset, which lands as load_b_cl's rows. lower: the map's
+// bounding-box corner (H, W) that position 0 of a phase starts at.
+struct BwTmaMaps {
+  CUtensorMap a;
+  CUtensorMap b;
+  int lower_h, lower_w;
+};
+
+// batch_wgmma_kernel at 1xTF32 with channels-last B, both tiles copied by the tensor memory
+// accelerator. Thread 0 issues a step's two copies, which complete on the stage's mbarrier with
+// its byte count; every thread waits on it instead of on its own cp.async groups. The same
+// ring of kStages stages and the same barrier a step (a stage is refilled only once every
+// warpgroup is done with it), but no thread computes an address per copy: the per-step
+// instructions that the cp.async copies cost (docs/performance.md) are gone. TMA fills the
+// padding and the columns past the last sample with zeros.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 2)
+    batch_wgmma_tma_kernel(const BiArgs args, const __grid_constant__ BwTmaMaps maps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!Cfg::kSplit, "3xTF32 copies its residual planes by cp.async");
+  const BiArgs a = batch_igemm_group(args);
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kStages = Cfg::kStages;
+  constexpr uint32_t kStageBytes = Cfg::kStageFloats * 4;
+  extern __shared__ __align__(128) float smem_raw[];
+  __shared__ BiTaps tt;
+  __shared__ uint64_t full[kStages];
+  // The swizzled B rows repeat their pattern every 1024 bytes, from a 1024-byte aligned address.
+  float* const smem = smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024) / 4;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const BiTile tile = batch_igemm_tile(a, tt, kBM, kBN);
+  if (tile.n0 >= tile.n_total) return;  // this phase has fewer positions than the largest one
+  const BatchIgemmAxis ay = tile.ay, ax = tile.ax;
+  const int steps = ay.taps * ax.taps * static_cast<int>(a.c_pad / kBK);
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s)
+      mbarrier_init(&full[s], 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  // The tile's first column: its sample and traversal coordinates; the group's first channel
+  // and its packed weights' first row.
+  const BiColumn first = batch_igemm_column(tile.n0, tile.qplane, ax.q);
+  const int n = static_cast<int>(first.n);
+  const int w0 = first.qx * ax.ss + maps.lower_w, h0 = first.qy * ay.ss + maps.lower_h;
+  const int group = static_cast<int>(blockIdx.z);
+  const int c_base = group * static_cast<int>(a.c_pad);
+  const int taps = a.kH * a.kW;
+  const int rows_c4 = static_cast<int>(a.c_pad / 4);
+  int th = 0, tw = 0, c0 = 0;  // the next step to copy: tap (th, tw), channels from c0
+  const auto copy = [&](int stage) {
+    float* const at = smem + stage * Cfg::kStageFloats;
+    const int wtap = tt.kh[th] * a.kW + tt.kw[tw];
+    mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
+    tma_load_tile_3d(at, &maps.a, 0, tile.m0 / 8, (group * taps + wtap) * rows_c4 + c0 / 4,
+                     &full[stage]);
+    tma_load_im2col_4d(at + Cfg::kAFloats, &maps.b, c_base + c0, w0, h0, n,
+                       static_cast<uint16_t>(tt.sw[tw] - maps.lower_w),
+                       static_cast<uint16_t>(tt.sh[th] - maps.lower_h), &full[stage]);
+    if ((c0 += kBK) == a.c_pad) {
+      c0 = 0;
+      if (++tw == ax.taps) tw = 0, ++th;
+    }
+  };
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s)
+      if (s < steps) copy(s);
+  }
+
+  const int wg = tid / 128;
+  const int wgm = wg / Cfg::kWgN, wgn = wg % Cfg::kWgN;
+  const uint32_t base = smem_addr(smem);
+  constexpr uint32_t kLboA = kBM * 16;
+  float acc[Cfg::kN / 2] = {};
+  int rd = 0, wr = kStages - 1;
+  for (int s = 0; s < steps; ++s) {
+    mbarrier_wait(&full[rd], static_cast<uint32_t>(s / kStages) & 1u);  // step s has landed
+    wgmma_wait_all();  // this warpgroup's step s - 1
+    __syncthreads();   // every warpgroup is done with step s - 1: its stage may be refilled
+    const uint32_t a_addr = base + static_cast<uint32_t>(rd * kStageBytes + wgm * 64 * 16);
+    const uint32_t b_addr =
+        base + static_cast<uint32_t>(rd * kStageBytes + Cfg::kAFloats * 4 + wgn * Cfg::kN * 128);
+    wgmma_fence();
+    wgmma_tf32_step<Cfg::kN, false, kBK / 8>(
+        acc, [&](int kb, int) { return wgmma_desc(a_addr + 2 * kb * kLboA, kLboA, 128); },
+        [&](int kb, int) { return wgmma_desc_sw128(b_addr + kb * 32); });
+    wgmma_commit();
+    // Step s + kStages - 1 into step s - 1's stage, after step s's wgmmas are issued.
+    if (tid == 0 && s + kStages - 1 < steps) copy(wr);
+    rd = rd + 1 == kStages ? 0 : rd + 1;
+    wr = wr + 1 == kStages ? 0 : wr + 1;
+  }
+  wgmma_wait_all();
+  __syncthreads();  // every warpgroup is done with the stages: they now hold the output tile
+  store_tile<Cfg>(a, smem, acc, tile);
+#else
   __trap();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
@@ -349,6 +482,78 @@ void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
 template <class Cfg>
 void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
   plan.channels_last ? launch<Cfg, true>(args, plan) : launch<Cfg, false>(args, plan);
+}
+
+// The driver's tensor-map encoders, through the runtime's entry point (no link to libcuda).
+template <class Fn>
+Fn driver_entry(const char* symbol) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  TGRAD_CUDA_CHECK(cudaGetDriverEntryPointByVersion(symbol, &fn, 12000, cudaEnableDefault, &found));
+  TGRAD_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
+              "conv batch-wgmma: the driver has no ", symbol);
+  return reinterpret_cast<Fn>(fn);
+}
+
+// The maps of batch_wgmma_tma_kernel (BwTmaMaps) for this call's packed weights and channels-last
+// copy.
+BwTmaMaps tma_maps(const BiArgs& a, const BatchIgemmPlan& plan) {
+  using EncodeTiled =
+      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  using EncodeIm2col = CUresult (*)(
+      CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+      const int*, const int*, cuuint32_t, cuuint32_t, const cuuint32_t*, CUtensorMapInterleave,
+      CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const auto encode_tiled = driver_entry<EncodeTiled>("cuTensorMapEncodeTiled");
+  static const auto encode_im2col = driver_entry<EncodeIm2col>("cuTensorMapEncodeIm2col");
+  BwTmaMaps maps{};
+  const auto u = [](int64_t v) { return static_cast<cuuint64_t>(v); };
+  // A: [group][tap][c/4][m_pad][c % 4] as (32 floats, m_pad / 8, groups x taps x c_pad / 4).
+  const int64_t rows = plan.groups * a.kH * a.kW * (a.c_pad / 4);
+  const cuuint64_t a_dim[3] = {32, u(a.m_pad / 8), u(rows)};
+  const cuuint64_t a_stride[2] = {32 * 4, u(a.m_pad * 16)};
+  const cuuint32_t a_box[3] = {32, static_cast<cuuint32_t>(plan.bm / 8), kBK / 4};
+  const cuuint32_t ones[4] = {1, 1, 1, 1};
+  CUresult r =
+      encode_tiled(&maps.a, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(a.a_big), a_dim,
+                   a_stride, a_box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TGRAD_CHECK(r == CUDA_SUCCESS, "conv batch-wgmma: encoding the weights' tensor map failed (",
+              static_cast<int>(r), ")");
+  // B: [n][y][x][group][c_pad] as (all groups' channels, Ws, Hs, N); dgrad's positions are
+  // strided src columns. Corners (W, H), innermost first as the dims.
+  const cuuint64_t b_dim[4] = {u(a.cl_pixel), u(a.Ws), u(a.Hs), u(a.N)};
+  const cuuint64_t b_stride[3] = {u(a.cl_pixel * 4), u(a.cl_pixel * 4 * a.Ws),
+                                  u(a.cl_pixel * 4 * a.Ws * a.Hs)};
+  const int lower[2] = {plan.tma_lower[1], plan.tma_lower[0]};
+  const int upper[2] = {plan.tma_upper[1], plan.tma_upper[0]};
+  const cuuint32_t strides[4] = {1, static_cast<cuuint32_t>(a.gather ? 1 : a.sW),
+                                 static_cast<cuuint32_t>(a.gather ? 1 : a.sH), 1};
+  r = encode_im2col(&maps.b, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, const_cast<float*>(a.src_cl),
+                    b_dim, b_stride, lower, upper, kBK, static_cast<cuuint32_t>(plan.bn), strides,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TGRAD_CHECK(r == CUDA_SUCCESS, "conv batch-wgmma: encoding the channels-last tensor map failed (",
+              static_cast<int>(r), ")");
+  maps.lower_h = plan.tma_lower[0], maps.lower_w = plan.tma_lower[1];
+  return maps;
+}
+
+template <class Cfg>
+void launch_tma(const BiArgs& args, const BatchIgemmPlan& plan) {
+  const int smem_bytes = batch_wgmma_smem_bytes(Cfg::kBM, Cfg::kBN, true, false);
+  TGRAD_CHECK(smem_bytes == plan.smem_bytes, "conv batch_wgmma_tma_kernel: the plan's ",
+              plan.smem_bytes, " bytes of shared memory are not the instance's ", smem_bytes);
+  const BwTmaMaps maps = tma_maps(args, plan);
+  const auto kernel = batch_wgmma_tma_kernel<Cfg>;
+  TGRAD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  const dim3 grid(static_cast<unsigned>(plan.n_tiles * plan.phases_h * plan.phases_w),
+                  static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.groups));
+  kernel<<<grid, Cfg::kThreads, smem_bytes>>>(args, maps);
+  TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma_tma_kernel");
 }
 
 // dst[n][p][g][c] = tf32(src[n][g*C + c][p]) for c < C, 0 for C <= c < c_pad (p a pixel of the
@@ -441,7 +646,11 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
     TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma to_channels_last_kernel");
     a.src_cl = cl, a.src_cl_small = cl_small, a.cl_pixel = plan.groups * plan.c_pad;
   }
-  if (plan.split) {
+  if (plan.tma) {
+    TGRAD_CHECK(plan.channels_last && !plan.split,
+                "conv batch-wgmma: TMA copies need a 1xTF32 plan with channels-last B");
+    plan.bm == 128 ? launch_tma<Bw128>(a, plan) : launch_tma<Bw64>(a, plan);
+  } else if (plan.split) {
     plan.bm == 128 ? launch<Bw128Split>(a, plan) : launch<Bw64Split>(a, plan);
   } else {
     plan.bm == 128 ? launch<Bw128>(a, plan) : launch<Bw64>(a, plan);

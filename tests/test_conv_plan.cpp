@@ -1072,7 +1072,8 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_NE(reason_of(s8_small, "batch-wgmma").find("32 CTAs for 132 SMs"), std::string::npos)
       << s8_small.describe();
   // dgrad with stride 8 (k16 s8, M = 128): batch-wgmma reads the channels-last copy, whose lines
-  // are whole however wide the stride; stride 4 keeps the gather.
+  // are whole however wide the stride; stride 4 reads it too at "high", where TMA copies it, and
+  // keeps the gather at "highest".
   const ConvLayerSpec s8 = bench::layer1d("t", "t", 64, 128, 64, 512, 16, 8, 4);
   const ConvPlan s8_dgrad =
       plan_conv(ConvPass::dgrad, geometry(s8, Precision::high), DType::float32, DeviceCaps::h100());
@@ -1082,7 +1083,11 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   const ConvPlan s4_dgrad =
       plan_conv(ConvPass::dgrad, geometry(s4, Precision::high), DType::float32, DeviceCaps::h100());
   EXPECT_EQ(s4_dgrad.kernel, "batch-wgmma") << s4_dgrad.describe();
-  EXPECT_FALSE(s4_dgrad.batch.channels_last) << s4_dgrad.describe();
+  EXPECT_TRUE(s4_dgrad.batch.channels_last) << s4_dgrad.describe();
+  EXPECT_TRUE(s4_dgrad.batch.tma) << s4_dgrad.describe();
+  const ConvPlan s4_highest = plan_conv(ConvPass::dgrad, geometry(s4, Precision::highest),
+                                        DType::float32, DeviceCaps::h100(), "batch-wgmma");
+  EXPECT_FALSE(s4_highest.batch.channels_last) << s4_highest.describe();
   // Long 1-D sequences with M > 64 leave the row kernels for batch-wgmma at both precisions; at
   // "highest" a strided forward whose taps all fall in one phase stays with wgmma's fill mode,
   // and 2-D rows of 512 with the row kernels.
@@ -1386,7 +1391,8 @@ TEST(ConvPlan, RowKernelsWithFewCtasGiveWayToTheGemmPath) {
 
 // batch-wgmma reads B from a channels-last copy of src when each src value feeds 1024
 // multiply-adds or more (M x the taps that read it), or in a dgrad at stride 5 or more; else it
-// gathers B from src. The plan says which.
+// gathers B from src. The plan says which. At "highest" (3xTF32, no TMA copies) these are the
+// only rules; "high" adds dgrads that TMA copies (ConvPlan.BatchWgmmaCopiesByTmaWhereOneMapServes).
 TEST(ConvPlan, BatchWgmmaCopiesSrcChannelsLastWhereItPays) {
   struct Case {
     ConvLayerSpec layer;
@@ -1402,22 +1408,116 @@ TEST(ConvPlan, BatchWgmmaCopiesSrcChannelsLastWhereItPays) {
       {bench::layer2d("t", "t", 8, 128, 64, 196, 2, 2, 0), ConvPass::dgrad, false},
       // EnCodec x5's dgrad: 256 x 10 / 5 = 512 uses, but stride 5.
       {bench::layer1d("t", "t", 64, 256, 128, 600, 10, 5, 0), ConvPass::dgrad, true},
-      // EnCodec x4's dgrad: 128 x 8 / 4 = 256 uses at stride 4.
+      // EnCodec x4's dgrad: 128 x 8 / 4 = 256 uses at stride 4, which reads the copy by TMA at
+      // "high" only (below).
       {bench::layer1d("t", "t", 64, 128, 64, 3000, 8, 4, 0), ConvPass::dgrad, false},
   };
   for (const Case& c : cases) {
-    const ConvPlan plan = plan_conv(c.pass, geometry(c.layer, Precision::high), DType::float32,
+    const ConvPlan plan = plan_conv(c.pass, geometry(c.layer, Precision::highest), DType::float32,
                                     DeviceCaps::h100(), "batch-wgmma");
     EXPECT_EQ(plan.batch.channels_last, c.channels_last) << plan.describe();
     EXPECT_EQ(plan.describe().find("channels-last B") != std::string::npos, c.channels_last)
         << plan.describe();
     EXPECT_EQ(plan.batch.smem_bytes,
-              cuda::batch_wgmma_smem_bytes(plan.batch.bm, plan.batch.bn, c.channels_last));
+              cuda::batch_wgmma_smem_bytes(plan.batch.bm, plan.batch.bn, c.channels_last, true));
     // batch-igemm (mma.sync) has no channels-last copy.
-    EXPECT_FALSE(plan_conv(c.pass, geometry(c.layer, Precision::high), DType::float32,
+    EXPECT_FALSE(plan_conv(c.pass, geometry(c.layer, Precision::highest), DType::float32,
                            DeviceCaps::h100(), "batch-igemm")
                      .batch.channels_last);
   }
+}
+
+// batch-wgmma copies both tiles by TMA where it reads the channels-last copy at 1xTF32 and one
+// im2col map serves every phase; the map's corners follow the phase arithmetic; otherwise it
+// keeps its cp.async copies and batch_wgmma_tma_check says why.
+TEST(ConvPlan, BatchWgmmaCopiesByTmaWhereOneMapServes) {
+  const auto plan = [](const ConvLayerSpec& l, ConvPass pass, Precision precision) {
+    return plan_conv(pass, geometry(l, precision), DType::float32, DeviceCaps::h100(),
+                     "batch-wgmma");
+  };
+  // Every suite layer forced: TMA exactly where channels-last B is read at "high" (every suite
+  // layer's phases have equal position counts), never at "highest" (3xTF32's residual planes).
+  int tma = 0;
+  for (const ConvLayerSpec& l : bench::decoder_layers()) {
+    for (ConvPass pass : {ConvPass::forward, ConvPass::dgrad}) {
+      const ConvPlan high = plan(l, pass, Precision::high);
+      EXPECT_EQ(high.batch.tma, high.batch.channels_last) << high.describe();
+      EXPECT_EQ(high.describe().find("copies by TMA") != std::string::npos, high.batch.tma)
+          << high.describe();
+      tma += high.batch.tma ? 1 : 0;
+      EXPECT_FALSE(plan(l, pass, Precision::highest).batch.tma) << l.id;
+    }
+  }
+  EXPECT_GE(tma, 10);
+  // DeconvNet deconv5 (k3 s1 p1): forward taps read src q - 1 .. q + 1, so the box starts at -1
+  // and ends 1 past the plane; dgrad the same at stride 1.
+  const ConvLayerSpec deconv5 = bench::layer2d("t", "t", 64, 512, 512, 14, 3, 1, 1);
+  for (ConvPass pass : {ConvPass::forward, ConvPass::dgrad}) {
+    const ConvPlan p = plan(deconv5, pass, Precision::high);
+    ASSERT_TRUE(p.batch.tma) << p.describe();
+    EXPECT_EQ(p.batch.tma_lower[0], -1);
+    EXPECT_EQ(p.batch.tma_lower[1], -1);
+    EXPECT_EQ(p.batch.tma_upper[0], -1);
+    EXPECT_EQ(p.batch.tma_upper[1], -1);
+  }
+  // At "high", where TMA copies the channels-last copy, a dgrad reads it from 512 uses or at
+  // stride 4: DCGAN 128 -> 64 (128 x 16 / 4 = 512), EnCodec x4 (256 at stride 4); U-Net 128 ->
+  // 64 (128 x 4 / 4 = 128) and CycleGAN 128 -> 64 (128 x 9 / 4 = 288, stride 2) keep the gather,
+  // and a forward keeps the 1024 of every precision (U-Net 256 -> 128: 128 x 4 = 512).
+  const struct {
+    ConvLayerSpec layer;
+    ConvPass pass;
+    bool channels_last;
+  } high_cases[] = {
+      {bench::layer2d("t", "t", 128, 128, 64, 16, 4, 2, 1), ConvPass::dgrad, true},
+      {bench::layer1d("t", "t", 64, 128, 64, 3000, 8, 4, 0), ConvPass::dgrad, true},
+      {bench::layer2d("t", "t", 8, 128, 64, 196, 2, 2, 0), ConvPass::dgrad, false},
+      {bench::layer2d("t", "t", 4, 128, 64, 128, 3, 2, 1, 1), ConvPass::dgrad, false},
+      {bench::layer2d("t", "t", 8, 256, 128, 100, 2, 2, 0), ConvPass::forward, false},
+  };
+  for (const auto& c : high_cases) {
+    const ConvPlan p = plan(c.layer, c.pass, Precision::high);
+    EXPECT_EQ(p.batch.channels_last, c.channels_last) << p.describe();
+    EXPECT_EQ(p.batch.tma, c.channels_last) << p.describe();
+  }
+  // HiFi-GAN's x8 dgrad (k16 s8 p4, 32 -> 256): dx position q reads dy q*8 - 4 + k, so the box
+  // starts at -4, and 32 positions at stride 8 span (32 - 1)*8 + 1 = 249 = 256 + upper + 4.
+  const ConvLayerSpec hifigan = bench::layer1d("t", "t", 16, 512, 256, 32, 16, 8, 4);
+  const ConvPlan h = plan(hifigan, ConvPass::dgrad, Precision::high);
+  ASSERT_TRUE(h.batch.tma) << h.describe();
+  EXPECT_EQ(h.batch.tma_lower[1], -4);
+  EXPECT_EQ(h.batch.tma_upper[1], -11);
+  EXPECT_EQ(h.batch.tma_lower[0], 0);
+  EXPECT_EQ(h.batch.tma_upper[0], 0);
+  // Declined, each with its reason (the plan stays on cp.async copies).
+  struct Case {
+    ConvLayerSpec layer;
+    ConvPass pass;
+    const char* reason;
+  };
+  ConvLayerSpec odd = bench::layer2d("t", "t", 8, 512, 256, 16, 3, 2, 1);  // 31 x 31 outputs
+  const Case cases[] = {
+      // Stride 9: dgrad's positions 9 src columns apart.
+      {bench::layer1d("t", "t", 8, 512, 256, 64, 18, 9, 0), ConvPass::dgrad, "traversal stride"},
+      // k3 s2 p1 without output padding: phases of 16 and 15 positions.
+      {odd, ConvPass::forward, "one im2col traversal"},
+  };
+  for (const Case& c : cases) {
+    const ConvPlan p = plan(c.layer, c.pass, Precision::high);
+    ASSERT_TRUE(p.batch.channels_last) << p.describe();
+    EXPECT_FALSE(p.batch.tma) << p.describe();
+    cuda::BatchIgemmPlan copy = p.batch;
+    const std::string why = cuda::batch_wgmma_tma_check(geometry(c.layer, Precision::high),
+                                                        c.pass == ConvPass::forward, copy);
+    EXPECT_NE(why.find(c.reason), std::string::npos) << why;
+  }
+  // Padding past the map's corner range (128 positions of zeros before the first src value).
+  ConvLayerSpec far = bench::layer1d("t", "t", 2, 256, 256, 400, 3, 1, 0);
+  far.dilation = {200, 0};
+  cuda::BatchIgemmPlan far_plan = plan(far, ConvPass::dgrad, Precision::high).batch;
+  const std::string corner =
+      cuda::batch_wgmma_tma_check(geometry(far, Precision::high), false, far_plan);
+  EXPECT_NE(corner.find("corners"), std::string::npos) << corner;
 }
 
 // wgrad's batch-wgmma: float32 on a 9.0 device with the sm_90a code, 1xTF32 128 x 128 tiles at

@@ -191,5 +191,71 @@ INSTANTIATE_TEST_SUITE_P(Edges, CudaBatchIgemmEdges, ::testing::ValuesIn(edge_la
                            return layer.param.id;
                          });
 
+// batch-wgmma's TMA copies (1xTF32, channels-last B:
+// ConvPlan.BatchWgmmaCopiesByTmaWhereOneMapServes) on layers that reach every part of the maps: the
+// im2col box's negative lower corners (padding), tiles whose 128 columns cross samples, a partial
+// second row tile, groups whose channels are padded to c_pad inside the map's channel axis,
+// dilation, the 64-row instance, and dgrad's traversal strides 2, 5 and 8. Each names the passes
+// that must run by TMA; every element of y and dx within its budget, as above.
+struct TmaLayer {
+  ConvLayerSpec l;
+  bool fwd, dgrad;  // the passes planned by TMA
+};
+
+std::vector<TmaLayer> tma_layers() {
+  using bench::layer1d;
+  using bench::layer2d;
+  std::vector<TmaLayer> v;
+  ConvLayerSpec a = layer2d("k4_s2_m130", "tma", 3, 40, 130, 7, 4, 2, 1);
+  a.in_size = {7, 9};
+  v.push_back({a, true, false});
+  ConvLayerSpec b = layer2d("k3_s2_op1_groups2", "tma", 3, 72, 256, 6, 3, 2, 1, 1, 2);
+  b.in_size = {6, 5};
+  v.push_back({b, true, false});
+  v.push_back({layer1d("k16_s8", "tma", 3, 96, 80, 20, 16, 8, 4), true, true});
+  ConvLayerSpec d = layer2d("k3_d2", "tma", 2, 48, 128, 9, 3, 1, 2);
+  d.in_size = {9, 11};
+  d.dilation = {2, 2};
+  v.push_back({d, true, false});
+  ConvLayerSpec e = layer2d("k4_s1_m64", "tma", 2, 40, 64, 10, 4, 1, 1);
+  e.in_size = {10, 12};
+  v.push_back({e, true, true});  // dgrad: 40 rows x 16 taps, the 64-row instance too
+  v.push_back({layer2d("dgrad_s2", "tma", 2, 256, 40, 6, 4, 2, 1), false, true});
+  v.push_back({layer1d("dgrad_s5", "tma", 2, 64, 48, 30, 10, 5, 0), false, true});
+  return v;
+}
+
+class CudaBatchWgmmaTma : public ::testing::TestWithParam<TmaLayer> {};
+
+TEST_P(CudaBatchWgmmaTma, ForwardAndDgradWithinBudget) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_WGMMA();
+  const ConvLayerSpec& l = GetParam().l;
+  const testing::LayerOperands o = testing::layer_operands(l, l.batch, kFloat32, 13);
+  const Tensor &x = o.x, &w = o.w, &b = o.b, &dy = o.dy;
+  const Result ref = run(l, x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), dy.to(kFloat64));
+  const Result mag =
+      run(l, abs(x).to(kFloat64), abs(w).to(kFloat64), abs(b).to(kFloat64), abs(dy).to(kFloat64));
+  const testing::ConvSettingsGuard restore;
+  set_conv_kernel(std::string("fwd=") + cuda::kKernelBatchWgmma +
+                  ",dgrad=" + cuda::kKernelBatchWgmma);
+  set_float32_matmul_precision("high");
+  const Device cuda(kCUDA);
+  const Result got = run(l, x.to(cuda), w.to(cuda), b.to(cuda), dy.to(cuda));
+  EXPECT_TRUE(within_budget(got.y, ref.y, mag.y,
+                            budget_factor(true, l.in_channels / l.groups * o.taps + 1), "forward"));
+  EXPECT_TRUE(within_budget(got.dx, ref.dx, mag.dx,
+                            budget_factor(true, l.out_channels / l.groups * o.taps), "dgrad"));
+  EXPECT_EQ(cuda::last_conv_plan(cuda::ConvPass::forward).batch.tma, GetParam().fwd)
+      << cuda::last_conv_plan(cuda::ConvPass::forward).describe();
+  EXPECT_EQ(cuda::last_conv_plan(cuda::ConvPass::dgrad).batch.tma, GetParam().dgrad)
+      << cuda::last_conv_plan(cuda::ConvPass::dgrad).describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Layers, CudaBatchWgmmaTma, ::testing::ValuesIn(tma_layers()),
+                         [](const ::testing::TestParamInfo<TmaLayer>& layer) {
+                           return layer.param.l.id;
+                         });
+
 }  // namespace
 }  // namespace tgrad
