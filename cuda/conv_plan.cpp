@@ -311,8 +311,11 @@ std::string batch_igemm_first(const PlanInput& in, bool wgmma) {
   // 256. Its 3xTF32 instance ("highest") was ahead of them on the 1-D calls it takes (S2 and S3
   // 1.20x-1.29x, S4's forward 1.04x, EnCodec x5's forward 1.69x; runs 103 and 105), except a
   // one-phase forward (S1's, 1.25x slower than fill mode); on 2-D calls the bounds below, batch-
-  // igemm's, decide there (S5, rows of 512, 1.5x slower on batch-wgmma).
-  if (batch_declined(in, true, nullptr).empty() &&
+  // igemm's, decide there (S5, rows of 512, 1.5x slower on batch-wgmma). Its 64-row tile at
+  // "high" (M <= 64, taken only where TMA copies it) was measured against batch-igemm alone, so
+  // the bounds below decide for it too.
+  BatchIgemmPlan bw;
+  if (batch_declined(in, true, &bw).empty() && !(bw.tma && bw.bm == 64) &&
       (g.precision == Precision::high || (!two_d && !fill)))
     return "";
   if (two_d) {
@@ -524,6 +527,7 @@ constexpr double kChannelsLastMinUses = 1024;
 constexpr int64_t kChannelsLastMinStride = 5;
 constexpr double kChannelsLastTmaMinUses = 512;
 constexpr int64_t kChannelsLastTmaMinStride = 4;
+constexpr double kNarrowTmaMinUses = 512;
 
 // Empty when the batch-positions kernel (conv_transpose_batch_igemm.cu) runs the call, with its
 // plan in `plan`; else why not: what it cannot run, then (in.prefer) where the GEMM path measured
@@ -585,15 +589,8 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   plan.wgmma = wgmma;
   if (wgmma) {
     // A warpgroup's wgmma covers 64 rows: 128 x 128 tiles (two warpgroups along M), or 64 x 128
-    // for M <= 64, whose warpgroups split N into m64n64 multiplies. At "high" batch-igemm
-    // measured as fast or faster there (docs/performance.md, run 54); at "highest" (3xTF32, 128
-    // x 64 or 64 x 128) batch-wgmma was 1.2x-1.9x faster than batch-igemm on every suite call
-    // with M >= 64 and 0.74x-0.85x on those with M <= 32, where half its tile is padding (run
-    // 103, both forced).
-    const int64_t narrow_m = plan.split ? 32 : 64;
-    if (in.prefer && M <= narrow_m)
-      return "M=" + std::to_string(M) + " <= " + std::to_string(narrow_m) +
-             ": batch-igemm's narrower tiles";
+    // for M <= 64, whose warpgroups split N into m64n64 multiplies (where batch-igemm's
+    // narrower tiles take the call unless TMA copies it: below).
     // A dgrad past stride 4, whose gather would use one src column in s, reads the
     // channels-last copy (below), whose lines are whole.
     plan.bm = M > 64 ? 128 : 64;
@@ -640,8 +637,22 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     const bool tma_dgrad = tma_ok && !fwd &&
                            (uses >= kChannelsLastTmaMinUses ||
                             std::max(g.stride[0], g.stride[1]) >= kChannelsLastTmaMinStride);
-    plan.channels_last = uses >= kChannelsLastMinUses || wide_stride || tma_dgrad;
+    // - 32 < M <= 64 at 1xTF32, where batch-igemm's mma.sync tiles are the alternative
+    //   (below): a forward from kNarrowTmaMinUses uses reads the copy by TMA, on which the
+    //   64-row tile ran faster than batch-igemm, while below it the copy's pass over src did not
+    //   pay (docs/performance.md, run 292). M <= 32 would leave half the tile empty.
+    const bool narrow = M <= (plan.split ? 32 : 64);
+    const bool tma_narrow_fwd = tma_ok && fwd && narrow && M > 32 && uses >= kNarrowTmaMinUses;
+    plan.channels_last = uses >= kChannelsLastMinUses || wide_stride || tma_dgrad || tma_narrow_fwd;
     plan.tma = tma_ok && plan.channels_last;
+    // At "high" batch-igemm measured as fast or faster than the gathering 64 x 128 tile
+    // (docs/performance.md, run 54); at "highest" (3xTF32, 128 x 64 or 64 x 128) batch-wgmma was
+    // 1.2x-1.9x faster than batch-igemm on every suite call with M >= 64 and 0.74x-0.85x on
+    // those with M <= 32, where half its tile is padding (run 103, both forced). Read by TMA,
+    // the 64-row tile beat batch-igemm (run 292).
+    if (in.prefer && narrow && !(plan.tma && M > 32))
+      return "M=" + std::to_string(M) + " <= " + std::to_string(plan.split ? 32 : 64) +
+             ": batch-igemm's narrower tiles";
   }
   plan.smem_bytes = wgmma ? batch_wgmma_smem_bytes(plan.bm, plan.bn, plan.channels_last, plan.split)
                           : batch_igemm_smem_bytes(plan.bm, plan.bn, plan.split);
@@ -686,7 +697,11 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w * g.groups;
     const int64_t steps = int64_t{plan.max_taps} * plan.c_pad / kBatchIgemmChunk;
     const bool short_loop = g.precision == Precision::highest && steps <= kFewCtasMaxSteps;
-    if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count && !short_loop)
+    // A forward copied by TMA keeps its few CTAs over a loop of at most 2 x kFewCtasMaxSteps
+    // steps: there the GEMM path's scatter of the columns cost more than the idle SMs
+    // (docs/performance.md, run 292); a dgrad's GEMM path has no scatter.
+    const bool tma_forward = plan.tma && fwd && steps <= 2 * kFewCtasMaxSteps;
+    if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count && !short_loop && !tma_forward)
       return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) + " SMs of " +
              std::to_string(steps) + " K steps (no split-K): the GEMM path";
     // - Many output channels at "high": the column buffer costs the GEMM path 8 bytes of
@@ -698,7 +713,12 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     if (M > kBatchIgemmMaxPreferredM && g.precision == Precision::high)
       return "M=" + std::to_string(M) + " > " + std::to_string(kBatchIgemmMaxPreferredM) +
              " at \"high\": the GEMM path's column traffic is small next to its TF32 GEMM's speed";
-    if (std::string high = high_dgrad_gemm(in); !high.empty()) return high;
+    // A dgrad copied by TMA whose taps outnumber twice the stride phases keeps the call: the
+    // GEMM path's column buffer then holds more than two values per dy value, where the copy
+    // holds one (docs/performance.md, run 292).
+    const bool tma_dense_dgrad =
+        plan.tma && !fwd && g.kernel[0] * g.kernel[1] > 2 * g.stride[0] * g.stride[1];
+    if (std::string high = high_dgrad_gemm(in); !high.empty() && !tma_dense_dgrad) return high;
     // A dgrad past stride 4 loads one src column in s; batch-wgmma reading the channels-last
     // copy loads whole lines instead, and keeps such a dgrad at "highest": it was the faster on
     // every such layer timed whose grid filled the GPU (docs/performance.md); smaller grids go to

@@ -389,8 +389,8 @@ std::string reason_of(const ConvPlan& plan, const std::string& kernel) {
 
 TEST(ConvPlan, GroupsDeclineTheRowKernelsNamingGroups) {
   // Groups of 64 x 64 channels: too wide for the direct kernels. The row kernels and wgrad's
-  // split-K GEMM take groups 1 only; batch-igemm runs one GEMM per group (M = 64: batch-wgmma
-  // leaves it the call), and so does wgrad's batch-wgmma at both precisions.
+  // split-K GEMM take groups 1 only; the batch kernels run one GEMM per group (M = 64 x 9 taps:
+  // batch-wgmma by TMA at "high"), and so does wgrad's batch-wgmma at both precisions.
   for (Precision precision : {Precision::high, Precision::highest}) {
     const ConvGeometry g = small_2d(128, 128, 2, precision);
     for (ConvPass pass : kPasses) {
@@ -402,9 +402,11 @@ TEST(ConvPlan, GroupsDeclineTheRowKernelsNamingGroups) {
         continue;  // the rows below batch-wgmma were not asked
       }
       if (precision == Precision::high) {
-        EXPECT_EQ(plan.kernel, "batch-igemm") << plan.describe();
+        EXPECT_EQ(plan.kernel, "batch-wgmma") << plan.describe();
+        EXPECT_TRUE(plan.batch.tma) << plan.describe();
         EXPECT_EQ(plan.batch.groups, 2) << plan.describe();
-        EXPECT_NE(plan.describe().find(", 2 groups]"), std::string::npos) << plan.describe();
+        EXPECT_NE(plan.describe().find(", 2 groups, copies by TMA]"), std::string::npos)
+            << plan.describe();
       }
       if (pass != ConvPass::wgrad) {
         EXPECT_NE(reason_of(plan, "wgmma").find("groups=2"), std::string::npos) << plan.describe();
@@ -455,13 +457,14 @@ TEST(ConvPlan, HighestDeclinesWgmmaForNarrowUnfoldedProblems) {
 
 TEST(ConvPlan, TooManyTapsLeaveTheRowImplicitGemmsForBatchIgemmThenTheGemmPath) {
   // 2-D 7x7 = 49 taps: past the row implicit GEMMs' 32, within batch-igemm's 64 a phase (batch
-  // 64: enough column tiles to fill the GPU).
-  ConvLayerSpec l = bench::layer2d("t", "t", 64, 64, 64, 16, 7, 1, 3);
+  // 64: enough column tiles to fill the GPU; 32 output channels, which batch-wgmma leaves to
+  // batch-igemm).
+  ConvLayerSpec l = bench::layer2d("t", "t", 64, 64, 32, 16, 7, 1, 3);
   const ConvPlan plan = plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32,
                                   DeviceCaps::h100());
   EXPECT_EQ(plan.kernel, "batch-igemm");
   // wgmma and mma.sync give way to batch-igemm on short 2-D rows first; without preferences
-  // they name the taps, and batch-wgmma (which, preferring, leaves M = 64 to batch-igemm) runs it.
+  // they name the taps, and batch-wgmma (which, preferring, leaves M = 32 to batch-igemm) runs it.
   const ConvPlan no_prefer = plan_conv(ConvPass::forward, geometry(l, Precision::high),
                                        DType::float32, DeviceCaps::h100(), "", /*prefer=*/false);
   EXPECT_EQ(no_prefer.kernel, "batch-wgmma") << no_prefer.describe();
@@ -982,8 +985,10 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
       plan_conv(ConvPass::forward, geometry(l, Precision::high), DType::float32, no_code);
   EXPECT_EQ(without.kernel, "batch-igemm") << without.describe();
   EXPECT_NE(reason_of(without, "batch-wgmma").find("no sm_90a code"), std::string::npos);
-  // M <= 64: batch-igemm's narrower tiles (a preference: forced, it runs with a 64-row tile).
-  const ConvLayerSpec narrow = bench::layer2d("t", "t", 64, 256, 64, 8, 4, 2, 1);
+  // M <= 64: batch-igemm's narrower tiles (a preference: forced, it runs with a 64-row tile),
+  // unless TMA copies the channels-last copy, which a forward reads from 512 uses (64 x 16
+  // taps here; U-Net 256 -> 128's 64 x 4 keeps batch-igemm).
+  const ConvLayerSpec narrow = bench::layer2d("t", "t", 8, 128, 64, 196, 2, 2, 0);
   const ConvPlan m64 = plan_conv(ConvPass::forward, geometry(narrow, Precision::high),
                                  DType::float32, DeviceCaps::h100());
   EXPECT_EQ(m64.kernel, "batch-igemm") << m64.describe();
@@ -993,9 +998,18 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
   EXPECT_EQ(m64_forced.batch.bm, 64) << m64_forced.describe();
   EXPECT_EQ(m64_forced.batch.smem_bytes,
             cuda::batch_wgmma_smem_bytes(64, 128, m64_forced.batch.channels_last));
+  const ConvLayerSpec narrow_tma = bench::layer2d("t", "t", 64, 256, 64, 8, 4, 2, 1);
+  const ConvPlan m64_tma = plan_conv(ConvPass::forward, geometry(narrow_tma, Precision::high),
+                                     DType::float32, DeviceCaps::h100());
+  EXPECT_EQ(m64_tma.kernel, "batch-wgmma") << m64_tma.describe();
+  EXPECT_EQ(m64_tma.batch.bm, 64) << m64_tma.describe();
+  EXPECT_TRUE(m64_tma.batch.tma) << m64_tma.describe();
+  EXPECT_EQ(m64_tma.batch.smem_bytes, cuda::batch_wgmma_smem_bytes(64, 128, true));
   // M = 512: the forward stays on the batch kernels (on 8.0, batch-igemm); past 512 rows, for a
-  // dgrad with stride > 4 past 256, and for a dgrad at "high" from 256, the GEMM path;
-  // at "highest" the stride-1 and stride-2 dgrads with M = 512 stay on batch-wgmma.
+  // dgrad with stride > 4 past 256, and for a dgrad at "high" from 256, the GEMM path, unless
+  // TMA copies it and its taps outnumber twice its stride phases (the GEMM path's columns then
+  // hold more than two values per dy value): DeconvNet deconv5 (9 taps at stride 1) stays, U-Net
+  // 1024 -> 512 (4 taps at stride 2) goes; at "highest" both stay on batch-wgmma.
   const ConvLayerSpec wide = bench::layer2d("t", "t", 8, 1024, 512, 28, 2, 2, 0);
   const ConvPlan wide_fwd = plan_conv(ConvPass::forward, geometry(wide, Precision::high),
                                       DType::float32, DeviceCaps::h100());
@@ -1010,23 +1024,37 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
     EXPECT_EQ(kernel_of(ConvPass::dgrad, m512, Precision::highest), "batch-wgmma");
     const ConvPlan d = plan_conv(ConvPass::dgrad, geometry(m512, Precision::high), DType::float32,
                                  DeviceCaps::h100());
+    if (m512.kernel[0] == 3) {  // DeconvNet deconv5
+      EXPECT_EQ(d.kernel, "batch-wgmma") << d.describe();
+      EXPECT_TRUE(d.batch.tma) << d.describe();
+      continue;
+    }
     EXPECT_EQ(d.kernel, "gemm") << d.describe();
     EXPECT_NE(reason_of(d, "batch-wgmma").find("dgrad at \"high\" with M=512 >= 256"),
               std::string::npos)
         << d.describe();
   }
-  // M = 256 at "high" goes to the GEMM path too, from the row kernels as well (CycleGAN's
-  // 256 -> 128: mma.sync would take it once batch-wgmma declines); M = 128 stays, and at
-  // "highest" so does M = 256 (at batch 128: 128 CTAs; at 64 the grid would cover under half the
-  // SMs, the GEMM path by that rule).
+  // M = 256 at "high" goes to the GEMM path too, from the row kernels as well, where its taps
+  // are few (U-Net 512 -> 256 at stride 2: 4 taps); DCGAN's and CycleGAN's 256 -> 128 (16 and 9
+  // taps at stride 2) stay on batch-wgmma by TMA, the row kernels giving way to it (mma.sync
+  // names the GEMM path's rule); M = 128 stays, and at "highest" so does M = 256 (at batch 128:
+  // 128 CTAs; at 64 the grid would cover under half the SMs, the GEMM path by that rule).
   const ConvLayerSpec m256 = bench::layer2d("t", "t", 128, 256, 128, 8, 4, 2, 1);
   const ConvLayerSpec m256_rows = bench::layer2d("t", "t", 4, 256, 128, 64, 3, 2, 1, 1);
   for (const ConvLayerSpec& layer : {m256, m256_rows}) {
     const ConvPlan d = plan_conv(ConvPass::dgrad, geometry(layer, Precision::high), DType::float32,
                                  DeviceCaps::h100());
-    EXPECT_EQ(d.kernel, "gemm") << d.describe();
+    EXPECT_EQ(d.kernel, "batch-wgmma") << d.describe();
+    EXPECT_TRUE(d.batch.tma) << d.describe();
     EXPECT_EQ(kernel_of(ConvPass::dgrad, layer, Precision::highest), "batch-wgmma");
   }
+  const ConvLayerSpec m256_k2 = bench::layer2d("t", "t", 8, 256, 128, 100, 2, 2, 0);
+  const ConvPlan k2 = plan_conv(ConvPass::dgrad, geometry(m256_k2, Precision::high), DType::float32,
+                                DeviceCaps::h100());
+  EXPECT_EQ(k2.kernel, "gemm") << k2.describe();
+  EXPECT_NE(reason_of(k2, "batch-wgmma").find("dgrad at \"high\" with M=256 >= 256"),
+            std::string::npos)
+      << k2.describe();
   EXPECT_NE(reason_of(plan_conv(ConvPass::dgrad, geometry(m256_rows, Precision::high),
                                 DType::float32, DeviceCaps::h100()),
                       "mma.sync")
@@ -1103,7 +1131,8 @@ TEST(ConvPlan, BatchWgmmaTakesHighCallsWithWideTilesOnSm90) {
 
 // The batch kernels give way to the GEMM path when their grid covers under half the SMs, naming
 // the CTAs and their K steps; at "highest" not when each CTA's loop is at most 16 steps (the GEMM
-// path's fixed costs outweigh it there: docs/performance.md). Forced, they run the call.
+// path's fixed costs outweigh it there: docs/performance.md), at "high" not for a forward that
+// TMA copies with at most 32 steps. Forced, they run the call.
 TEST(ConvPlan, BatchKernelsWithFewCtasGiveWayToTheGemmPathUnlessTheirLoopIsShort) {
   const DeviceCaps h100 = DeviceCaps::h100();
   const auto plan = [&](const ConvLayerSpec& l, Precision precision,
@@ -1115,11 +1144,16 @@ TEST(ConvPlan, BatchKernelsWithFewCtasGiveWayToTheGemmPathUnlessTheirLoopIsShort
   const ConvLayerSpec x8 = bench::layer1d("t", "t", 8, 256, 128, 32, 16, 8, 4);
   const ConvPlan a = plan(x8, Precision::highest);
   EXPECT_EQ(a.kernel, "batch-wgmma") << a.describe();
+  // At "high" TMA copies this forward, which keeps its few CTAs over a loop of at most 32 steps
+  // (the GEMM path's scatter costs more); its dgrad, with no scatter on the GEMM path, gives way.
   const ConvPlan b = plan(x8, Precision::high);
-  EXPECT_EQ(b.kernel, "gemm") << b.describe();
-  EXPECT_NE(reason_of(b, "batch-wgmma").find("16 CTAs for 132 SMs of 16 K steps"),
-            std::string::npos)
-      << b.describe();
+  EXPECT_EQ(b.kernel, "batch-wgmma") << b.describe();
+  EXPECT_TRUE(b.batch.tma) << b.describe();
+  const ConvPlan bd =
+      plan_conv(ConvPass::dgrad, geometry(x8, Precision::high), DType::float32, h100);
+  EXPECT_EQ(bd.kernel, "gemm") << bd.describe();
+  EXPECT_NE(reason_of(bd, "batch-wgmma").find("CTAs for 132 SMs"), std::string::npos)
+      << bd.describe();
   // DCGAN-like 512 -> 256 at 4x4, batch 8: 4 taps a phase x 16 channel steps = 64 steps, the GEMM
   // path at both precisions.
   const ConvLayerSpec small2d = bench::layer2d("t", "t", 8, 512, 256, 4, 4, 2, 1);
@@ -1237,35 +1271,35 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
   const Row rows[] = {
       {"dcgan_g1", "direct", "gemm", "direct", "gemm"},
       {"dcgan_g2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
-      {"dcgan_g3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
-      {"dcgan_g4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
+      {"dcgan_g3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"dcgan_g4", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
       {"dcgan_g5", "thin", "thin", "thin", "thin"},
       {"unet_up1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"unet_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"unet_up3", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"unet_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
-      {"cyclegan_up1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
-      {"cyclegan_up2", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
+      {"cyclegan_up1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"cyclegan_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
       {"pix2pix_out", "gemm", "thin", "gemm", "gemm"},
-      {"hifigan_v1_up1", "batch-wgmma", "gemm", "gemm", "gemm"},
+      {"hifigan_v1_up1", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
       {"hifigan_v1_up2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"hifigan_v1_up3", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"hifigan_v1_up4", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
-      {"hifigan_v3_up1", "batch-wgmma", "gemm", "gemm", "gemm"},
-      {"hifigan_v3_up2", "batch-wgmma", "gemm", "batch-igemm", "gemm"},
-      {"hifigan_v3_up3", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
+      {"hifigan_v3_up1", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
+      {"hifigan_v3_up2", "batch-wgmma", "gemm", "batch-wgmma", "gemm"},
+      {"hifigan_v3_up3", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-wgmma"},
       {"encodec_up8", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
       {"encodec_up5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
-      {"encodec_up4", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
+      {"encodec_up4", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
       {"encodec_up2", "batch-igemm", "batch-wgmma", "batch-igemm", "batch-igemm"},
       {"convtasnet_dec", "gemm", "thin", "gemm", "gemm"},
-      {"grouped_g2", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-wgmma"},
+      {"grouped_g2", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
       {"grouped_g4", "batch-igemm", "batch-igemm", "batch-igemm", "batch-igemm"},
       {"grouped_g8", "direct", "direct", "direct", "direct"},
       {"fcn_up2_dw", "thin", "depthwise", "thin", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise", "depthwise", "depthwise"},
-      {"deconvnet_5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "gemm"},
-      {"deconvnet_1", "batch-wgmma", "batch-wgmma", "batch-igemm", "batch-igemm"},
+      {"deconvnet_5", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
+      {"deconvnet_1", "batch-wgmma", "batch-wgmma", "batch-wgmma", "batch-wgmma"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
   ASSERT_EQ(layers.size(), std::size(rows));
@@ -2074,7 +2108,7 @@ TEST(ConvPlanCache, ChangedSettingsAndInputsGetTheirOwnPlans) {
   const auto fwd = [&](const ConvGeometry& geo, DType dtype, const DeviceCaps& caps) {
     return call_kernel(ConvPass::forward, geo, dtype, caps);
   };
-  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-igemm");
+  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-wgmma");
   // The forced kernel, set and cleared.
   set_conv_kernel("fma");
   EXPECT_EQ(fwd(g, DType::float32, h100), "fma");
@@ -2083,12 +2117,12 @@ TEST(ConvPlanCache, ChangedSettingsAndInputsGetTheirOwnPlans) {
   EXPECT_EQ(call_kernel(ConvPass::wgrad, g, DType::float32, h100),
             plan_conv(ConvPass::wgrad, g, DType::float32, h100).kernel);
   set_conv_kernel("");
-  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-igemm");
+  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-wgmma");
   // The preferences: off, the short rows no longer send the call past wgmma.
   cuda::set_conv_preferences(false);
   EXPECT_EQ(fwd(g, DType::float32, h100), "wgmma");
   cuda::set_conv_preferences(true);
-  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-igemm");
+  EXPECT_EQ(fwd(g, DType::float32, h100), "batch-wgmma");
   // The dtype: float64 never reaches the tensor cores.
   EXPECT_EQ(fwd(g, DType::float64, h100), "gemm");
   // The device: without sm_90a code, no wgmma (preferences off, so wgmma would take it).
@@ -2163,7 +2197,7 @@ TEST(ConvPlanCache, ASweepOfManyGeometriesKeepsTheCacheBounded) {
   EXPECT_GT(cuda::conv_plans_cached(), 0u);
   // Emptied once on the way: the calls still plan.
   EXPECT_EQ(call_kernel(ConvPass::forward, first, DType::float32, DeviceCaps::h100()),
-            "batch-igemm");
+            "batch-wgmma");
 }
 
 // Several threads planning the same calls (hits and misses) while another sweeps new geometries
