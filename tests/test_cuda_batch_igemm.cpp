@@ -220,7 +220,8 @@ std::vector<TmaLayer> tma_layers() {
   ConvLayerSpec e = layer2d("k4_s1_m64", "tma", 2, 40, 64, 10, 4, 1, 1);
   e.in_size = {10, 12};
   v.push_back({e, true, true});  // dgrad: 40 rows x 16 taps, the 64-row instance too
-  v.push_back({layer2d("dgrad_s2", "tma", 2, 256, 40, 6, 4, 2, 1), false, true});
+  // Forward: 40 rows x 16 taps, the 64-row tile by TMA from 512 uses.
+  v.push_back({layer2d("dgrad_s2", "tma", 2, 256, 40, 6, 4, 2, 1), true, true});
   v.push_back({layer1d("dgrad_s5", "tma", 2, 64, 48, 30, 10, 5, 0), false, true});
   return v;
 }
