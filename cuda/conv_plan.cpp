@@ -1065,11 +1065,14 @@ std::string batch_wgmma_tma_check(const ConvGeometry& g, bool forward, BatchIgem
     // traversal wraps after them), and the box starts at the lowest src offset of any tap.
     int q = -1, lower = 0, reach = 0;
     for (int r = 0; r < phases[a]; ++r) {
-      int sb[kBatchIgemmMaxTaps];
+      int sb[kBatchIgemmMaxTaps] = {};
       const BatchIgemmAxis ax =
           batch_igemm_axis(forward, out, i(g.kernel[u]), stride, i(g.padding[u]), i(g.dilation[u]),
                            r, nullptr, sb, kBatchIgemmMaxTaps);
       if (ax.taps == 0) continue;  // a phase of bias alone loads nothing
+      if (ax.taps > kBatchIgemmMaxTaps)
+        return std::to_string(ax.taps) + " taps along " + axis_name[a] + ", more than " +
+               std::to_string(kBatchIgemmMaxTaps);
       if (q >= 0 && ax.q != q)
         return std::string("phases of ") + std::to_string(q) + " and " + std::to_string(ax.q) +
                " positions along " + axis_name[a] + ": one im2col traversal serves them all";

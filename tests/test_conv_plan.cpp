@@ -1545,6 +1545,13 @@ TEST(ConvPlan, BatchWgmmaCopiesByTmaWhereOneMapServes) {
                                                         c.pass == ConvPass::forward, copy);
     EXPECT_NE(why.find(c.reason), std::string::npos) << why;
   }
+  // More taps along an axis than the tap tables hold: declined, not read past them.
+  ConvLayerSpec long_k = bench::layer1d("t", "t", 2, 64, 64, 400, 80, 1, 0);
+  cuda::BatchIgemmPlan long_plan;
+  long_plan.c_pad = 64;
+  const std::string taps_why =
+      cuda::batch_wgmma_tma_check(geometry(long_k, Precision::high), false, long_plan);
+  EXPECT_NE(taps_why.find("80 taps along W"), std::string::npos) << taps_why;
   // Padding past the map's corner range (128 positions of zeros before the first src value).
   ConvLayerSpec far = bench::layer1d("t", "t", 2, 256, 256, 400, 3, 1, 0);
   far.dilation = {200, 0};
