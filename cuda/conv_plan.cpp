@@ -632,7 +632,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     //   a step replaces the gather's strided loads, while with fewer uses at stride 2 the
     //   copy's own pass over src costs more than it saves, and forwards, whose gather reads
     //   consecutive columns, gain less than the copy costs below kChannelsLastMinUses
-    //   (docs/performance.md, run 290).
+    //   (docs/performance.md, batch-wgmma's copies by TMA).
     const bool tma_ok = !plan.split && batch_wgmma_tma_check(g, fwd, plan).empty();
     const bool tma_dgrad = tma_ok && !fwd &&
                            (uses >= kChannelsLastTmaMinUses ||
@@ -640,16 +640,16 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     // - 32 < M <= 64 at 1xTF32, where batch-igemm's mma.sync tiles are the alternative
     //   (below): a forward from kNarrowTmaMinUses uses reads the copy by TMA, on which the
     //   64-row tile ran faster than batch-igemm, while below it the copy's pass over src did not
-    //   pay (docs/performance.md, run 292). M <= 32 would leave half the tile empty.
+    //   pay (docs/performance.md, batch-wgmma's copies by TMA). M <= 32 would leave half the
+    //   tile empty.
     const bool narrow = M <= (plan.split ? 32 : 64);
     const bool tma_narrow_fwd = tma_ok && fwd && narrow && M > 32 && uses >= kNarrowTmaMinUses;
     plan.channels_last = uses >= kChannelsLastMinUses || wide_stride || tma_dgrad || tma_narrow_fwd;
     plan.tma = tma_ok && plan.channels_last;
-    // At "high" batch-igemm measured as fast or faster than the gathering 64 x 128 tile
-    // (docs/performance.md, run 54); at "highest" (3xTF32, 128 x 64 or 64 x 128) batch-wgmma was
-    // 1.2x-1.9x faster than batch-igemm on every suite call with M >= 64 and 0.74x-0.85x on
-    // those with M <= 32, where half its tile is padding (run 103, both forced). Read by TMA,
-    // the 64-row tile beat batch-igemm (run 292).
+    // At "high" batch-igemm measured as fast or faster than the gathering 64 x 128 tile; at
+    // "highest" (3xTF32, 128 x 64 or 64 x 128) batch-wgmma was the faster on every suite call
+    // with M >= 64 and the slower on those with M <= 32, where half its tile is padding. Read
+    // by TMA, the 64-row tile beat batch-igemm (docs/performance.md).
     if (in.prefer && narrow && !(plan.tma && M > 32))
       return "M=" + std::to_string(M) + " <= " + std::to_string(plan.split ? 32 : 64) +
              ": batch-igemm's narrower tiles";
@@ -699,7 +699,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     const bool short_loop = g.precision == Precision::highest && steps <= kFewCtasMaxSteps;
     // A forward copied by TMA keeps its few CTAs over a loop of at most 2 x kFewCtasMaxSteps
     // steps: there the GEMM path's scatter of the columns cost more than the idle SMs
-    // (docs/performance.md, run 292); a dgrad's GEMM path has no scatter.
+    // (docs/performance.md); a dgrad's GEMM path has no scatter.
     const bool tma_forward = plan.tma && fwd && steps <= 2 * kFewCtasMaxSteps;
     if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count && !short_loop && !tma_forward)
       return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) + " SMs of " +
@@ -715,7 +715,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
              " at \"high\": the GEMM path's column traffic is small next to its TF32 GEMM's speed";
     // A dgrad copied by TMA whose taps outnumber twice the stride phases keeps the call: the
     // GEMM path's column buffer then holds more than two values per dy value, where the copy
-    // holds one (docs/performance.md, run 292).
+    // holds one (docs/performance.md).
     const bool tma_dense_dgrad =
         plan.tma && !fwd && g.kernel[0] * g.kernel[1] > 2 * g.stride[0] * g.stride[1];
     if (std::string high = high_dgrad_gemm(in); !high.empty() && !tma_dense_dgrad) return high;
