@@ -269,19 +269,19 @@ __device__ inline void batch_igemm_store(const BiArgs& a, const float* tile, int
     *out_j = *cs + (a.bias ? a.bias[m0 + r] : 0.0f);
 }
 
-// Launches one instance: `what` names the kernel in errors; the grid is (column tiles x phases,
-// the phase fastest) x row tiles x groups; smem_bytes must be what the planner counted for the
-// plan's tile.
-template <class Kernel>
+// Launches one instance with (args, extra...): `what` names the kernel in errors; the grid is
+// (column tiles x phases, the phase fastest) x row tiles x groups; smem_bytes must be what the
+// planner counted for the plan's tile.
+template <class Kernel, class... Extra>
 void batch_igemm_launch(Kernel kernel, const char* what, int threads, int smem_bytes,
-                        const BiArgs& args, const BatchIgemmPlan& plan) {
+                        const BiArgs& args, const BatchIgemmPlan& plan, const Extra&... extra) {
   TGRAD_CHECK(smem_bytes == plan.smem_bytes, "conv ", what, ": the plan's ", plan.smem_bytes,
               " bytes of shared memory are not the instance's ", smem_bytes);
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const dim3 grid(static_cast<unsigned>(plan.n_tiles * plan.phases_h * plan.phases_w),
                   static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.groups));
-  kernel<<<grid, threads, smem_bytes>>>(args);
+  kernel<<<grid, threads, smem_bytes>>>(args, extra...);
   check_cuda(cudaGetLastError(), what, __FILE__, __LINE__);  // as TGRAD_CUDA_CHECK_LAUNCH
 }
 

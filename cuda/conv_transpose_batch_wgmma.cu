@@ -543,17 +543,9 @@ BwTmaMaps tma_maps(const BiArgs& a, const BatchIgemmPlan& plan) {
 
 template <class Cfg>
 void launch_tma(const BiArgs& args, const BatchIgemmPlan& plan) {
-  const int smem_bytes = batch_wgmma_smem_bytes(Cfg::kBM, Cfg::kBN, true, false);
-  TGRAD_CHECK(smem_bytes == plan.smem_bytes, "conv batch_wgmma_tma_kernel: the plan's ",
-              plan.smem_bytes, " bytes of shared memory are not the instance's ", smem_bytes);
-  const BwTmaMaps maps = tma_maps(args, plan);
-  const auto kernel = batch_wgmma_tma_kernel<Cfg>;
-  TGRAD_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  const dim3 grid(static_cast<unsigned>(plan.n_tiles * plan.phases_h * plan.phases_w),
-                  static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.groups));
-  kernel<<<grid, Cfg::kThreads, smem_bytes>>>(args, maps);
-  TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma_tma_kernel");
+  batch_igemm_launch(batch_wgmma_tma_kernel<Cfg>, "batch_wgmma_tma_kernel", Cfg::kThreads,
+                     batch_wgmma_smem_bytes(Cfg::kBM, Cfg::kBN, true, false), args, plan,
+                     tma_maps(args, plan));
 }
 
 // dst[n][p][g][c] = tf32(src[n][g*C + c][p]) for c < C, 0 for C <= c < c_pad (p a pixel of the
