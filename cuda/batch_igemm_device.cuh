@@ -42,6 +42,12 @@ struct BiArgs {
   const float* src_cl;
   const float* src_cl_small;
   int64_t cl_pixel;
+  // batch-wgmma's K slices (BatchIgemmPlan::k_slices; 0 or 1: none): each tile's slices write
+  // their partials to `partials` (k_slices x the tile's values, tile after tile) and count
+  // themselves in counters[tile] (zero before the launch); the last one sums them.
+  int k_slices;
+  float* partials;
+  unsigned* counters;
 };
 
 // The arguments of this CTA's group: src, out, bias and the packed weights moved to its first
@@ -193,12 +199,14 @@ __device__ inline void batch_igemm_list_taps(const BiArgs& a, BiTaps& t) {
 }
 
 // A CTA's place in the GEMM: its phase's axes (thread 0 lists the taps into tt; every thread
-// waits for them), the phase's columns (batch x positions) and the CTA's first column and row.
-// n0 >= n_total when this phase has fewer positions than the largest one: nothing to do.
+// waits for them), the phase's columns (batch x positions), the CTA's first column and row, its
+// K slice (the grid's y is slice x row tiles) and its tile's index in the grid (id: the same for
+// every slice of the tile). n0 >= n_total when this phase has fewer positions than the largest
+// one: nothing to do.
 struct BiTile {
   BatchIgemmAxis ay, ax;
-  int64_t qplane, n_total, n0;
-  int m0;
+  int64_t qplane, n_total, n0, id;
+  int m0, slice;
 };
 __device__ inline BiTile batch_igemm_tile(const BiArgs& a, BiTaps& tt, int bm, int bn) {
   batch_igemm_list_taps(a, tt);
@@ -208,8 +216,37 @@ __device__ inline BiTile batch_igemm_tile(const BiArgs& a, BiTaps& tt, int bm, i
   t.qplane = int64_t{t.ay.q} * t.ax.q;
   t.n_total = a.N * t.qplane;
   t.n0 = int64_t{blockIdx.x / a.phases} * bn;
-  t.m0 = static_cast<int>(blockIdx.y) * bm;
+  const int m_tiles = static_cast<int>(a.m_pad / bm);
+  const int m_tile = static_cast<int>(blockIdx.y) % m_tiles;
+  t.m0 = m_tile * bm;
+  t.slice = static_cast<int>(blockIdx.y) / m_tiles;
+  t.id = (int64_t{blockIdx.z} * m_tiles + m_tile) * gridDim.x + blockIdx.x;
   return t;
+}
+
+// The K steps of a CTA's slice: `count` steps from step `first` of its phase's `steps` (taps x
+// channel chunks), the steps cut into k_slices runs of equal length (the last ones shorter or
+// empty: a phase may have fewer steps than the longest one).
+struct BiSteps {
+  int first, count;
+};
+__device__ inline BiSteps batch_igemm_slice_steps(int steps, int k_slices, int slice) {
+  if (k_slices <= 1) return {0, steps};
+  const int per = (steps + k_slices - 1) / k_slices;
+  const int first = min(slice * per, steps);
+  return {first, min(per, steps - first)};
+}
+
+// A step of the K loop: tap (th, tw) of the phase's tap tables, channels from c0; steps run
+// channels fastest, then tw, then th. batch_igemm_cursor gives step `s`'s, with `chunks` channel
+// chunks of `chunk` channels a tap and `tw_taps` taps along W.
+struct BiCursor {
+  int th, tw, c0;
+};
+__device__ inline BiCursor batch_igemm_cursor(int s, int chunks, int chunk, int tw_taps) {
+  const int t = s / chunks;
+  return tw_taps > 0 ? BiCursor{t / tw_taps, t % tw_taps, (s - t * chunks) * chunk}
+                     : BiCursor{0, 0, 0};
 }
 
 // Column j = (n*Qy + qy)*Qx + qx of a phase: its sample and position.
@@ -270,8 +307,8 @@ __device__ inline void batch_igemm_store(const BiArgs& a, const float* tile, int
 }
 
 // Launches one instance with (args, extra...): `what` names the kernel in errors; the grid is
-// (column tiles x phases, the phase fastest) x row tiles x groups; smem_bytes must be what the
-// planner counted for the plan's tile.
+// (column tiles x phases, the phase fastest) x (K slices x row tiles) x groups; smem_bytes must be
+// what the planner counted for the plan's tile.
 template <class Kernel, class... Extra>
 void batch_igemm_launch(Kernel kernel, const char* what, int threads, int smem_bytes,
                         const BiArgs& args, const BatchIgemmPlan& plan, const Extra&... extra) {
@@ -280,7 +317,8 @@ void batch_igemm_launch(Kernel kernel, const char* what, int threads, int smem_b
   TGRAD_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const dim3 grid(static_cast<unsigned>(plan.n_tiles * plan.phases_h * plan.phases_w),
-                  static_cast<unsigned>(plan.m_tiles), static_cast<unsigned>(plan.groups));
+                  static_cast<unsigned>(plan.m_tiles * plan.k_slices),
+                  static_cast<unsigned>(plan.groups));
   kernel<<<grid, threads, smem_bytes>>>(args, extra...);
   check_cuda(cudaGetLastError(), what, __FILE__, __LINE__);  // as TGRAD_CUDA_CHECK_LAUNCH
 }

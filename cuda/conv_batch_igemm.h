@@ -112,6 +112,10 @@ struct BatchIgemmPlan {
   double tap_use = 1;  // share of the GEMMs' (position, tap) pairs that land inside src
   int64_t n_tiles = 0, m_tiles = 0, c_pad = 0, m_pad = 0;
   int smem_bytes = 0;
+  // batch-wgmma: K cut into k_slices slices of a tile's steps, each slice a CTA (the grid's y is
+  // k_slices x m_tiles). Each slice writes its partial tile to a workspace; the tile's last slice
+  // to finish sums the partials in slice order (deterministic) and writes the output.
+  int64_t k_slices = 1;
 };
 
 // batch-wgmma's wgrad instances (conv_transpose_wgrad_wgmma.cu, sm_90a). Per group, the GEMM

@@ -660,6 +660,20 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     return "tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) + " needs " +
            std::to_string(plan.smem_bytes) + " bytes of shared memory, the device allows " +
            std::to_string(in.caps.smem_per_block_optin);
+  // K slices at 3xTF32 where the grid leaves SMs idle or its last wave mostly empty (wgmma
+  // only: its epilogue sums the slices). At 1xTF32 a step is a third as long, so a slice's fixed
+  // costs (its partial's write, the last slice's reads of all of them) outweighed the SMs it
+  // filled: slicing was slower on six of eight such calls (docs/performance.md, "K slices").
+  // The partials must fit the workspace budget, the slices the grid's y.
+  if (wgmma && plan.split && in.caps.sm_count > 0) {
+    const int64_t tiles = plan.n_tiles * plan.phases_h * plan.phases_w * plan.m_tiles * g.groups;
+    const int64_t steps = int64_t{plan.max_taps} * plan.c_pad / kBatchIgemmChunk;
+    int64_t slices = batch_wgmma_k_slices(tiles, steps, in.caps.sm_count);
+    while (slices > 1 && (tiles * slices * plan.bm * plan.bn * 4 > kGemmWorkspaceBytes ||
+                          plan.m_tiles * slices > 65535))
+      --slices;
+    plan.k_slices = slices;
+  }
   if (std::string narrow = direct_first(in); !narrow.empty()) return narrow;
   // Speed preferences, where the GEMM path (next row) can take the call. Each was measured on
   // the decoder suite, the kernel and the GEMM path forced in one run (H100, run 34 in
@@ -686,15 +700,17 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
          << "% of the gathered taps land inside src: the direct kernels or the GEMM path";
       return os.str();
     }
-    // - Few CTAs: the grid covers under half the SMs and each CTA runs the whole K loop (no
-    //   split-K here); the GEMM path's cuBLAS splits or picks narrower tiles. At "highest" a
+    // - Few CTAs: the grid, K slices included, covers under half the SMs (at 1xTF32 each CTA
+    //   runs a tile's whole K loop); the GEMM path's cuBLAS splits or picks narrower tiles. The
+    //   loop's length below is a tile's, unsliced. At "highest" a
     //   loop of at most kFewCtasMaxSteps steps stays here: there the GEMM path's fixed costs
     //   (column buffer, FP32 GEMM, scatter) outweigh a short serial loop, while the row kernel
     //   above would otherwise keep the call (HiFi-GAN V3's first x8 forward); longer loops
     //   (2-D k4 s2 at small images) stay faster on the GEMM path. At "high" the TF32 GEMM path
     //   was as fast on the short loops. Measured with every kernel timed: docs/performance.md,
     //   "Runs 112 and 115".
-    const int64_t ctas = plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w * g.groups;
+    const int64_t ctas =
+        plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w * g.groups * plan.k_slices;
     const int64_t steps = int64_t{plan.max_taps} * plan.c_pad / kBatchIgemmChunk;
     const bool short_loop = g.precision == Precision::highest && steps <= kFewCtasMaxSteps;
     // A forward copied by TMA keeps its few CTAs over a loop of at most 2 x kFewCtasMaxSteps
@@ -703,7 +719,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     const bool tma_forward = plan.tma && fwd && steps <= 2 * kFewCtasMaxSteps;
     if (in.caps.sm_count > 0 && 2 * ctas < in.caps.sm_count && !short_loop && !tma_forward)
       return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) + " SMs of " +
-             std::to_string(steps) + " K steps (no split-K): the GEMM path";
+             std::to_string(steps) + " K steps a tile: the GEMM path";
     // - Many output channels at "high": the column buffer costs the GEMM path 8 bytes of
     //   traffic per column and K row against 2*M flops, small next to its TF32 cuBLAS GEMM's
     //   higher rate at M = 1024; up to 512 these kernels were the faster (run 54's benchmark
@@ -1048,6 +1064,27 @@ std::string rule_fma(const PlanInput& in, ConvPlan& plan) {
 
 }  // namespace
 
+// The cost model of batch_wgmma_k_slices, in K steps of one CTA: waves of CTAs (two per SM),
+// each CTA its slice's steps plus kSliceFixedSteps (the pipeline's fill and the epilogue) and,
+// sliced, kSlicePartialSteps (its partial's write, and the last slice's reads of them). A slice
+// keeps at least kMinSliceSteps steps, and slicing must cut the cost to kSliceGain of the
+// unsliced grid's: the model is coarse, and a near tie is not worth the partials' traffic.
+constexpr int64_t kSliceFixedSteps = 4, kSlicePartialSteps = 3, kMinSliceSteps = 2;
+constexpr double kSliceGain = 0.85;
+
+int64_t batch_wgmma_k_slices(int64_t ctas, int64_t steps, int64_t sm_count) {
+  if (ctas <= 0 || sm_count <= 0 || steps < 2 * kMinSliceSteps) return 1;
+  const int64_t slots = 2 * sm_count;
+  const auto cost = [&](int64_t s) {
+    return ceil_div(ctas * s, slots) *
+           (ceil_div(steps, s) + kSliceFixedSteps + (s > 1 ? kSlicePartialSteps : 0));
+  };
+  int64_t best = 1;
+  for (int64_t s = 2; s <= kMaxKSlices && steps / s >= kMinSliceSteps; ++s)
+    if (cost(s) < cost(best)) best = s;
+  return static_cast<double>(cost(best)) <= kSliceGain * static_cast<double>(cost(1)) ? best : 1;
+}
+
 std::string batch_wgmma_tma_check(const ConvGeometry& g, bool forward, BatchIgemmPlan& plan) {
   const char* const axis_name[2] = {"H", "W"};
   const int phases[2] = {plan.phases_h, plan.phases_w};
@@ -1240,7 +1277,8 @@ std::string ConvPlan::describe() const {
        << b.phases_h * b.phases_w << " phases, taps<=" << b.max_taps << ", smem " << b.smem_bytes
        << " B, grid " << b.n_tiles * b.phases_h * b.phases_w << "x" << b.m_tiles << "x" << b.groups
        << (b.groups > 1 ? ", " + std::to_string(b.groups) + " groups" : std::string())
-       << (b.tma ? ", copies by TMA" : "") << "]";
+       << (b.tma ? ", copies by TMA" : "")
+       << (b.k_slices > 1 ? ", " + std::to_string(b.k_slices) + " K slices" : std::string()) << "]";
   } else if (kernel == kKernelMmaSync) {
     const WgradPlan& s = wgrad.plan;
     os << " [" << s.warps_m * kWgradWarpM << "x" << s.warps_n * kWgradWarpN << "x" << s.taps_per_cta

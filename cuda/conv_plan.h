@@ -142,6 +142,13 @@ inline constexpr int kTmaMaxOffset = 65535;                      // 16-bit filte
 inline constexpr int64_t kTmaMaxCoordinate = 2147483647;
 std::string batch_wgmma_tma_check(const ConvGeometry& g, bool forward, BatchIgemmPlan& plan);
 
+// batch-wgmma's K slices (BatchIgemmPlan::k_slices) for a grid of `ctas` tiles, each `steps`
+// K steps long, on `sm_count` SMs holding two CTAs each: the count whose waves of slices,
+// each with a fixed cost per CTA and per partial, finish soonest; 1 unless that is clearly
+// sooner than the unsliced grid.
+inline constexpr int64_t kMaxKSlices = 16;
+int64_t batch_wgmma_k_slices(int64_t ctas, int64_t steps, int64_t sm_count);
+
 // Test hook: while false, plan_conv_call plans without the speed preferences (PlanInput::prefer),
 // so tests can reach the tensor-core kernels on shapes too small to be worth them.
 void set_conv_preferences(bool on);

@@ -319,6 +319,8 @@ void conv_batch_igemm(CachingAllocator& alloc, ConvPass pass, const BatchIgemmPl
     conv_batch_wgmma(alloc, args, plan, w, device);
     return;
   }
+  TGRAD_CHECK(plan.k_slices == 1, "conv batch-igemm: K slices (", plan.k_slices,
+              ") are batch-wgmma's alone");
 
   const int64_t values = g.groups * args.packed_group;
   std::shared_ptr<void> packed =

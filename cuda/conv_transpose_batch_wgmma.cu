@@ -54,6 +54,13 @@
 // CTAs per SM fill each other's barriers. Each output is written once from a fixed-order sum:
 // deterministic.
 //
+// K slices (plan.k_slices; the planner cuts 3xTF32 plans whose grid would leave SMs idle or a
+// last wave mostly empty): the grid's y is slice x row tile, and a CTA runs one run of its tile's
+// steps (batch_igemm_slice_steps; a phase with fewer steps may leave a slice none). Its epilogue
+// writes its accumulators to a workspace and counts itself in the tile's counter; the last slice
+// to count sums the partials in slice order and stores the tile (sum_slices). At 1xTF32 a step
+// is short and the partials' traffic measured more than the idle SMs cost (docs/performance.md).
+//
 // 3xTF32 ("highest", kSplit): every tile is held twice, values rounded to TF32 and their TF32
 // residuals (A packed both ways once a call, B split as it is stored or in the channels-last
 // copies), and a step issues small x big, big x small, then big x big for each k8 block, the
@@ -119,9 +126,17 @@ __global__ void __launch_bounds__(kPackThreads)
 // 16 x kN) staged in smem as the output tile, then written with the bias by
 // batch_igemm_store. Staged with a pitch of 8 mod 32 floats: a half warp's 8-byte writes hit
 // distinct banks.
+//
+// With K slices, the tile's slices first meet here (sum_slices): only the last to arrive stores,
+// the sum of every slice's result.
 template <class Cfg>
-__device__ inline void store_tile(const BiArgs& a, float* smem, const float (&result)[Cfg::kN / 2],
+__device__ inline bool sum_slices(const BiArgs& a, float (&result)[Cfg::kN / 2],
+                                  const BiTile& tile);
+
+template <class Cfg>
+__device__ inline void store_tile(const BiArgs& a, float* smem, float (&result)[Cfg::kN / 2],
                                   const BiTile& tile) {
+  if (a.k_slices > 1 && !sum_slices<Cfg>(a, result, tile)) return;
   constexpr int kLdC = Cfg::kBN + 8;
   static_assert(Cfg::kBM * kLdC <= Cfg::kStages * Cfg::kStageFloats,
                 "the output tile fits the stages");
@@ -139,6 +154,41 @@ __device__ inline void store_tile(const BiArgs& a, float* smem, const float (&re
   __syncthreads();
   batch_igemm_store<Cfg::kBM, Cfg::kBN, Cfg::kThreads>(a, smem, kLdC, tile.ay, tile.ax, tile.n0,
                                                        tile.m0);
+}
+
+// Each thread writes its kN/2 accumulators to its slice's partial (value i of thread t at
+// i * kThreads + t: a warp's writes are whole lines), and the CTA counts itself in the tile's
+// counter. The CTA that brings the count to k_slices is the last: it reads back every slice's
+// partial (its own included) and sums them in slice order, so the result does not depend on
+// which slice finished last (deterministic), and returns true; the others are done. The fences
+// order the partials before the count (writers) and after it (the last). No CTA waits for
+// another, so the slices need not be resident together.
+template <class Cfg>
+__device__ inline bool sum_slices(const BiArgs& a, float (&result)[Cfg::kN / 2],
+                                  const BiTile& tile) {
+  constexpr int kValues = Cfg::kN / 2, kPartial = kValues * Cfg::kThreads;
+  __shared__ bool last;
+  const int tid = static_cast<int>(threadIdx.x);
+  float* const parts = a.partials + tile.id * a.k_slices * int64_t{kPartial} + tid;
+  float* const mine = parts + int64_t{tile.slice} * kPartial;
+#pragma unroll
+  for (int i = 0; i < kValues; ++i)
+    __stcg(mine + i * Cfg::kThreads, result[i]);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&a.counters[tile.id], 1u) == static_cast<unsigned>(a.k_slices - 1);
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+#pragma unroll
+  for (int i = 0; i < kValues; ++i)
+    result[i] = __ldcg(parts + i * Cfg::kThreads);
+  for (int k = 1; k < a.k_slices; ++k) {
+#pragma unroll
+    for (int i = 0; i < kValues; ++i)
+      result[i] += __ldcg(parts + int64_t{k} * kPartial + i * Cfg::kThreads);
+  }
+  return true;
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
@@ -161,7 +211,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   const BatchIgemmAxis ay = tile.ay, ax = tile.ax;
   const int64_t n0 = tile.n0;
   const int m0 = tile.m0;
-  const int steps = ay.taps * ax.taps * static_cast<int>(a.c_pad / kBK);
+  // This CTA's K slice: `steps` steps from `start` (all of them without slices).
+  const int chunks = static_cast<int>(a.c_pad / kBK);
+  const BiSteps range = batch_igemm_slice_steps(ay.taps * ax.taps * chunks, a.k_slices, tile.slice);
+  const int steps = range.count;
+  const BiCursor start = batch_igemm_cursor(range.first, chunks, kBK, ax.taps);
   const int64_t plane_s = int64_t{a.Hs} * a.Ws;
 
   // B: this thread's column (tid % kBN, decomposed once for the whole K loop) and its 16-byte
@@ -179,18 +233,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
     return smem + stage * Cfg::kStageFloats + Cfg::kPlanes * Cfg::kAFloats;
   };
 
-  // Two cursors over the steps (tap (th, tw), channels from c0): A's copies run two steps
-  // ahead, B's loads one.
-  struct Cursor {
-    int th = 0, tw = 0, c0 = 0;
-  };
-  const auto advance = [&](Cursor& k) {
+  // Two cursors over the steps: A's copies run two steps ahead, B's loads one.
+  const auto advance = [&](BiCursor& k) {
     if ((k.c0 += kBK) == a.c_pad) {
       k.c0 = 0;
       if (++k.tw == ax.taps) k.tw = 0, ++k.th;
     }
   };
-  Cursor ka, kb_cur;
+  BiCursor ka = start, kb_cur = start;
   constexpr int kAVecs = (kBK / 4) * kBM / Cfg::kThreads;  // 16-byte vectors a thread
   // A: kBK/4 runs of kBM*4 floats, vector v of the tile at float 4v of both.
   const auto load_a = [&](int stage) {
@@ -638,9 +688,23 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
     TGRAD_CUDA_CHECK_LAUNCH("batch_wgmma to_channels_last_kernel");
     a.src_cl = cl, a.src_cl_small = cl_small, a.cl_pixel = plan.groups * plan.c_pad;
   }
+  // K slices: the partials (a bm x bn tile a slice, tile after tile of the grid) and the tiles'
+  // counters, zeroed first.
+  a.k_slices = static_cast<int>(plan.k_slices);
+  a.partials = nullptr, a.counters = nullptr;
+  std::shared_ptr<void> partials, counters;
+  if (plan.k_slices > 1) {
+    const int64_t tiles = plan.n_tiles * plan.phases_h * plan.phases_w * plan.m_tiles * plan.groups;
+    partials =
+        alloc.allocate(tiles * plan.k_slices * plan.bm * plan.bn * int64_t{sizeof(float)}, device);
+    counters = alloc.allocate(tiles * int64_t{sizeof(unsigned)}, device);
+    a.partials = static_cast<float*>(partials.get());
+    a.counters = static_cast<unsigned*>(counters.get());
+    TGRAD_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, tiles * sizeof(unsigned)));
+  }
   if (plan.tma) {
-    TGRAD_CHECK(plan.channels_last && !plan.split,
-                "conv batch-wgmma: TMA copies need a 1xTF32 plan with channels-last B");
+    TGRAD_CHECK(plan.channels_last && !plan.split && plan.k_slices == 1,
+                "conv batch-wgmma: TMA copies need a 1xTF32 plan with channels-last B, unsliced");
     plan.bm == 128 ? launch_tma<Bw128>(a, plan) : launch_tma<Bw64>(a, plan);
   } else if (plan.split) {
     plan.bm == 128 ? launch<Bw128Split>(a, plan) : launch<Bw64Split>(a, plan);

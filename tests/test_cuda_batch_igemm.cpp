@@ -251,5 +251,50 @@ INSTANTIATE_TEST_SUITE_P(Layers, CudaBatchWgmmaTma, ::testing::ValuesIn(tma_laye
                            return layer.param.l.id;
                          });
 
+// batch-wgmma's K slices (BatchIgemmPlan::k_slices) on layers whose grids leave most SMs idle,
+// so that both passes run in slices at "highest" (3xTF32; "high" is never sliced): a 1-D k16 s8
+// upsampler (B from the channels-last copy; the forward in 8 slices, the dgrad's 64 steps in 16),
+// and a 2-D k3 s2 layer (B gathered; its dgrad on the 64-row tile) whose phases hold 4, 2, 2 and 1
+// taps, so that the short phases' last slices have no step and add zero partials. Every element
+// of y and dx within its budget (check_layer); the slices summed in a fixed order: a second run
+// gives the same bits.
+std::vector<ConvLayerSpec> sliced_layers() {
+  std::vector<ConvLayerSpec> v;
+  v.push_back(bench::layer1d("k16_s8", "slices", 2, 256, 128, 32, 16, 8, 4));
+  v.push_back(bench::layer2d("k3_s2_op1", "slices", 2, 64, 96, 6, 3, 2, 1, 1));
+  return v;
+}
+
+class CudaBatchWgmmaSlices : public ::testing::TestWithParam<ConvLayerSpec> {};
+
+TEST_P(CudaBatchWgmmaSlices, ForwardAndDgradWithinBudgetAndDeterministic) {
+  TGRAD_SKIP_WITHOUT_CUDA();
+  SKIP_WITHOUT_WGMMA();
+  const ConvLayerSpec& l = GetParam();
+  check_layer(l, l.batch, cuda::kKernelBatchWgmma, [&](bool high) {
+    for (cuda::ConvPass pass : {cuda::ConvPass::forward, cuda::ConvPass::dgrad}) {
+      const cuda::ConvPlan plan = cuda::last_conv_plan(pass);
+      EXPECT_EQ(plan.batch.k_slices > 1, !high) << plan.describe();
+    }
+  });
+  const testing::LayerOperands o = testing::layer_operands(l, l.batch, kFloat32, 13);
+  const Device cuda(kCUDA);
+  const Tensor x = o.x.to(cuda), w = o.w.to(cuda), b = o.b.to(cuda), dy = o.dy.to(cuda);
+  const testing::ConvSettingsGuard restore;
+  set_conv_kernel(std::string("fwd=") + cuda::kKernelBatchWgmma +
+                  ",dgrad=" + cuda::kKernelBatchWgmma);
+  set_float32_matmul_precision("highest");
+  const Result first = run(l, x, w, b, dy);
+  const Result second = run(l, x, w, b, dy);
+  // Tolerance{} is exact: each tile's partials are summed in slice order.
+  EXPECT_TRUE(testing::tensors_close(second.y, first.y, testing::Tolerance{}, "forward twice"));
+  EXPECT_TRUE(testing::tensors_close(second.dx, first.dx, testing::Tolerance{}, "dgrad twice"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layers, CudaBatchWgmmaSlices, ::testing::ValuesIn(sliced_layers()),
+                         [](const ::testing::TestParamInfo<ConvLayerSpec>& layer) {
+                           return layer.param.id;
+                         });
+
 }  // namespace
 }  // namespace tgrad
