@@ -216,11 +216,15 @@ __device__ inline BiTile batch_igemm_tile(const BiArgs& a, BiTaps& tt, int bm, i
   t.qplane = int64_t{t.ay.q} * t.ax.q;
   t.n_total = a.N * t.qplane;
   t.n0 = int64_t{blockIdx.x / a.phases} * bn;
-  const int m_tiles = static_cast<int>(a.m_pad / bm);
-  const int m_tile = static_cast<int>(blockIdx.y) % m_tiles;
+  int m_tile = static_cast<int>(blockIdx.y);
+  t.slice = 0;
+  if (a.k_slices > 1) {  // the grid's y is slice x row tile
+    const int m_tiles = static_cast<int>(a.m_pad) / bm;
+    t.slice = m_tile / m_tiles;
+    m_tile -= t.slice * m_tiles;
+  }
   t.m0 = m_tile * bm;
-  t.slice = static_cast<int>(blockIdx.y) / m_tiles;
-  t.id = (int64_t{blockIdx.z} * m_tiles + m_tile) * gridDim.x + blockIdx.x;
+  t.id = (int64_t{blockIdx.z} * (a.m_pad / bm) + m_tile) * gridDim.x + blockIdx.x;
   return t;
 }
 

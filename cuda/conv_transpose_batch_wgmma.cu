@@ -136,7 +136,11 @@ __device__ inline bool sum_slices(const BiArgs& a, float (&result)[Cfg::kN / 2],
 template <class Cfg>
 __device__ inline void store_tile(const BiArgs& a, float* smem, float (&result)[Cfg::kN / 2],
                                   const BiTile& tile) {
-  if (a.k_slices > 1 && !sum_slices<Cfg>(a, result, tile)) return;
+  // Only 3xTF32 plans are sliced; the 1xTF32 instances keep no code for it (it cost their
+  // registers and, by TMA on the 64-row tile, about a tenth of their speed: docs/performance.md).
+  if constexpr (Cfg::kSplit) {
+    if (a.k_slices > 1 && !sum_slices<Cfg>(a, result, tile)) return;
+  }
   constexpr int kLdC = Cfg::kBN + 8;
   static_assert(Cfg::kBM * kLdC <= Cfg::kStages * Cfg::kStageFloats,
                 "the output tile fits the stages");
@@ -213,7 +217,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   const int m0 = tile.m0;
   // This CTA's K slice: `steps` steps from `start` (all of them without slices).
   const int chunks = static_cast<int>(a.c_pad / kBK);
-  const BiSteps range = batch_igemm_slice_steps(ay.taps * ax.taps * chunks, a.k_slices, tile.slice);
+  const int all_steps = ay.taps * ax.taps * chunks;
+  const BiSteps range = Cfg::kSplit ? batch_igemm_slice_steps(all_steps, a.k_slices, tile.slice)
+                                    : BiSteps{0, all_steps};
   const int steps = range.count;
   const BiCursor start = batch_igemm_cursor(range.first, chunks, kBK, ax.taps);
   const int64_t plane_s = int64_t{a.Hs} * a.Ws;
@@ -690,6 +696,8 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
   }
   // K slices: the partials (a bm x bn tile a slice, tile after tile of the grid) and the tiles'
   // counters, zeroed first.
+  TGRAD_CHECK(plan.k_slices == 1 || plan.split, "conv batch-wgmma: K slices (", plan.k_slices,
+              ") need a 3xTF32 plan");
   a.k_slices = static_cast<int>(plan.k_slices);
   a.partials = nullptr, a.counters = nullptr;
   std::shared_ptr<void> partials, counters;
@@ -703,8 +711,8 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
     TGRAD_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, tiles * sizeof(unsigned)));
   }
   if (plan.tma) {
-    TGRAD_CHECK(plan.channels_last && !plan.split && plan.k_slices == 1,
-                "conv batch-wgmma: TMA copies need a 1xTF32 plan with channels-last B, unsliced");
+    TGRAD_CHECK(plan.channels_last && !plan.split,
+                "conv batch-wgmma: TMA copies need a 1xTF32 plan with channels-last B");
     plan.bm == 128 ? launch_tma<Bw128>(a, plan) : launch_tma<Bw64>(a, plan);
   } else if (plan.split) {
     plan.bm == 128 ? launch<Bw128Split>(a, plan) : launch<Bw64Split>(a, plan);
