@@ -199,10 +199,10 @@ __device__ inline void batch_igemm_list_taps(const BiArgs& a, BiTaps& t) {
 }
 
 // A CTA's place in the GEMM: its phase's axes (thread 0 lists the taps into tt; every thread
-// waits for them), the phase's columns (batch x positions), the CTA's first column and row, its
-// K slice (the grid's y is slice x row tiles) and its tile's index in the grid (id: the same for
-// every slice of the tile). n0 >= n_total when this phase has fewer positions than the largest
-// one: nothing to do.
+// waits for them), the phase's columns (batch x positions), the CTA's first column and row, and
+// in K slices (batch_igemm_sliced_tile) its slice and its tile's index in the grid (id: the same
+// for every slice of the tile). n0 >= n_total when this phase has fewer positions than the
+// largest one: nothing to do.
 struct BiTile {
   BatchIgemmAxis ay, ax;
   int64_t qplane, n_total, n0, id;
@@ -216,15 +216,19 @@ __device__ inline BiTile batch_igemm_tile(const BiArgs& a, BiTaps& tt, int bm, i
   t.qplane = int64_t{t.ay.q} * t.ax.q;
   t.n_total = a.N * t.qplane;
   t.n0 = int64_t{blockIdx.x / a.phases} * bn;
-  int m_tile = static_cast<int>(blockIdx.y);
-  t.slice = 0;
-  if (a.k_slices > 1) {  // the grid's y is slice x row tile
-    const int m_tiles = static_cast<int>(a.m_pad) / bm;
-    t.slice = m_tile / m_tiles;
-    m_tile -= t.slice * m_tiles;
-  }
+  t.m0 = static_cast<int>(blockIdx.y) * bm;
+  t.id = 0, t.slice = 0;
+  return t;
+}
+
+// batch_igemm_tile for an instance run in K slices: the grid's y is slice x row tile.
+__device__ inline BiTile batch_igemm_sliced_tile(const BiArgs& a, BiTaps& tt, int bm, int bn) {
+  BiTile t = batch_igemm_tile(a, tt, bm, bn);
+  const int m_tiles = static_cast<int>(a.m_pad) / bm;
+  t.slice = static_cast<int>(blockIdx.y) / m_tiles;
+  const int m_tile = static_cast<int>(blockIdx.y) - t.slice * m_tiles;
   t.m0 = m_tile * bm;
-  t.id = (int64_t{blockIdx.z} * (a.m_pad / bm) + m_tile) * gridDim.x + blockIdx.x;
+  t.id = (int64_t{blockIdx.z} * m_tiles + m_tile) * gridDim.x + blockIdx.x;
   return t;
 }
 

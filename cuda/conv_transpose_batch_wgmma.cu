@@ -60,6 +60,7 @@
 // writes its accumulators to a workspace and counts itself in the tile's counter; the last slice
 // to count sums the partials in slice order and stores the tile (sum_slices). At 1xTF32 a step
 // is short and the partials' traffic measured more than the idle SMs cost (docs/performance.md).
+// The sliced instances (kSliced) are separate, so that the others keep no code for it.
 //
 // 3xTF32 ("highest", kSplit): every tile is held twice, values rounded to TF32 and their TF32
 // residuals (A packed both ways once a call, B split as it is stored or in the channels-last
@@ -127,19 +128,19 @@ __global__ void __launch_bounds__(kPackThreads)
 // batch_igemm_store. Staged with a pitch of 8 mod 32 floats: a half warp's 8-byte writes hit
 // distinct banks.
 //
-// With K slices, the tile's slices first meet here (sum_slices): only the last to arrive stores,
-// the sum of every slice's result.
+// A sliced instance's (kSliced) slices first meet here (sum_slices): only the last to arrive
+// stores, the sum of every slice's result. Only the sliced instances hold that code: compiled
+// into the others, it cost their registers and up to a tenth of their speed
+// (docs/performance.md, "K slices").
 template <class Cfg>
 __device__ inline bool sum_slices(const BiArgs& a, float (&result)[Cfg::kN / 2],
                                   const BiTile& tile);
 
-template <class Cfg>
+template <class Cfg, bool kSliced = false>
 __device__ inline void store_tile(const BiArgs& a, float* smem, float (&result)[Cfg::kN / 2],
                                   const BiTile& tile) {
-  // Only 3xTF32 plans are sliced; the 1xTF32 instances keep no code for it (it cost their
-  // registers and, by TMA on the 64-row tile, about a tenth of their speed: docs/performance.md).
-  if constexpr (Cfg::kSplit) {
-    if (a.k_slices > 1 && !sum_slices<Cfg>(a, result, tile)) return;
+  if constexpr (kSliced) {
+    if (!sum_slices<Cfg>(a, result, tile)) return;
   }
   constexpr int kLdC = Cfg::kBN + 8;
   static_assert(Cfg::kBM * kLdC <= Cfg::kStages * Cfg::kStageFloats,
@@ -198,8 +199,8 @@ __device__ inline bool sum_slices(const BiArgs& a, float (&result)[Cfg::kN / 2],
 
 // kCl: B from the channels-last copy (a.src_cl), each 16-byte group of 4 channels of a column
 // copied by cp.async into 128-byte swizzled rows (below); else gathered from src through
-// registers.
-template <class Cfg, bool kCl>
+// registers. kSliced: the plan's K slices (3xTF32 only), the grid's y slice x row tile.
+template <class Cfg, bool kCl, bool kSliced = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const BiArgs a = batch_igemm_group(args);
@@ -210,18 +211,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   float* const smem = kCl ? smem_raw + ((1024 - smem_addr(smem_raw) % 1024) % 1024) / 4 : smem_raw;
 
   const int tid = static_cast<int>(threadIdx.x);
-  const BiTile tile = batch_igemm_tile(a, tt, kBM, kBN);
+  const BiTile tile =
+      kSliced ? batch_igemm_sliced_tile(a, tt, kBM, kBN) : batch_igemm_tile(a, tt, kBM, kBN);
   if (tile.n0 >= tile.n_total) return;  // this phase has fewer positions than the largest one
   const BatchIgemmAxis ay = tile.ay, ax = tile.ax;
   const int64_t n0 = tile.n0;
   const int m0 = tile.m0;
-  // This CTA's K slice: `steps` steps from `start` (all of them without slices).
-  const int chunks = static_cast<int>(a.c_pad / kBK);
-  const int all_steps = ay.taps * ax.taps * chunks;
-  const BiSteps range = Cfg::kSplit ? batch_igemm_slice_steps(all_steps, a.k_slices, tile.slice)
-                                    : BiSteps{0, all_steps};
-  const int steps = range.count;
-  const BiCursor start = batch_igemm_cursor(range.first, chunks, kBK, ax.taps);
+  int steps = ay.taps * ax.taps * static_cast<int>(a.c_pad / kBK);
+  BiCursor start{0, 0, 0};
+  if constexpr (kSliced) {  // this CTA's slice: `steps` steps from `start`
+    const BiSteps range = batch_igemm_slice_steps(steps, a.k_slices, tile.slice);
+    steps = range.count;
+    start = batch_igemm_cursor(range.first, static_cast<int>(a.c_pad / kBK), kBK, ax.taps);
+  }
   const int64_t plane_s = int64_t{a.Hs} * a.Ws;
 
   // B: this thread's column (tid % kBN, decomposed once for the whole K loop) and its 16-byte
@@ -405,9 +407,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) batch_wgmma_kernel(const BiA
   cp_async_wait<0>();
   __syncthreads();  // every warpgroup is done with the stages: they now hold the output tile
   if constexpr (Cfg::kSplit) {
-    store_tile<Cfg>(a, smem, sum, tile);
+    store_tile<Cfg, kSliced>(a, smem, sum, tile);
   } else {
-    store_tile<Cfg>(a, smem, acc, tile);
+    store_tile<Cfg, kSliced>(a, smem, acc, tile);
   }
 #else
   // Built without sm_90a's features the body would be empty and the output never written.
@@ -529,15 +531,17 @@ using Bw64 = BwConfig<1, 2, 64>;
 using Bw128Split = BwConfig<2, 1, 64, true>;
 using Bw64Split = BwConfig<1, 2, 64, true>;
 
-template <class Cfg, bool kCl>
+template <class Cfg, bool kCl, bool kSliced>
 void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
-  batch_igemm_launch(batch_wgmma_kernel<Cfg, kCl>, "batch_wgmma_kernel", Cfg::kThreads,
+  batch_igemm_launch(batch_wgmma_kernel<Cfg, kCl, kSliced>, "batch_wgmma_kernel", Cfg::kThreads,
                      batch_wgmma_smem_bytes(Cfg::kBM, Cfg::kBN, kCl, Cfg::kSplit), args, plan);
 }
 
-template <class Cfg>
+// Sliced instances exist for 3xTF32 alone (the planner slices nothing else).
+template <class Cfg, bool kSliced = false>
 void launch(const BiArgs& args, const BatchIgemmPlan& plan) {
-  plan.channels_last ? launch<Cfg, true>(args, plan) : launch<Cfg, false>(args, plan);
+  plan.channels_last ? launch<Cfg, true, kSliced>(args, plan)
+                     : launch<Cfg, false, kSliced>(args, plan);
 }
 
 // The driver's tensor-map encoders, through the runtime's entry point (no link to libcuda).
@@ -714,6 +718,8 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
     TGRAD_CHECK(plan.channels_last && !plan.split,
                 "conv batch-wgmma: TMA copies need a 1xTF32 plan with channels-last B");
     plan.bm == 128 ? launch_tma<Bw128>(a, plan) : launch_tma<Bw64>(a, plan);
+  } else if (plan.split && plan.k_slices > 1) {
+    plan.bm == 128 ? launch<Bw128Split, true>(a, plan) : launch<Bw64Split, true>(a, plan);
   } else if (plan.split) {
     plan.bm == 128 ? launch<Bw128Split>(a, plan) : launch<Bw64Split>(a, plan);
   } else {
