@@ -663,7 +663,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   // K slices at 3xTF32 where the grid leaves SMs idle or its last wave mostly empty (wgmma
   // only: its epilogue sums the slices). At 1xTF32 a step is a third as long, so a slice's fixed
   // costs (its partial's write, the last slice's reads of all of them) outweighed the SMs it
-  // filled: slicing was slower on six of eight such calls (docs/performance.md, "K slices").
+  // filled: slicing was slower on six of nine such calls (docs/performance.md, "K slices").
   // The partials must fit the workspace budget, the slices the grid's y.
   if (wgmma && plan.split && in.caps.sm_count > 0) {
     const int64_t tiles = plan.n_tiles * plan.phases_h * plan.phases_w * plan.m_tiles * g.groups;
