@@ -810,6 +810,7 @@ std::string rule_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
 constexpr int64_t kBatchWgradCtas = 512;
 constexpr int64_t kBatchWgradMinSteps = 16;
 constexpr int64_t kBatchWgradGemmMinCin = 256;
+constexpr int64_t kBatchWgradBigGemm = 4096;  // columns and positions of a "big" wgrad GEMM
 constexpr int64_t kBatchWgradMmaMaxCin = 32;
 
 std::string rule_wgrad_mma_sync(const PlanInput& in, ConvPlan& plan);
@@ -886,14 +887,25 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   // gathers, and the 3xTF32 tiles are 64 rows where a group's rows fit 64, so two of the rules
   // change (every kernel timed: docs/performance.md, "Runs 112 and 115"):
   // - C_in/groups >= 512 stays here: the GEMM path's cuBLAS GEMM is float32 FMA at "highest",
-  //   and this kernel was the faster on most such layers (not on EnCodec x8 or DeconvNet
-  //   deconv5, by 1.1x-1.2x);
+  //   and this kernel was the faster on most such layers, but for the largest GEMMs (below);
   // - C_in/groups in (32, 64] at stride 1 stays here too (a 64-row tile is full); at 32 and
   //   under the split-K kernel keeps its lead.
+  // - at "highest", a GEMM of at least kBatchWgradGemmMinCin rows with both
+  //   kBatchWgradBigGemm columns (C_out/groups x taps) and positions goes to the GEMM path: there
+  //   cuBLAS's float32 GEMM ran near its peak while this kernel's 3xTF32 stayed at two thirds of
+  //   it (EnCodec x8 and DeconvNet deconv5 1.35x and 1.5x faster there, forced in run 287 and in
+  //   run 296's benchmark mode); with fewer positions (DCGAN 512 -> 256: 2048) or columns
+  //   (U-Net 1024 -> 512: 2048) this kernel was as fast or faster (docs/performance.md).
   const bool gemm_ok = gemm_path_declined(in.pass, g, g.precision, in.dtype).empty();
   if (cig >= kBatchWgradGemmMinCin && gemm_ok && !p.split)
     return "C_in/groups=" + std::to_string(cig) + " >= " + std::to_string(kBatchWgradGemmMinCin) +
            ": the GEMM path's cuBLAS GEMM earns back its column buffer";
+  const int64_t positions = g.batch * g.in_size[0] * g.in_size[1];
+  if (p.split && gemm_ok && cig >= kBatchWgradGemmMinCin && cols >= kBatchWgradBigGemm &&
+      positions >= kBatchWgradBigGemm)
+    return "a " + std::to_string(cig) + " x " + std::to_string(cols) + " x " +
+           std::to_string(positions) + " GEMM at \"highest\": the GEMM path's float32 GEMM runs " +
+           "near its peak";
   const int64_t ctas = tiles * p.splits;
   if (4 * ctas < in.caps.sm_count && gemm_ok)
     return std::to_string(ctas) + " CTAs for " + std::to_string(in.caps.sm_count) +

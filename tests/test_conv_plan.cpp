@@ -1322,8 +1322,10 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
 // runs 51 and 68 and the benchmark-mode timings of "Runs 112 and 115" measured them
 // (docs/performance.md).
 // "highest": batch-wgmma's 3xTF32 takes every layer but those with few channels per group
-// (grouped_g8: direct) and the depthwise ones, the RGB and mono outputs included (it was faster
-// than the thin and direct kernels there). "high": batch-wgmma takes every layer but those with
+// (grouped_g8: direct), the depthwise ones, and the two whose GEMMs are big along every axis
+// (EnCodec x8: 512 x 4096 x 4800, DeconvNet deconv5: 512 x 4608 x 12544; the GEMM path, as runs
+// 287 and 296 measured), the RGB and mono outputs included (it was faster than the thin and
+// direct kernels there). "high": batch-wgmma takes every layer but those with
 // 256 input channels or more (the GEMM path) and HiFi-GAN V3's first
 // x8 (a grid of 32 CTAs: the GEMM path), DeconvNet deconv1 (64 channels at stride 1: the split-K
 // kernel), and the layers with few channels per group (direct, depthwise).
@@ -1351,7 +1353,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
       {"hifigan_v3_up1", "batch-wgmma", "gemm"},
       {"hifigan_v3_up2", "batch-wgmma", "batch-wgmma"},
       {"hifigan_v3_up3", "batch-wgmma", "batch-wgmma"},
-      {"encodec_up8", "batch-wgmma", "gemm"},
+      {"encodec_up8", "gemm", "gemm"},
       {"encodec_up5", "batch-wgmma", "gemm"},
       {"encodec_up4", "batch-wgmma", "batch-wgmma"},
       {"encodec_up2", "batch-wgmma", "batch-wgmma"},
@@ -1361,7 +1363,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
       {"grouped_g8", "direct", "direct"},
       {"fcn_up2_dw", "depthwise", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise"},
-      {"deconvnet_5", "batch-wgmma", "gemm"},
+      {"deconvnet_5", "gemm", "gemm"},
       {"deconvnet_1", "batch-wgmma", "mma.sync"},
   };
   const std::vector<ConvLayerSpec> layers = bench::decoder_layers();
