@@ -232,30 +232,8 @@ __device__ inline BiTile batch_igemm_sliced_tile(const BiArgs& a, BiTaps& tt, in
   return t;
 }
 
-// The K steps of a CTA's slice: `count` steps from step `first` of its phase's `steps` (taps x
-// channel chunks), the steps cut into k_slices runs of equal length (the last ones shorter or
-// empty: a phase may have fewer steps than the longest one).
-struct BiSteps {
-  int first, count;
-};
-__device__ inline BiSteps batch_igemm_slice_steps(int steps, int k_slices, int slice) {
-  if (k_slices <= 1) return {0, steps};
-  const int per = (steps + k_slices - 1) / k_slices;
-  const int first = min(slice * per, steps);
-  return {first, min(per, steps - first)};
-}
-
-// A step of the K loop: tap (th, tw) of the phase's tap tables, channels from c0; steps run
-// channels fastest, then tw, then th. batch_igemm_cursor gives step `s`'s, with `chunks` channel
-// chunks of `chunk` channels a tap and `tw_taps` taps along W.
-struct BiCursor {
-  int th, tw, c0;
-};
-__device__ inline BiCursor batch_igemm_cursor(int s, int chunks, int chunk, int tw_taps) {
-  const int t = s / chunks;
-  return tw_taps > 0 ? BiCursor{t / tw_taps, t % tw_taps, (s - t * chunks) * chunk}
-                     : BiCursor{0, 0, 0};
-}
+// A slice's steps and where a step starts: batch_igemm_slice_steps and batch_igemm_cursor
+// (conv_batch_igemm.h).
 
 // Column j = (n*Qy + qy)*Qx + qx of a phase: its sample and position.
 struct BiColumn {

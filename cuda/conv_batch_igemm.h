@@ -68,6 +68,31 @@ TGRAD_BI_HD inline BatchIgemmAxis batch_igemm_axis(bool gather, int out, int k_s
   return a;
 }
 
+// batch-wgmma's K slices: the K steps of a CTA's slice, `count` steps from step `first` of its
+// phase's `steps` (taps x channel chunks), the steps cut into k_slices runs of equal length (the
+// last ones shorter or empty: a phase may have fewer steps than the longest one).
+struct BiSteps {
+  int first, count;
+};
+TGRAD_BI_HD inline BiSteps batch_igemm_slice_steps(int steps, int k_slices, int slice) {
+  if (k_slices <= 1) return {0, steps};
+  const int per = (steps + k_slices - 1) / k_slices;
+  const int first = slice * per < steps ? slice * per : steps;
+  return {first, per < steps - first ? per : steps - first};
+}
+
+// A step of the K loop: tap (th, tw) of the phase's tap tables, channels from c0; steps run
+// channels fastest, then tw, then th. batch_igemm_cursor gives step `s`'s, with `chunks` channel
+// chunks of `chunk` channels a tap and `tw_taps` taps along W.
+struct BiCursor {
+  int th, tw, c0;
+};
+TGRAD_BI_HD inline BiCursor batch_igemm_cursor(int s, int chunks, int chunk, int tw_taps) {
+  const int t = s / chunks;
+  return tw_taps > 0 ? BiCursor{t / tw_taps, t % tw_taps, (s - t * chunks) * chunk}
+                     : BiCursor{0, 0, 0};
+}
+
 // Dynamic shared memory of the instance with a bm x bn tile: kBatchIgemmStages stages of a
 // kBatchIgemmChunk x (bm + 8) A tile (twice for 3xTF32's residuals) and a chunk x (bn + 8) B tile.
 constexpr int batch_igemm_smem_bytes(int bm, int bn, bool split) {

@@ -1472,6 +1472,41 @@ TEST(ConvPlan, BatchWgmmaCopiesSrcChannelsLastWhereItPays) {
   }
 }
 
+// The slices' steps (batch_igemm_slice_steps, shared with the kernel) cover a phase's steps once
+// each and in order, however the phase's count compares with the slices (empty slices at the
+// end), and the cursor of a slice's first step (batch_igemm_cursor) is where the kernel's
+// step-by-step advance (channels, then tw, then th) would have brought it.
+TEST(ConvPlan, KSlicesCoverEveryStepOnceInOrder) {
+  for (int steps = 0; steps <= 70; ++steps) {
+    for (int k_slices = 1; k_slices <= 17; ++k_slices) {
+      int next = 0;
+      for (int slice = 0; slice < k_slices; ++slice) {
+        const cuda::BiSteps r = cuda::batch_igemm_slice_steps(steps, k_slices, slice);
+        ASSERT_EQ(r.first, next) << steps << " steps, slice " << slice << " of " << k_slices;
+        ASSERT_GE(r.count, 0);
+        ASSERT_LE(r.count, (steps + k_slices - 1) / k_slices);
+        next += r.count;
+      }
+      ASSERT_EQ(next, steps) << steps << " steps in " << k_slices << " slices";
+    }
+  }
+  for (int chunks : {1, 2, 3}) {
+    for (int tw_taps : {1, 2, 5}) {
+      cuda::BiCursor k{0, 0, 0};
+      for (int step = 0; step < chunks * tw_taps * 4; ++step) {
+        const cuda::BiCursor c = cuda::batch_igemm_cursor(step, chunks, 32, tw_taps);
+        ASSERT_EQ(c.th, k.th) << step;
+        ASSERT_EQ(c.tw, k.tw) << step;
+        ASSERT_EQ(c.c0, k.c0) << step;
+        if ((k.c0 += 32) == chunks * 32) {  // the kernel's advance
+          k.c0 = 0;
+          if (++k.tw == tw_taps) k.tw = 0, ++k.th;
+        }
+      }
+    }
+  }
+}
+
 // batch-wgmma's K slices (BatchIgemmPlan::k_slices): the cost model picks the count whose waves
 // of slices finish soonest, only where that clearly beats the unsliced grid, at most
 // kMaxKSlices and never under two steps a slice; the planner cuts only 3xTF32 plans ("high"'s
