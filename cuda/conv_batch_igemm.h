@@ -141,6 +141,9 @@ struct BatchIgemmPlan {
   // k_slices x m_tiles). Each slice writes its partial tile to a workspace; the tile's last slice
   // to finish sums the partials in slice order (deterministic) and writes the output.
   int64_t k_slices = 1;
+  // Output tiles of the whole grid (every phase, row tile and group), each one CTA unsliced and
+  // k_slices CTAs sliced; the launcher's workspace holds a counter for each.
+  int64_t tiles() const { return n_tiles * phases_h * phases_w * m_tiles * groups; }
 };
 
 // batch-wgmma's wgrad instances (conv_transpose_wgrad_wgmma.cu, sm_90a). Per group, the GEMM

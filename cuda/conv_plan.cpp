@@ -663,11 +663,12 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
   // K slices at 3xTF32 where the grid leaves SMs idle or its last wave mostly empty (wgmma
   // only: its epilogue sums the slices). At 1xTF32 a step is a third as long, so a slice's fixed
   // costs (its partial's write, the last slice's reads of all of them) outweighed the SMs it
-  // filled: slicing was slower on six of nine such calls (docs/performance.md, "K slices").
-  // The partials must fit the workspace budget, the slices the grid's y.
+  // filled: slicing was slower on most such calls (docs/performance.md, "K slices").
+  // The partials must fit the workspace budget, the slices the grid's y. `steps` is a tile's K
+  // loop in the longest phase.
+  const int64_t steps = int64_t{plan.max_taps} * plan.c_pad / kBatchIgemmChunk;
   if (wgmma && plan.split && in.caps.sm_count > 0) {
-    const int64_t tiles = plan.n_tiles * plan.phases_h * plan.phases_w * plan.m_tiles * g.groups;
-    const int64_t steps = int64_t{plan.max_taps} * plan.c_pad / kBatchIgemmChunk;
+    const int64_t tiles = plan.tiles();
     int64_t slices = batch_wgmma_k_slices(tiles, steps, in.caps.sm_count);
     while (slices > 1 && (tiles * slices * plan.bm * plan.bn * 4 > kGemmWorkspaceBytes ||
                           plan.m_tiles * slices > 65535))
@@ -709,9 +710,7 @@ std::string batch_igemm_check(const PlanInput& in, BatchIgemmPlan& plan, bool wg
     //   (2-D k4 s2 at small images) stay faster on the GEMM path. At "high" the TF32 GEMM path
     //   was as fast on the short loops. Measured with every kernel timed: docs/performance.md,
     //   "Runs 112 and 115".
-    const int64_t ctas =
-        plan.n_tiles * plan.m_tiles * plan.phases_h * plan.phases_w * g.groups * plan.k_slices;
-    const int64_t steps = int64_t{plan.max_taps} * plan.c_pad / kBatchIgemmChunk;
+    const int64_t ctas = plan.tiles() * plan.k_slices;
     const bool short_loop = g.precision == Precision::highest && steps <= kFewCtasMaxSteps;
     // A forward copied by TMA keeps its few CTAs over a loop of at most 2 x kFewCtasMaxSteps
     // steps: there the GEMM path's scatter of the columns cost more than the idle SMs
@@ -892,10 +891,10 @@ std::string rule_wgrad_batch_wgmma(const PlanInput& in, ConvPlan& plan) {
   //   under the split-K kernel keeps its lead.
   // - at "highest", a GEMM of at least kBatchWgradGemmMinCin rows with both
   //   kBatchWgradBigGemm columns (C_out/groups x taps) and positions goes to the GEMM path: there
-  //   cuBLAS's float32 GEMM ran near its peak while this kernel's 3xTF32 stayed at two thirds of
-  //   it (EnCodec x8 and DeconvNet deconv5 1.35x and 1.5x faster there, forced in run 287 and in
-  //   run 296's benchmark mode); with fewer positions (DCGAN 512 -> 256: 2048) or columns
-  //   (U-Net 1024 -> 512: 2048) this kernel was as fast or faster (docs/performance.md).
+  //   cuBLAS's float32 GEMM ran near its peak while this kernel's 3xTF32 stayed well under it
+  //   (EnCodec x8 and DeconvNet deconv5, forced and in benchmark mode); with fewer positions
+  //   (DCGAN 512 -> 256) or columns (U-Net 1024 -> 512) this kernel was as fast or faster
+  //   (docs/performance.md, "Runs 294-297").
   const bool gemm_ok = gemm_path_declined(in.pass, g, g.precision, in.dtype).empty();
   if (cig >= kBatchWgradGemmMinCin && gemm_ok && !p.split)
     return "C_in/groups=" + std::to_string(cig) + " >= " + std::to_string(kBatchWgradGemmMinCin) +

@@ -130,8 +130,7 @@ __global__ void __launch_bounds__(kPackThreads)
 //
 // A sliced instance's (kSliced) slices first meet here (sum_slices): only the last to arrive
 // stores, the sum of every slice's result. Only the sliced instances hold that code: compiled
-// into the others, it cost their registers and up to a tenth of their speed
-// (docs/performance.md, "K slices").
+// into the others, it cost them registers and speed (docs/performance.md, "K slices").
 template <class Cfg>
 __device__ inline bool sum_slices(const BiArgs& a, float (&result)[Cfg::kN / 2],
                                   const BiTile& tile);
@@ -706,7 +705,7 @@ void conv_batch_wgmma(CachingAllocator& alloc, const BiArgs& args, const BatchIg
   a.partials = nullptr, a.counters = nullptr;
   std::shared_ptr<void> partials, counters;
   if (plan.k_slices > 1) {
-    const int64_t tiles = plan.n_tiles * plan.phases_h * plan.phases_w * plan.m_tiles * plan.groups;
+    const int64_t tiles = plan.tiles();
     partials =
         alloc.allocate(tiles * plan.k_slices * plan.bm * plan.bn * int64_t{sizeof(float)}, device);
     counters = alloc.allocate(tiles * int64_t{sizeof(unsigned)}, device);

@@ -1323,8 +1323,8 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
 // (docs/performance.md).
 // "highest": batch-wgmma's 3xTF32 takes every layer but those with few channels per group
 // (grouped_g8: direct), the depthwise ones, and the two whose GEMMs are big along every axis
-// (EnCodec x8: 512 x 4096 x 4800, DeconvNet deconv5: 512 x 4608 x 12544; the GEMM path, as runs
-// 287 and 296 measured), the RGB and mono outputs included (it was faster than the thin and
+// (EnCodec x8: 512 x 4096 x 4800, DeconvNet deconv5: 512 x 4608 x 12544; the GEMM path, as
+// measured), the RGB and mono outputs included (it was faster than the thin and
 // direct kernels there). "high": batch-wgmma takes every layer but those with
 // 256 input channels or more (the GEMM path) and HiFi-GAN V3's first
 // x8 (a grid of 32 CTAs: the GEMM path), DeconvNet deconv1 (64 channels at stride 1: the split-K
@@ -1511,7 +1511,7 @@ TEST(ConvPlan, KSlicesCoverEveryStepOnceInOrder) {
 // of slices finish soonest, only where that clearly beats the unsliced grid, at most
 // kMaxKSlices and never under two steps a slice; the planner cuts only 3xTF32 plans ("high"'s
 // 1xTF32 slices measured slower). In the suite, the "highest" calls sliced are exactly those
-// run 295 timed (docs/performance.md, "K slices").
+// whose slices were timed (docs/performance.md, "K slices").
 TEST(ConvPlan, BatchWgmmaCutsKIntoSlicesAtHighestWhereTheGridLeavesSmsIdle) {
   using cuda::batch_wgmma_k_slices;
   EXPECT_EQ(batch_wgmma_k_slices(10000, 64, 132), 1);  // many waves: the last one is a sliver
