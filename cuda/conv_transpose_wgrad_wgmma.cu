@@ -87,6 +87,16 @@ struct WgArgs {
   int64_t m_tiles, n_tiles, groups;
 };
 
+// One column of a tile's B: dy's offset from a sample's group start for position (0, 0), and
+// the row and column offsets (kh*dH - pH, kw*dW - pW) that bound it.
+struct alignas(16) WgColumn {
+  int64_t off;
+  int oh, ow;
+};
+// A row offset that fails every bounds check: for any row oh0 >= 0, oh0 + kNoRow is negative
+// (and cannot overflow).
+constexpr int kNoRow = -2147483647 - 1;
+
 // kRowAligned: Wi % 4 == 0 and x 16-byte aligned. A thread's 4 positions are then one row of one
 // sample (its first is a multiple of 4): x is one float4 a row, and each column of dy one output
 // row at columns ow, ow + sW, ... Otherwise each position is placed on its own (rows and samples
@@ -117,23 +127,26 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
   // A: rows m0 + r0 + 32u of the group, valid below a_rows.
   const int a_rows = a.Cig - m0 - r0;
   const float* const xg = a.x + (g * a.Cig + m0 + r0) * hw;
-  // B: column j = j0 + r0 + 32u is (co, kh, kw). Position (n, ih, iw) reads it at dy row
-  // ih*sH + b_oh, column iw*sW + b_ow, i.e. at b_ptr + n*dy_sample + ih*sH*Wo + iw*sW.
-  // Bit u of b_cols: column u is one of the group's (a partial last tile has fewer).
-  const float* b_ptr[kUnitsB];
-  int b_oh[kUnitsB], b_ow[kUnitsB];
-  unsigned b_cols = 0;
-#pragma unroll
-  for (int u = 0; u < kUnitsB; ++u) {
-    const int64_t j = j0 + r0 + 32 * u;
-    const int64_t jj = j < a.cols ? j : 0;
-    const int kw = static_cast<int>(jj % a.kW), kh = static_cast<int>(jj / a.kW % a.kH);
-    const int64_t co = jj / (int64_t{a.kW} * a.kH);
-    b_oh[u] = kh * a.dH - a.pH;
-    b_ow[u] = kw * a.dW - a.pW;
-    b_cols |= j < a.cols ? 1u << u : 0u;
-    b_ptr[u] = a.dy + (g * a.Cog + co) * howo + int64_t{b_oh[u]} * a.Wo + b_ow[u];
+  // B: column j of the tile is (co, kh, kw). Position (n, ih, iw) reads it at dy row ih*sH + oh,
+  // column iw*sW + ow, i.e. at dy_g + n*dy_sample + ih*sH*Wo + iw*sW + off. The table holds
+  // (off, oh, ow) for the tile's kBN columns and is read back at every load: kept in registers
+  // for a thread's four columns, the 16 values pushed the kernel past 128 registers into local
+  // memory, whose traffic went through the L1 that the gathers already keep busy
+  // (docs/performance.md, "Run 298"). A column past the group's (a partial last tile) gets an
+  // oh that no row passes.
+  __shared__ WgColumn table[kBN];
+  if (tid < kBN) {
+    const int64_t j = j0 + tid;
+    const int kw = static_cast<int>(j % a.kW), kh = static_cast<int>(j / a.kW % a.kH);
+    const int64_t co = j / (int64_t{a.kW} * a.kH);
+    WgColumn c{};
+    c.oh = j < a.cols ? kh * a.dH - a.pH : kNoRow;
+    c.ow = kw * a.dW - a.pW;
+    c.off = j < a.cols ? co * howo + int64_t{c.oh} * a.Wo + c.ow : 0;
+    table[tid] = c;
   }
+  __syncthreads();
+  const float* const dy_g = a.dy + g * a.Cog * howo;
 
   // Where this thread's 4 positions of the next step to load start, as (n, ih, iw); advanced a
   // step (kBK positions) at a time with at most two divisions.
@@ -169,13 +182,13 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
         xv[u][0] = v.x, xv[u][1] = v.y, xv[u][2] = v.z, xv[u][3] = v.w;
       }
       const int oh0 = cih * a.sH, ow0 = ciw * a.sW;
-      const int64_t off = cn * dy_sample + int64_t{oh0} * a.Wo + ow0;
+      const float* const dyp = dy_g + (cn * dy_sample + int64_t{oh0} * a.Wo + ow0);
 #pragma unroll
       for (int u = 0; u < kUnitsB; ++u) {
-        const unsigned oh = static_cast<unsigned>(oh0 + b_oh[u]);
-        const bool row = in && (b_cols >> u & 1u) && oh < static_cast<unsigned>(a.Ho);
-        const int ow = ow0 + b_ow[u];
-        const float* const p = b_ptr[u] + off;
+        const WgColumn c = table[r0 + 32 * u];
+        const bool row = in && static_cast<unsigned>(oh0 + c.oh) < static_cast<unsigned>(a.Ho);
+        const int ow = ow0 + c.ow;
+        const float* const p = dyp + c.off;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const bool ok = row && static_cast<unsigned>(ow + i * a.sW) < static_cast<unsigned>(a.Wo);
@@ -198,13 +211,13 @@ __global__ void __launch_bounds__(kCtaThreads, 2) wgrad_wgmma_kernel(const WgArg
         for (int u = 0; u < kUnitsA; ++u)
           xv[u][i] = in && 32 * u < a_rows ? __ldg(xp + 32 * u * hw) : 0.0f;
         const int oh0 = ih * a.sH, ow0 = iw * a.sW;
-        const int64_t off = n * dy_sample + int64_t{oh0} * a.Wo + ow0;
+        const float* const dyp = dy_g + (n * dy_sample + int64_t{oh0} * a.Wo + ow0);
 #pragma unroll
         for (int u = 0; u < kUnitsB; ++u) {
-          const bool ok = in && (b_cols >> u & 1u) &&
-                          static_cast<unsigned>(oh0 + b_oh[u]) < static_cast<unsigned>(a.Ho) &&
-                          static_cast<unsigned>(ow0 + b_ow[u]) < static_cast<unsigned>(a.Wo);
-          bv[u][i] = ok ? __ldg(b_ptr[u] + off) : 0.0f;
+          const WgColumn c = table[r0 + 32 * u];
+          const bool ok = in && static_cast<unsigned>(oh0 + c.oh) < static_cast<unsigned>(a.Ho) &&
+                          static_cast<unsigned>(ow0 + c.ow) < static_cast<unsigned>(a.Wo);
+          bv[u][i] = ok ? __ldg(dyp + c.off) : 0.0f;
         }
       }
     }
