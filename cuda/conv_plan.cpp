@@ -77,12 +77,17 @@ std::string tensor_core_reason(const PlanInput& in) {
 // A float32 wgrad at "high" with groups 1 also needs few (co, tap) columns: past
 // kDirectWgradHighMaxCols the GEMM path's TF32 GEMM, whose N is those columns, was faster (DCGAN's
 // and pix2pix's RGB outputs, 3 x 16 columns; Conv-TasNet's 1 x 16 columns the other way;
-// docs/performance.md).
+// docs/performance.md). With groups, a group's GEMM of more than kNarrowChannels rows (C_in/groups)
+// and at least kDirectWgradHighMinGroupGemm entries (rows x C_out/groups x taps, 1/16 of
+// batch-wgmma's 128 x 128 tile) goes to the tensor cores too: once batch-wgmma's wgrad stopped
+// spilling, its TF32 ran grouped_g8's 16 x 64 per group in 0.78x of the direct kernel's time,
+// while at "highest" (3xTF32) the direct kernel stayed ahead (docs/performance.md, "Run 299").
 constexpr int64_t kNarrowChannels = 8;
 constexpr int64_t kNarrowGroupProduct = 1024;
 constexpr int64_t kNarrowGroupProductWgrad = 2048;
 constexpr int64_t kDirectFwdMaxSum = 256;
 constexpr int64_t kDirectWgradHighMaxCols = 16;
+constexpr int64_t kDirectWgradHighMinGroupGemm = 1024;
 
 // The taps of one forward stride phase: a phase's taps step by stride / gcd(dilation, stride)
 // along each axis.
@@ -103,8 +108,9 @@ bool narrow_call(ConvPass pass, const ConvGeometry& g, DType dtype) {
   if (!narrow) return false;
   if (pass == ConvPass::wgrad) {
     const bool tf32_gemm = dtype == DType::float32 && g.precision == Precision::high;
-    return !(tf32_gemm && g.groups == 1 &&
-             cog * g.kernel[0] * g.kernel[1] > kDirectWgradHighMaxCols);
+    const int64_t cols = cog * g.kernel[0] * g.kernel[1];
+    if (tf32_gemm && g.groups == 1) return cols <= kDirectWgradHighMaxCols;
+    return !(tf32_gemm && cig > kNarrowChannels && cig * cols >= kDirectWgradHighMinGroupGemm);
   }
   if (pass != ConvPass::forward) return true;
   return cig * forward_taps_per_phase(g) <= kDirectFwdMaxSum;

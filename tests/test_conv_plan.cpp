@@ -134,10 +134,16 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
     if (dtype != DType::float32) return true;
     // batch-wgmma keeps the calls narrow through their groups alone; at "high" the GEMM path's
     // TF32 those with more than 16 (C_out, tap) columns, at "highest" batch-wgmma's 3xTF32 those
-    // narrow through C_out alone (groups 1, more than 8 input channels).
+    // narrow through C_out alone (groups 1, more than 8 input channels); at "high" batch-wgmma's
+    // TF32 also takes a grouped call whose group GEMM has more than 8 rows and at least 1024
+    // entries (rows x C_out/groups x taps).
     if (precision == Precision::highest)
       return std::min(cig, cog) <= 8 && !(l.groups == 1 && cig > 8);
-    return std::min(cig, cog) <= 8 && !(l.groups == 1 && cog * l.kernel[0] * l.kernel[1] > 16);
+    int64_t cols = cog;
+    for (int a = 0; a < l.dims; ++a)
+      cols *= l.kernel[static_cast<size_t>(a)];
+    return std::min(cig, cog) <= 8 && !(l.groups == 1 && cols > 16) &&
+           !(l.groups > 1 && cig > 8 && cig * cols >= 1024);
   }
   if (pass != ConvPass::forward) return true;
   int64_t taps_per_phase = 1;
@@ -1328,7 +1334,8 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredForwardAndDgradKernels) {
 // direct kernels there). "high": batch-wgmma takes every layer but those with
 // 256 input channels or more (the GEMM path) and HiFi-GAN V3's first
 // x8 (a grid of 32 CTAs: the GEMM path), DeconvNet deconv1 (64 channels at stride 1: the split-K
-// kernel), and the layers with few channels per group (direct, depthwise).
+// kernel), Conv-TasNet's mono output (direct) and the depthwise layers; grouped_g8's 16 x 64
+// group GEMMs it takes too (run 299: 0.78x of the direct kernel's time).
 TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
   struct Row {
     const char *id, *highest, *high;
@@ -1360,7 +1367,7 @@ TEST(ConvPlan, SuiteLayersRunTheMeasuredWgradKernels) {
       {"convtasnet_dec", "batch-wgmma", "direct"},
       {"grouped_g2", "batch-wgmma", "batch-wgmma"},
       {"grouped_g4", "batch-wgmma", "batch-wgmma"},
-      {"grouped_g8", "direct", "direct"},
+      {"grouped_g8", "direct", "batch-wgmma"},
       {"fcn_up2_dw", "depthwise", "depthwise"},
       {"depthwise_256", "depthwise", "depthwise"},
       {"deconvnet_5", "gemm", "gemm"},
@@ -1752,8 +1759,11 @@ TEST(ConvPlan, WgradBatchWgmmaTakesBothPrecisionsAndNamesItsPreferences) {
        "C_in/groups=64 at stride 1", "batch-wgmma", ""},
       {bench::layer1d("t", "t", 8, 512, 1, 3999, 16, 8, 0), "direct", "few channels per group",
        "batch-wgmma", ""},
-      // Groups of 16 x 8 channels (grouped_g8): few channels either way.
-      {bench::layer1d("t", "t", 64, 128, 64, 3000, 8, 4, 2, 0, 8), "direct",
+      // Groups of 16 x 8 channels (grouped_g8): few channels either way, but at "high" a group's
+      // 16 x 64 GEMM is big enough for batch-wgmma's TF32; with 4 taps (16 x 32) it is not.
+      {bench::layer1d("t", "t", 64, 128, 64, 3000, 8, 4, 2, 0, 8), "batch-wgmma", "", "direct",
+       "few channels per group"},
+      {bench::layer1d("t", "t", 64, 128, 64, 3000, 4, 2, 1, 0, 8), "direct",
        "few channels per group", "direct", "few channels per group"},
   };
   for (const Case& c : cases) {
