@@ -81,13 +81,15 @@ std::string tensor_core_reason(const PlanInput& in) {
 // and at least kDirectWgradHighMinGroupGemm entries (rows x C_out/groups x taps, 1/16 of
 // batch-wgmma's 128 x 128 tile) goes to the tensor cores too: once batch-wgmma's wgrad stopped
 // spilling, its TF32 ran grouped_g8's 16 x 64 per group in 0.78x of the direct kernel's time,
-// while at "highest" (3xTF32) the direct kernel stayed ahead (docs/performance.md, "Run 299").
+// and three other grouped layers of 1024-2048 entries in 0.44x-0.77x; at "highest" its 3xTF32
+// took 0.56x-0.69x on the two of 2048 entries and tied or lost at 1024, hence
+// kDirectWgradHighestMinGroupGemm (docs/performance.md, "Runs 299-301").
 constexpr int64_t kNarrowChannels = 8;
 constexpr int64_t kNarrowGroupProduct = 1024;
 constexpr int64_t kNarrowGroupProductWgrad = 2048;
 constexpr int64_t kDirectFwdMaxSum = 256;
 constexpr int64_t kDirectWgradHighMaxCols = 16;
-constexpr int64_t kDirectWgradHighMinGroupGemm = 1024;
+constexpr int64_t kDirectWgradHighMinGroupGemm = 1024, kDirectWgradHighestMinGroupGemm = 2048;
 
 // The taps of one forward stride phase: a phase's taps step by stride / gcd(dilation, stride)
 // along each axis.
@@ -110,7 +112,10 @@ bool narrow_call(ConvPass pass, const ConvGeometry& g, DType dtype) {
     const bool tf32_gemm = dtype == DType::float32 && g.precision == Precision::high;
     const int64_t cols = cog * g.kernel[0] * g.kernel[1];
     if (tf32_gemm && g.groups == 1) return cols <= kDirectWgradHighMaxCols;
-    return !(tf32_gemm && cig > kNarrowChannels && cig * cols >= kDirectWgradHighMinGroupGemm);
+    const int64_t min_group_gemm = g.precision == Precision::high ? kDirectWgradHighMinGroupGemm
+                                                                  : kDirectWgradHighestMinGroupGemm;
+    return !(dtype == DType::float32 && g.groups > 1 && cig > kNarrowChannels &&
+             cig * cols >= min_group_gemm);
   }
   if (pass != ConvPass::forward) return true;
   return cig * forward_taps_per_phase(g) <= kDirectFwdMaxSum;

@@ -134,14 +134,15 @@ bool expect_direct(ConvPass pass, const ConvLayerSpec& l, DType dtype, Precision
     if (dtype != DType::float32) return true;
     // batch-wgmma keeps the calls narrow through their groups alone; at "high" the GEMM path's
     // TF32 those with more than 16 (C_out, tap) columns, at "highest" batch-wgmma's 3xTF32 those
-    // narrow through C_out alone (groups 1, more than 8 input channels); at "high" batch-wgmma's
-    // TF32 also takes a grouped call whose group GEMM has more than 8 rows and at least 1024
-    // entries (rows x C_out/groups x taps).
-    if (precision == Precision::highest)
-      return std::min(cig, cog) <= 8 && !(l.groups == 1 && cig > 8);
+    // narrow through C_out alone (groups 1, more than 8 input channels); batch-wgmma also takes a
+    // grouped call whose group GEMM has more than 8 rows and at least 1024 entries (rows x
+    // C_out/groups x taps) at "high", 2048 at "highest".
     int64_t cols = cog;
     for (int a = 0; a < l.dims; ++a)
       cols *= l.kernel[static_cast<size_t>(a)];
+    if (precision == Precision::highest)
+      return std::min(cig, cog) <= 8 && !(l.groups == 1 && cig > 8) &&
+             !(l.groups > 1 && cig > 8 && cig * cols >= 2048);
     return std::min(cig, cog) <= 8 && !(l.groups == 1 && cols > 16) &&
            !(l.groups > 1 && cig > 8 && cig * cols >= 1024);
   }
@@ -1765,6 +1766,9 @@ TEST(ConvPlan, WgradBatchWgmmaTakesBothPrecisionsAndNamesItsPreferences) {
        "few channels per group"},
       {bench::layer1d("t", "t", 64, 128, 64, 3000, 4, 2, 1, 0, 8), "direct",
        "few channels per group", "direct", "few channels per group"},
+      // 16 x 8 channels with 16 taps (2048 entries a group): batch-wgmma at both precisions.
+      {bench::layer2d("t", "t", 32, 128, 64, 32, 4, 2, 1, 0, 8), "batch-wgmma", "", "batch-wgmma",
+       ""},
   };
   for (const Case& c : cases) {
     for (Precision precision : {Precision::high, Precision::highest}) {
